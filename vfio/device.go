@@ -1,0 +1,61 @@
+// Package vfio serves a PCI function over the vfio-user protocol, the way
+// QEMU's vfio-user-pci client speaks it. It knows nothing of what the function
+// does: it hands region reads and writes, resets and disconnects to a Device,
+// translates DMA_MAP windows into a dma.Memory, and turns MSI-X vectors into
+// eventfd writes.
+package vfio
+
+import "github.com/hcaemu/hcaemu/dma"
+
+// PCI region indexes as vfio numbers them.
+const (
+	RegionBAR0   = 0
+	RegionBAR1   = 1
+	RegionBAR2   = 2
+	RegionROM    = 6
+	RegionConfig = 7
+	NumRegions   = 9
+)
+
+// IRQ indexes as vfio numbers them.
+const (
+	IRQINTx = 0
+	IRQMSI  = 1
+	IRQMSIX = 2
+	IRQErr  = 3
+	IRQReq  = 4
+	NumIRQs = 5
+)
+
+// Device is one PCI function behind a vfio-user connection.
+//
+// The server calls these methods from one goroutine per connection, strictly
+// in message order, so a read sees every earlier write. ReadRegion and
+// WriteRegion get offsets already checked against RegionSize.
+type Device interface {
+	// RegionSize is the size of region index (0 = absent). BAR sizes are
+	// powers of two.
+	RegionSize(index int) uint64
+	// IRQCount is the number of vectors of IRQ index (MSI-X: table size).
+	IRQCount(index int) uint32
+	ReadRegion(index int, off uint64, p []byte) error
+	WriteRegion(index int, off uint64, p []byte) error
+	// Reset returns the function to its power-on state (DEVICE_RESET). DMA
+	// windows and interrupt eventfds stay: those have messages of their own.
+	Reset()
+	// Close is called once when the connection ends. The device must free
+	// everything and stop touching Host.Mem before it returns.
+	Close()
+}
+
+// Host is what the server gives a device: guest memory through the client's
+// DMA windows, and its interrupt vectors.
+type Host struct {
+	Mem dma.Memory
+	// MSIX raises MSI-X vector v. It never blocks; a vector with no eventfd
+	// is dropped.
+	MSIX func(v int)
+}
+
+// NewDevice makes the device for a new connection.
+type NewDevice func(h Host) (Device, error)
