@@ -1,0 +1,122 @@
+package emu
+
+import (
+	"github.com/hcaemu/hcaemu/dma"
+	"github.com/hcaemu/hcaemu/uverbs"
+)
+
+// cq is a completion queue: a ring of 64-byte CQEs in guest memory that the
+// device produces into (page 0 ring state, rx pair; CQE k at 4096 + 64k).
+type cq struct {
+	handle uint32
+	ctx    uint32
+	pages  dma.Pages
+	ring   uverbs.Ring
+	prod   uint32 // device-owned producer index
+	refs   int    // QPs and SRQs using it
+	armed  uint8  // 0, armNext or armSolicited
+	broken bool   // overrun or corrupt ring: CQ_ERR posted, no more CQEs
+}
+
+const (
+	armNext      = 1
+	armSolicited = 2
+)
+
+func (d *Device) cmdCreateCQ(q *req, p *resp) *cmdErr {
+	pdir, ctx, n, nchunks := q.u64(16), q.u32(24), q.u32(28), q.u32(32)
+	if e := d.checkCtx(ctx); e != nil {
+		return e
+	}
+	if !uverbs.IsPow2(n) || n > d.caps.MaxCQE {
+		return fail(errInval, "CQ size %d not a power of two in 1..%d", n, d.caps.MaxCQE)
+	}
+	need := 1 + (uint64(n)*uverbs.CQESize+dma.PageSize-1)/dma.PageSize
+	if uint64(nchunks) < need || nchunks > dma.MaxDirPages {
+		return fail(errInval, "CQ of %d entries needs %d pages, got %d", n, need, nchunks)
+	}
+	if e := d.res.pin(nchunks); e != nil {
+		return e
+	}
+	pages, err := dma.ReadPageDir(d.mem, pdir, nchunks, dma.MaxDirPages)
+	if err != nil {
+		d.res.unpin(int(nchunks))
+		return fail(errInval, "CQ page directory: %v", err)
+	}
+	c := &cq{ctx: ctx, pages: pages, ring: uverbs.Ring{N: n}}
+	h, e := d.res.cq.add(c)
+	if e != nil {
+		d.res.unpin(int(nchunks))
+		return e
+	}
+	c.handle = h
+	p.put32(16, h)
+	p.put32(20, n)
+	return nil
+}
+
+func (d *Device) cmdResizeCQ(q *req, p *resp) *cmdErr {
+	return fail(errNotSup, "RESIZE_CQ is not supported")
+}
+
+func (d *Device) cmdDestroyCQ(q *req, p *resp) *cmdErr {
+	h := q.u32(16)
+	c := d.res.cq.get(h)
+	if c == nil {
+		return fail(errInval, "no CQ %d", h)
+	}
+	if c.refs > 0 {
+		return fail(errBusy, "CQ %d still used by %d QPs/SRQs", h, c.refs)
+	}
+	d.destroyCQ(h, c)
+	return nil
+}
+
+func (d *Device) destroyCQ(h uint32, c *cq) {
+	d.res.unpin(len(c.pages))
+	d.res.cq.del(h)
+}
+
+// arm handles a CQ ARM / ARM_SOL doorbell.
+func (d *Device) arm(c *cq, how uint8) {
+	if c.armed != armNext {
+		c.armed = how
+	}
+}
+
+// post writes one CQE. It returns false when the CQ could not take it: the
+// ring is full (overrun) or corrupt; the CQ then reports CQ_ERR once and
+// takes nothing more.
+func (d *Device) post(c *cq, e *uverbs.CQE, solicited bool) bool {
+	if c.broken {
+		return false
+	}
+	cons, err := dma.LoadUint32(d.mem, c.pages[0]+uverbs.RxConsHead)
+	switch {
+	case err != nil || !c.ring.Valid(cons):
+		d.log.Warn("CQ consumer index invalid", "cq", c.handle, "cons", cons, "err", err)
+	case c.ring.Full(c.prod, cons):
+		d.log.Warn("CQ overrun: the guest did not poll", "cq", c.handle, "entries", c.ring.N)
+	default:
+		var b [uverbs.CQESize]byte
+		e.Encode(b[:])
+		off := dma.PageSize + uint64(c.ring.Slot(c.prod))*uverbs.CQESize
+		if err := c.pages.WriteAt(d.mem, b[:], off); err != nil {
+			d.log.Warn("CQE write failed", "cq", c.handle, "err", err)
+			break
+		}
+		c.prod = c.ring.Next(c.prod)
+		if err := dma.StoreUint32(d.mem, c.pages[0]+uverbs.RxProdTail, c.prod); err != nil {
+			break
+		}
+		if c.armed == armNext || (c.armed == armSolicited && (solicited || e.Status != uverbs.WCSuccess)) {
+			if d.notifyCQ(c.handle) {
+				c.armed = 0
+			}
+		}
+		return true
+	}
+	c.broken = true
+	d.event(EvCQErr, c.handle)
+	return false
+}

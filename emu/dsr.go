@@ -1,0 +1,196 @@
+package emu
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/bits"
+
+	"github.com/hcaemu/hcaemu/dma"
+	"github.com/hcaemu/hcaemu/uverbs"
+)
+
+// DSR layout (pvrdma.md §5.1).
+const (
+	dsrDriverBytes = 72 // fields the driver writes; latched once
+	dsrCapsOff     = 72
+	DSRSize        = dsrDriverBytes + CapsSize
+	maxRingPages   = 512 // device rings: CVE-2021-3607 / CVE-2023-1544 bounds
+)
+
+// dsrState is what the device latched from the DSR when it was loaded.
+type dsrState struct {
+	addr     uint64
+	cmdSlot  uint64
+	respSlot uint64
+	uarPFN   uint64
+	async    devRing
+	cqNotify devRing
+}
+
+// loadDSR is the DSRHIGH trigger: read the driver's part of the DSR once,
+// validate it, map the device rings and write the capabilities. On any
+// failure nothing is written, so the driver reads zero caps and fails probe.
+func (d *Device) loadDSR(addr uint64) {
+	if d.dsr != nil || d.res.count() > 0 {
+		d.resetLocked("DSR reloaded")
+	}
+	st, err := d.parseDSR(addr)
+	if err != nil {
+		d.log.Warn("DSR rejected", "addr", fmt.Sprintf("%#x", addr), "err", err)
+		return
+	}
+	var caps [CapsSize]byte
+	d.caps.Encode(caps[:])
+	if err := d.mem.WriteAt(caps[:], addr+dsrCapsOff); err != nil {
+		d.log.Warn("DSR rejected: caps not writable", "addr", fmt.Sprintf("%#x", addr), "err", err)
+		return
+	}
+	d.dsr = st
+	d.log.Info("DSR loaded", "addr", fmt.Sprintf("%#x", addr), "uar_pfn", fmt.Sprintf("%#x", st.uarPFN))
+}
+
+func (d *Device) parseDSR(addr uint64) (*dsrState, error) {
+	if addr == 0 || addr%dma.PageSize != 0 {
+		return nil, fmt.Errorf("DSR address not page aligned")
+	}
+	var b [dsrDriverBytes]byte
+	if err := d.mem.ReadAt(b[:], addr); err != nil {
+		return nil, err
+	}
+	le := binary.LittleEndian
+	st := &dsrState{
+		addr:     addr,
+		cmdSlot:  le.Uint64(b[16:]),
+		respSlot: le.Uint64(b[24:]),
+		uarPFN:   le.Uint64(b[64:]),
+	}
+	if drv := le.Uint32(b[0:]); drv == 0 {
+		d.log.Warn("DSR driver_version is 0: guest RAM may not be shared with hcaemu (memory-backend share=on?)")
+	}
+	for _, s := range []struct {
+		name string
+		gpa  uint64
+	}{{"command slot", st.cmdSlot}, {"response slot", st.respSlot}} {
+		if s.gpa == 0 || s.gpa%dma.PageSize != 0 {
+			return nil, fmt.Errorf("%s %#x not a page address", s.name, s.gpa)
+		}
+		if err := d.mem.Access(s.gpa, dma.PageSize, true, func([]byte) {}); err != nil {
+			return nil, fmt.Errorf("%s: %w", s.name, err)
+		}
+	}
+	var err error
+	if st.async, err = d.mapDevRing("async ring", le.Uint32(b[32:]), le.Uint64(b[40:]), uverbs.EQESize); err != nil {
+		return nil, err
+	}
+	if st.cqNotify, err = d.mapDevRing("CQ notification ring", le.Uint32(b[48:]), le.Uint64(b[56:]), uverbs.CQNESize); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// devRing is one of the two rings the device produces into: the async event
+// ring and the CQ notification ring. The driver sizes them
+// N = (pages-1)*4096/elem, not a power of two, and uses the usual index
+// masks anyway; the device follows the same arithmetic, and never lets more
+// entries be outstanding than there are distinct slots on the index cycle.
+type devRing struct {
+	pages   dma.Pages
+	elem    uint32
+	ring    uverbs.Ring
+	cycle   uint32 // length of the index cycle under the 2N-1 mask
+	period  uint32 // distinct consecutive slots: most entries outstanding
+	prod    uint32 // device-owned producer index (authoritative)
+	broken  bool   // guest corrupted the consumer index: ignored until reset
+	dropped uint64
+}
+
+func (d *Device) mapDevRing(name string, npages uint32, pdir uint64, elem uint32) (devRing, error) {
+	if npages < 2 || npages > maxRingPages {
+		return devRing{}, fmt.Errorf("%s: num_pages %d outside 2..%d", name, npages, maxRingPages)
+	}
+	pages, err := dma.ReadPageDir(d.mem, pdir, npages, maxRingPages)
+	if err != nil {
+		return devRing{}, fmt.Errorf("%s: %w", name, err)
+	}
+	n := (npages - 1) * dma.PageSize / elem
+	mask := 2*n - 1
+	r := devRing{pages: pages, elem: elem, ring: uverbs.Ring{N: n}}
+	r.cycle = 1 << bits.TrailingZeros32(^mask)
+	r.period = min(1<<bits.TrailingZeros32(^(n-1)), r.cycle)
+	return r, nil
+}
+
+// push appends one entry. It returns false when the entry was dropped (ring
+// full or broken).
+func (d *Device) push(r *devRing, entry []byte) bool {
+	if r.broken || r.pages == nil {
+		r.dropped++
+		return false
+	}
+	consAddr, _ := r.pages.Addr(uverbs.RxConsHead)
+	prodAddr, _ := r.pages.Addr(uverbs.RxProdTail)
+	cons, err := dma.LoadUint32(d.mem, consAddr)
+	if err != nil || cons >= r.cycle {
+		d.log.Warn("device ring consumer index invalid; ring ignored until reset", "cons", cons, "err", err)
+		r.broken = true
+		return false
+	}
+	if (r.prod-cons)&(r.cycle-1) >= r.period {
+		r.dropped++
+		return false
+	}
+	off := dma.PageSize + uint64(r.ring.Slot(r.prod))*uint64(r.elem)
+	if err := r.pages.WriteAt(d.mem, entry, off); err != nil {
+		r.dropped++
+		return false
+	}
+	r.prod = r.ring.Next(r.prod)
+	if err := dma.StoreUint32(d.mem, prodAddr, r.prod); err != nil {
+		r.broken = true
+		return false
+	}
+	return true
+}
+
+// Async event types (pvrdma_eqe_type).
+const (
+	EvCQErr            = 0
+	EvQPFatal          = 1
+	EvQPReqErr         = 2
+	EvQPAccessErr      = 3
+	EvCommEst          = 4
+	EvSQDrained        = 5
+	EvDeviceFatal      = 8
+	EvPortActive       = 9
+	EvPortErr          = 10
+	EvSRQErr           = 14
+	EvSRQLimitReached  = 15
+	EvQPLastWQEReached = 16
+)
+
+// event posts an async event and raises vector 1.
+func (d *Device) event(typ, info uint32) {
+	if d.dsr == nil {
+		return
+	}
+	var e [uverbs.EQESize]byte
+	binary.LittleEndian.PutUint32(e[0:], typ)
+	binary.LittleEndian.PutUint32(e[4:], info)
+	if d.push(&d.dsr.async, e[:]) {
+		d.raise(IntrAsync)
+	}
+}
+
+// notifyCQ posts a CQ notification and raises vector 2.
+func (d *Device) notifyCQ(handle uint32) bool {
+	if d.dsr == nil {
+		return false
+	}
+	var e [uverbs.CQNESize]byte
+	binary.LittleEndian.PutUint32(e[:], handle)
+	if d.push(&d.dsr.cqNotify, e[:]) {
+		d.raise(IntrCQ)
+		return true
+	}
+	return false
+}

@@ -1,0 +1,215 @@
+package emutest
+
+import (
+	"fmt"
+
+	"github.com/hcaemu/hcaemu/emu"
+	"github.com/hcaemu/hcaemu/uverbs"
+)
+
+// CQ is a completion queue as the driver keeps it.
+type CQ struct {
+	d      *Driver
+	Handle uint32
+	N      uint32
+	Pages  []uint64
+	cons   uint32
+	UAR    uint32
+}
+
+// CreateCQ creates a CQ of n entries (a power of two) for context ctx.
+func (d *Driver) CreateCQ(ctx, n uint32) (*CQ, error) {
+	npages := 1 + (int(n)*64+4095)/4096
+	pages, dir := d.Buffer(npages)
+	r, err := d.MustCmd(emu.CmdCreateCQ, NewBody(40).U64(16, dir).U32(24, ctx).U32(28, n).U32(32, uint32(npages)))
+	if err != nil {
+		return nil, err
+	}
+	return &CQ{d: d, Handle: le.Uint32(r[16:]), N: le.Uint32(r[20:]), Pages: pages}, nil
+}
+
+// Poll returns the next CQE, if any, and consumes it.
+func (c *CQ) Poll() (uverbs.CQE, bool) {
+	prod := c.d.Get32(c.Pages[0] + uverbs.RxProdTail)
+	if prod == c.cons {
+		return uverbs.CQE{}, false
+	}
+	r := uverbs.Ring{N: c.N}
+	off := 4096 + uint64(r.Slot(c.cons))*64
+	gpa := c.Pages[off/4096] + off%4096
+	e := uverbs.DecodeCQE(c.d.RAM.Mem[gpa : gpa+64])
+	c.cons = r.Next(c.cons)
+	c.d.Put32(c.Pages[0]+uverbs.RxConsHead, c.cons)
+	return e, true
+}
+
+// Arm rings the CQ doorbell with ARM (or ARM_SOL).
+func (c *CQ) Arm(solicited bool) {
+	v := c.Handle | 1<<30
+	if solicited {
+		v = c.Handle | 1<<29
+	}
+	c.d.Doorbell(c.UAR, 4, v)
+}
+
+// QPSpec describes a CREATE_QP.
+type QPSpec struct {
+	Ctx, PD          uint32
+	SendCQ, RecvCQ   *CQ
+	SRQ              uint32 // 0 = own RQ
+	Type             uint8
+	SendWR, RecvWR   uint32
+	SendSGE, RecvSGE uint32
+	SigAll           bool
+	UAR              uint32
+}
+
+// QP is a queue pair as the driver keeps it.
+type QP struct {
+	d              *Driver
+	Spec           QPSpec
+	Handle, QPN    uint32
+	Pages          []uint64
+	sqStride       uint32
+	rqStride       uint32
+	sendChunks     int
+	sqProd, rqProd uint32
+}
+
+// CreateQP creates a QP laid out as the kernel driver lays it out.
+func (d *Driver) CreateQP(s QPSpec) (*QP, error) {
+	q := &QP{d: d, Spec: s, sqStride: uverbs.SQStride(s.SendSGE), rqStride: uverbs.RQStride(s.RecvSGE)}
+	q.sendChunks = (int(s.SendWR*q.sqStride) + 4095) / 4096
+	rqChunks := 0
+	if s.SRQ == 0 {
+		rqChunks = (int(s.RecvWR*q.rqStride) + 4095) / 4096
+	}
+	total := 1 + q.sendChunks + rqChunks
+	var dir uint64
+	q.Pages, dir = d.Buffer(total)
+	var isSRQ uint8
+	if s.SRQ != 0 {
+		isSRQ = 1
+	}
+	sig := uint8(0)
+	if s.SigAll {
+		sig = 1
+	}
+	b := NewBody(80).U64(16, dir).U32(24, s.PD).U32(28, s.SendCQ.Handle).U32(32, s.RecvCQ.Handle).
+		U32(36, s.SRQ).U32(40, s.SendWR).U32(44, s.RecvWR).U32(48, s.SendSGE).U32(52, s.RecvSGE).
+		U32(64, 1).U16(68, uint16(total)).U16(70, uint16(q.sendChunks)).U8(74, sig).U8(75, s.Type).U8(76, isSRQ)
+	r, err := d.MustCmd(emu.CmdCreateQP, b)
+	if err != nil {
+		return nil, err
+	}
+	q.QPN, q.Handle = le.Uint32(r[16:]), le.Uint32(r[20:])
+	return q, nil
+}
+
+// Modify sends MODIFY_QP and reports failure as the driver sees it.
+func (q *QP) Modify(mask uint32, a emu.QPAttr) error {
+	var attr [emu.QPAttrSize]byte
+	a.Encode(attr[:])
+	r, err := q.d.MustCmd(emu.CmdModifyQP, NewBody(184).U32(16, q.Handle).U32(20, mask).Bytes(24, attr[:]))
+	if err != nil {
+		return err
+	}
+	if r[12] != 0 {
+		return fmt.Errorf("modify QP: hdr.err %d", r[12])
+	}
+	if a.State == emu.StateReset && mask&emu.AttrState != 0 {
+		q.sqProd, q.rqProd = 0, 0
+		q.d.Put32(q.Pages[0]+0, 0)
+		q.d.Put32(q.Pages[0]+4, 0)
+		q.d.Put32(q.Pages[0]+8, 0)
+		q.d.Put32(q.Pages[0]+12, 0)
+	}
+	return nil
+}
+
+func (q *QP) slot(base int, stride uint32, idx, n uint32) uint64 {
+	off := uint64(base)*4096 + uint64((idx&(n-1))*stride)
+	return q.Pages[off/4096] + off%4096
+}
+
+// PostRecv writes a receive WQE and rings the RQ doorbell.
+func (q *QP) PostRecv(w uverbs.RecvWQE) {
+	if w.NumSGE == 0 {
+		w.NumSGE = uint32(len(w.SGE))
+	}
+	gpa := q.slot(1+q.sendChunks, q.rqStride, q.rqProd, q.Spec.RecvWR)
+	w.Encode(q.d.RAM.Mem[gpa : gpa+uint64(q.rqStride)])
+	q.rqProd = uverbs.Ring{N: q.Spec.RecvWR}.Next(q.rqProd)
+	q.d.Put32(q.Pages[0]+uverbs.RxProdTail, q.rqProd)
+	q.d.Doorbell(q.Spec.UAR, 0, q.Handle|1<<31)
+}
+
+// PostSend writes a send WQE and rings the SQ doorbell.
+func (q *QP) PostSend(w uverbs.SendWQE) {
+	if w.NumSGE == 0 {
+		w.NumSGE = uint32(len(w.SGE))
+	}
+	gpa := q.slot(1, q.sqStride, q.sqProd, q.Spec.SendWR)
+	w.Encode(q.d.RAM.Mem[gpa : gpa+uint64(q.sqStride)])
+	q.sqProd = uverbs.Ring{N: q.Spec.SendWR}.Next(q.sqProd)
+	q.d.Put32(q.Pages[0]+uverbs.TxProdTail, q.sqProd)
+	q.d.Doorbell(q.Spec.UAR, 0, q.Handle|1<<30)
+}
+
+// SQConsHead and RQConsHead read the device-owned consumer indices.
+func (q *QP) SQConsHead() uint32 { return q.d.Get32(q.Pages[0] + uverbs.TxConsHead) }
+func (q *QP) RQConsHead() uint32 { return q.d.Get32(q.Pages[0] + uverbs.RxConsHead) }
+
+// SetSQProd lets a test write a raw SQ producer index and ring the doorbell.
+func (q *QP) SetSQProd(v uint32) {
+	q.d.Put32(q.Pages[0]+uverbs.TxProdTail, v)
+	q.d.Doorbell(q.Spec.UAR, 0, q.Handle|1<<30)
+}
+
+// KernelGSI does what the IB core's MAD layer does for port 1 at probe:
+// PD + DMA MR, a 1024-entry CQ, the GSI QP (128 send WRs x 2 SGEs, 512
+// receive WRs x 1 SGE, signal all), RESET->INIT->RTR->RTS, arm the CQ and
+// post 512 receives of 296 bytes.
+func (d *Driver) KernelGSI() (pd uint32, lkey uint32, cq *CQ, qp *QP, err error) {
+	r, err := d.MustCmd(emu.CmdCreatePD, NewBody(24))
+	if err != nil {
+		return
+	}
+	pd = le.Uint32(r[16:])
+	r, err = d.MustCmd(emu.CmdCreateMR, NewBody(56).U32(40, pd).U32(44, 1).U32(48, 1))
+	if err != nil {
+		return
+	}
+	lkey = le.Uint32(r[20:])
+	if cq, err = d.CreateCQ(0, 1024); err != nil {
+		return
+	}
+	qp, err = d.CreateQP(QPSpec{PD: pd, SendCQ: cq, RecvCQ: cq, Type: emu.QPTypeGSI,
+		SendWR: 128, RecvWR: 512, SendSGE: 2, RecvSGE: 1, SigAll: true})
+	if err != nil {
+		return
+	}
+	if qp.QPN != 1 {
+		err = fmt.Errorf("GSI QP has QPN %d", qp.QPN)
+		return
+	}
+	steps := []struct {
+		mask uint32
+		a    emu.QPAttr
+	}{
+		{emu.AttrState | emu.AttrPKeyIndex | emu.AttrQKey, emu.QPAttr{State: emu.StateInit, QKey: 0x80010000}},
+		{emu.AttrState, emu.QPAttr{State: emu.StateRTR}},
+		{emu.AttrState | emu.AttrSQPSN, emu.QPAttr{State: emu.StateRTS}},
+	}
+	for _, s := range steps {
+		if err = qp.Modify(s.mask, s.a); err != nil {
+			return
+		}
+	}
+	cq.Arm(false)
+	bufs := d.AllocPages(512*296/4096 + 1)
+	for i := 0; i < 512; i++ {
+		qp.PostRecv(uverbs.RecvWQE{WRID: uint64(i), SGE: []uverbs.SGE{{Addr: bufs + uint64(i)*296, Length: 296, LKey: lkey}}})
+	}
+	return
+}

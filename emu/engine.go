@@ -1,0 +1,352 @@
+package emu
+
+import (
+	"sync"
+
+	"github.com/hcaemu/hcaemu/dma"
+	"github.com/hcaemu/hcaemu/doorbell"
+	"github.com/hcaemu/hcaemu/uverbs"
+)
+
+// engine runs the device's work queues off the connection's reader: a
+// doorbell only records which queue has news (coalesced, so pending work is
+// bounded by the number of queues) and the engine goroutine does the DMA.
+type engine struct {
+	mu       sync.Mutex
+	pending  map[uint64]uint32 // kind<<32|handle -> OR of kick flags
+	barriers []chan struct{}   // closed once the work queued before them is done
+	wake     chan struct{}
+	quit     chan struct{}
+	done     chan struct{}
+}
+
+const (
+	kickQP  = 1
+	kickSRQ = 2
+
+	kickSend = 1
+	kickRecv = 2
+)
+
+func (e *engine) start(d *Device) {
+	e.pending = map[uint64]uint32{}
+	e.wake = make(chan struct{}, 1)
+	e.quit = make(chan struct{})
+	e.done = make(chan struct{})
+	go e.run(d)
+}
+
+func (e *engine) kick(kind uint32, handle, flags uint32) {
+	e.mu.Lock()
+	e.pending[uint64(kind)<<32|uint64(handle)] |= flags
+	e.mu.Unlock()
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+// drop forgets pending kicks (device reset).
+func (e *engine) drop() {
+	e.mu.Lock()
+	clear(e.pending)
+	e.mu.Unlock()
+}
+
+func (e *engine) stop() {
+	close(e.quit)
+	<-e.done
+}
+
+func (e *engine) run(d *Device) {
+	defer close(e.done)
+	for {
+		select {
+		case <-e.quit:
+			return
+		case <-e.wake:
+		}
+		e.mu.Lock()
+		work, barriers := e.pending, e.barriers
+		e.pending, e.barriers = make(map[uint64]uint32, len(work)), nil
+		e.mu.Unlock()
+		d.mu.Lock()
+		for key, flags := range work {
+			if d.closed {
+				break
+			}
+			kind, h := uint32(key>>32), uint32(key)
+			switch kind {
+			case kickQP:
+				if x := d.res.qp.get(h); x != nil {
+					d.serviceQP(x, flags)
+				}
+			case kickSRQ:
+				// SRQ WQEs are consumed when a message arrives; nothing to do.
+			}
+		}
+		d.mu.Unlock()
+		for _, b := range barriers {
+			close(b)
+		}
+	}
+}
+
+// sync waits until the work queued before the call has been done.
+func (e *engine) sync() {
+	b := make(chan struct{})
+	e.mu.Lock()
+	e.barriers = append(e.barriers, b)
+	e.mu.Unlock()
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+	select {
+	case <-b:
+	case <-e.done:
+	}
+}
+
+// Sync waits until every doorbell written before the call has been
+// processed (tests and fake drivers use it instead of sleeping).
+func (d *Device) Sync() { d.eng.sync() }
+
+// doorbell handles a UAR write (reader goroutine).
+func (d *Device) doorbell(off uint64, v uint32) {
+	db, ok := doorbell.Decode(off, 4, v)
+	if !ok {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.active {
+		return
+	}
+	switch db.Kind {
+	case doorbell.QP:
+		x := d.res.qp.get(db.Handle)
+		if x == nil || !d.ownsPage(x.ctx, db.Page) {
+			d.log.Debug("QP doorbell for an unknown or foreign QP", "qp", db.Handle, "uar", db.Page)
+			return
+		}
+		var f uint32
+		if db.Flags&doorbell.QPSend != 0 {
+			f |= kickSend
+		}
+		if db.Flags&doorbell.QPRecv != 0 {
+			f |= kickRecv
+		}
+		if f != 0 {
+			d.eng.kick(kickQP, db.Handle, f)
+		}
+	case doorbell.CQ:
+		c := d.res.cq.get(db.Handle)
+		if c == nil || !d.ownsPage(c.ctx, db.Page) {
+			d.log.Debug("CQ doorbell for an unknown or foreign CQ", "cq", db.Handle, "uar", db.Page)
+			return
+		}
+		// Arming is done here, in order with the guest's later ring checks.
+		switch {
+		case db.Flags&doorbell.CQArm != 0:
+			d.arm(c, armNext)
+		case db.Flags&doorbell.CQArmSol != 0:
+			d.arm(c, armSolicited)
+		}
+	case doorbell.SRQ:
+		s := d.res.srq.get(db.Handle)
+		if s == nil || !d.ownsPage(s.ctx, db.Page) {
+			return
+		}
+		if db.Flags&doorbell.SRQRecv != 0 {
+			d.eng.kick(kickSRQ, db.Handle, kickRecv)
+		}
+	}
+}
+
+// ownsPage reports whether UAR page page belongs to context ctx (page 0 to
+// the kernel, ctx 0).
+func (d *Device) ownsPage(ctx, page uint32) bool {
+	if ctx == 0 {
+		return page == 0
+	}
+	u := d.res.uc.get(ctx)
+	return u != nil && u.uar == page
+}
+
+// serviceQP does what a QP's doorbells asked for.
+func (d *Device) serviceQP(x *qp, flags uint32) {
+	switch x.state {
+	case StateReset:
+		return
+	case StateErr:
+		d.flush(x)
+		return
+	}
+	if flags&kickRecv != 0 && x.srq == 0 {
+		// Receive WQEs stay in the ring until a message consumes them; check
+		// the guest's producer index now so a corrupt one fails early.
+		if _, err := d.pendingWQEs(x.pages, &x.rq); err != nil {
+			d.log.Warn("RQ producer index invalid", "qp", x.handle, "err", err)
+			d.qpError(x, EvQPFatal)
+			return
+		}
+	}
+	if flags&kickSend != 0 && (x.state == StateRTS || x.state == StateSQD) {
+		d.processSQ(x)
+	}
+}
+
+// pendingWQEs reads the guest-owned producer index of a work queue and
+// returns how many WQEs are posted but not consumed.
+func (d *Device) pendingWQEs(pages dma.Pages, w *wq) (uint32, error) {
+	prod, err := dma.LoadUint32(d.mem, pages[0]+w.prodOff)
+	if err != nil {
+		return 0, err
+	}
+	if !w.ring.Valid(prod) {
+		return 0, dma.Fault(pages[0]+w.prodOff, 4, "producer index out of range")
+	}
+	n := w.ring.Pending(prod, w.cons)
+	if n > w.ring.N {
+		return 0, dma.Fault(pages[0]+w.prodOff, 4, "producer index more than a ring ahead")
+	}
+	return n, nil
+}
+
+// takeWQE copies the WQE at the consumer index out of guest memory (once)
+// and advances the consumer index.
+func (d *Device) takeWQE(pages dma.Pages, w *wq, buf []byte) error {
+	off := w.base + uint64(w.ring.Slot(w.cons))*uint64(w.stride)
+	if err := pages.ReadAt(d.mem, buf[:w.stride], off); err != nil {
+		return err
+	}
+	w.cons = w.ring.Next(w.cons)
+	return dma.StoreUint32(d.mem, pages[0]+w.consOff, w.cons)
+}
+
+// processSQ executes posted send WQEs in order, at most one ring's worth per
+// call.
+func (d *Device) processSQ(x *qp) {
+	n, err := d.pendingWQEs(x.pages, &x.sq)
+	if err != nil {
+		d.log.Warn("SQ producer index invalid", "qp", x.handle, "err", err)
+		d.qpError(x, EvQPFatal)
+		return
+	}
+	buf := make([]byte, x.sq.stride)
+	for ; n > 0 && x.state != StateErr; n-- {
+		if !d.canSend(x) {
+			return
+		}
+		if err := d.takeWQE(x.pages, &x.sq, buf); err != nil {
+			d.log.Warn("SQ WQE unreadable", "qp", x.handle, "err", err)
+			d.qpError(x, EvQPFatal)
+			return
+		}
+		w, err := uverbs.DecodeSendWQE(buf, x.sq.maxSGE)
+		if err != nil {
+			d.completeSend(x, &w, uverbs.WCLocLenErr, 0)
+			d.qpError(x, EvQPReqErr)
+			return
+		}
+		d.execSend(x, &w)
+	}
+	if x.state == StateErr {
+		d.flush(x)
+	}
+}
+
+// completeSend posts the send-side completion of a WQE when it is signaled
+// (or failed).
+func (d *Device) completeSend(x *qp, w *uverbs.SendWQE, status, byteLen uint32) {
+	if status == uverbs.WCSuccess && !x.sigAll && w.SendFlags&uverbs.SendSignaled == 0 {
+		return
+	}
+	c := d.res.cq.get(x.sendCQ)
+	if c == nil {
+		return
+	}
+	e := uverbs.CQE{WRID: w.WRID, QP: uint64(x.handle), Opcode: sendWCOpcode(w.Opcode),
+		Status: status, ByteLen: byteLen, PortNum: 1}
+	d.post(c, &e, false)
+}
+
+func sendWCOpcode(op uint32) uint32 {
+	switch op {
+	case uverbs.OpRDMAWrite, uverbs.OpRDMAWriteImm:
+		return uverbs.WCRDMAWrite
+	case uverbs.OpRDMARead:
+		return uverbs.WCRDMARead
+	case uverbs.OpAtomicCmpSwp:
+		return uverbs.WCCompSwap
+	case uverbs.OpAtomicFetchAdd:
+		return uverbs.WCFetchAdd
+	case uverbs.OpLocalInv:
+		return uverbs.WCLocalInv
+	case uverbs.OpFastRegMR:
+		return uverbs.WCFastRegMR
+	}
+	return uverbs.WCSend
+}
+
+// flush completes every outstanding WQE of an ERR QP with WR_FLUSH_ERR:
+// send WQEs to the send CQ, receive WQEs (own RQ only) to the receive CQ.
+func (d *Device) flush(x *qp) {
+	if n, err := d.pendingWQEs(x.pages, &x.sq); err == nil {
+		buf := make([]byte, x.sq.stride)
+		for ; n > 0; n-- {
+			if d.takeWQE(x.pages, &x.sq, buf) != nil {
+				break
+			}
+			w, _ := uverbs.DecodeSendWQE(buf, x.sq.maxSGE)
+			d.completeSend(x, &w, uverbs.WCWRFlushErr, 0)
+		}
+	}
+	if x.srq != 0 {
+		return
+	}
+	if n, err := d.pendingWQEs(x.pages, &x.rq); err == nil {
+		buf := make([]byte, x.rq.stride)
+		c := d.res.cq.get(x.recvCQ)
+		for ; n > 0; n-- {
+			if d.takeWQE(x.pages, &x.rq, buf) != nil {
+				break
+			}
+			w, _ := uverbs.DecodeRecvWQE(buf, x.rq.maxSGE)
+			if c != nil {
+				e := uverbs.CQE{WRID: w.WRID, QP: uint64(x.handle), Opcode: uverbs.WCRecv,
+					Status: uverbs.WCWRFlushErr, PortNum: 1}
+				d.post(c, &e, false)
+			}
+		}
+	}
+}
+
+// checkSGEs validates a WQE's SGE list against the QP's PD: every lkey must
+// name a valid MR of that PD (the kernel's DMA MR only for kernel QPs), with
+// LOCAL_WRITE when the device writes into it, and each [addr, addr+len) must
+// lie inside the MR. It returns the total length.
+func (d *Device) checkSGEs(x *qp, sges []uverbs.SGE, write bool) (uint32, uint32) {
+	var total uint64
+	for _, s := range sges {
+		m := d.lookupKey(s.LKey, false)
+		if m == nil || m.pd != x.pd {
+			return 0, uverbs.WCLocProtErr
+		}
+		if write && m.access&accLocalWrite == 0 {
+			return 0, uverbs.WCLocProtErr
+		}
+		if !m.dmaMR {
+			end, ok := dma.End(s.Addr, uint64(s.Length))
+			if !ok || s.Addr < m.start || end > m.start+m.length {
+				return 0, uverbs.WCLocProtErr
+			}
+		}
+		total += uint64(s.Length)
+		if total > 1<<31 {
+			return 0, uverbs.WCLocLenErr
+		}
+	}
+	return uint32(total), uverbs.WCSuccess
+}

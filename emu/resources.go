@@ -1,0 +1,337 @@
+package emu
+
+import (
+	"net/netip"
+	"sort"
+
+	"github.com/hcaemu/hcaemu/dma"
+)
+
+// table is a handle table: handles are small integers in [first, limit),
+// the lowest free one is handed out, and at most limit-first objects exist.
+type table[T any] struct {
+	name  string
+	first uint32
+	limit uint32
+	objs  map[uint32]*T
+	next  uint32 // search hint
+	// reserved is a handle add never hands out (the GSI QP's 1); 0 = none.
+	reserved uint32
+}
+
+func newTable[T any](name string, first, limit uint32) table[T] {
+	return table[T]{name: name, first: first, limit: limit, objs: map[uint32]*T{}, next: first}
+}
+
+func (t *table[T]) get(h uint32) *T { return t.objs[h] }
+
+func (t *table[T]) add(v *T) (uint32, *cmdErr) {
+	n := t.limit - t.first
+	if uint32(len(t.objs)) >= n || (t.reserved != 0 && uint32(len(t.objs)) >= n-1 && t.objs[t.reserved] == nil) {
+		return 0, fail(errNoMem, "%s table full (%d)", t.name, n)
+	}
+	h := t.next
+	for i := uint32(0); i < n; i++ {
+		if h < t.first || h >= t.limit {
+			h = t.first
+		}
+		if _, used := t.objs[h]; !used && (h != t.reserved || h == 0) {
+			t.objs[h] = v
+			t.next = h + 1
+			return h, nil
+		}
+		h++
+	}
+	return 0, fail(errNoMem, "%s table full (%d)", t.name, n)
+}
+
+// put installs v at a chosen handle (the GSI QP).
+func (t *table[T]) put(h uint32, v *T) *cmdErr {
+	if h < t.first || h >= t.limit {
+		return fail(errInval, "%s handle %d out of range", t.name, h)
+	}
+	if _, used := t.objs[h]; used {
+		return fail(errBusy, "%s handle %d in use", t.name, h)
+	}
+	t.objs[h] = v
+	return nil
+}
+
+func (t *table[T]) del(h uint32) { delete(t.objs, h) }
+
+// handles lists live handles in ascending order.
+func (t *table[T]) handles() []uint32 {
+	hs := make([]uint32, 0, len(t.objs))
+	for h := range t.objs {
+		hs = append(hs, h)
+	}
+	sort.Slice(hs, func(i, j int) bool { return hs[i] < hs[j] })
+	return hs
+}
+
+// GIDEntry is one entry of the port's GID table.
+type GIDEntry struct {
+	GID   [16]byte
+	Type  uint8 // gidTypeV1 or gidTypeV2
+	Valid bool
+}
+
+func (g GIDEntry) String() string { return netip.AddrFrom16(g.GID).String() }
+
+type ucontext struct {
+	uar uint32 // UAR page index owned by this context
+}
+
+type pd struct {
+	ctx  uint32 // 0 = kernel
+	refs int    // MRs, QPs and SRQs using it
+}
+
+// mr is a memory region.
+type mr struct {
+	pd       uint32
+	ctx      uint32
+	access   uint32
+	dmaMR    bool   // the kernel's local DMA lkey: GPA addressing
+	frmr     bool   // fast-register MR
+	valid    bool   // FRMRs are invalid until registered
+	start    uint64 // I/O virtual address of byte 0
+	length   uint64
+	pages    dma.Pages
+	lkey     uint32
+	rkey     uint32
+	maxPages uint32 // FRMR page list capacity
+}
+
+// resources are the device's object tables and GID table.
+type resources struct {
+	uc   table[ucontext]
+	pd   table[pd]
+	mr   table[mr]
+	cq   table[cq]
+	qp   table[qp]
+	srq  table[srq]
+	gids []GIDEntry
+
+	pinned         uint64 // page-list entries held by all objects
+	qkeyViolations uint32
+}
+
+// maxPinnedPages bounds the page lists one device keeps (4M entries, 32 MiB),
+// so a guest cannot make the emulator allocate without limit.
+const maxPinnedPages = 4 << 20
+
+// Access flags (IB).
+const (
+	accLocalWrite   = 1
+	accRemoteWrite  = 2
+	accRemoteRead   = 4
+	accRemoteAtomic = 8
+	accMWBind       = 16
+	accZeroBased    = 32
+	accOnDemand     = 64
+	accKnown        = accLocalWrite | accRemoteWrite | accRemoteRead | accRemoteAtomic | accMWBind | accZeroBased
+)
+
+func (r *resources) init(c *Caps) {
+	r.uc = newTable[ucontext]("context", 1, c.MaxUAR)
+	r.pd = newTable[pd]("PD", 1, min(c.MaxPD+1, 1<<24))
+	r.mr = newTable[mr]("MR", 1, min(c.MaxMR+1, 1<<24))
+	r.cq = newTable[cq]("CQ", 1, c.MaxCQ)
+	r.qp = newTable[qp]("QP", 1, min(c.MaxQP, 1<<16))
+	r.qp.reserved = 1 // QPN 1 is the GSI QP's
+	r.srq = newTable[srq]("SRQ", 1, c.MaxSRQ)
+	r.gids = make([]GIDEntry, c.GIDTblLen)
+	r.pinned = 0
+	r.qkeyViolations = 0
+}
+
+func (r *resources) count() int {
+	return len(r.uc.objs) + len(r.pd.objs) + len(r.mr.objs) + len(r.cq.objs) + len(r.qp.objs) + len(r.srq.objs)
+}
+
+func (r *resources) pin(n uint32) *cmdErr {
+	if r.pinned+uint64(n) > maxPinnedPages {
+		return fail(errNoMem, "device page-list budget exhausted (%d pages held)", r.pinned)
+	}
+	r.pinned += uint64(n)
+	return nil
+}
+
+func (r *resources) unpin(n int) { r.pinned -= uint64(n) }
+
+// destroyContextObjects frees whatever a user context still holds (a process
+// that died without cleaning up), children before parents.
+func (d *Device) destroyContextObjects(ctx uint32) {
+	r := &d.res
+	for _, h := range r.qp.handles() {
+		if q := r.qp.get(h); q.ctx == ctx {
+			d.destroyQP(h, q)
+		}
+	}
+	for _, h := range r.srq.handles() {
+		if s := r.srq.get(h); s.ctx == ctx {
+			d.destroySRQ(h, s)
+		}
+	}
+	for _, h := range r.cq.handles() {
+		if c := r.cq.get(h); c.ctx == ctx {
+			d.destroyCQ(h, c)
+		}
+	}
+	for _, h := range r.mr.handles() {
+		if m := r.mr.get(h); m.ctx == ctx {
+			d.destroyMR(h, m)
+		}
+	}
+	for _, h := range r.pd.handles() {
+		if p := r.pd.get(h); p.ctx == ctx {
+			r.pd.del(h)
+		}
+	}
+}
+
+// --- PD ------------------------------------------------------------------------
+
+func (d *Device) checkCtx(ctx uint32) *cmdErr {
+	if ctx != 0 && d.res.uc.get(ctx) == nil {
+		return fail(errInval, "no context %d", ctx)
+	}
+	return nil
+}
+
+func (d *Device) cmdCreatePD(q *req, p *resp) *cmdErr {
+	ctx := q.u32(16)
+	if e := d.checkCtx(ctx); e != nil {
+		return e
+	}
+	h, e := d.res.pd.add(&pd{ctx: ctx})
+	if e != nil {
+		return e
+	}
+	p.put32(16, h)
+	return nil
+}
+
+func (d *Device) cmdDestroyPD(q *req, p *resp) *cmdErr {
+	h := q.u32(16)
+	x := d.res.pd.get(h)
+	if x == nil {
+		return fail(errInval, "no PD %d", h)
+	}
+	if x.refs > 0 {
+		return fail(errBusy, "PD %d still used by %d objects", h, x.refs)
+	}
+	d.res.pd.del(h)
+	return nil
+}
+
+// --- MR ------------------------------------------------------------------------
+
+const (
+	mrFlagDMA    = 1 << 0
+	mrFlagFRMR   = 1 << 1
+	maxFRMRPages = 128
+)
+
+func (d *Device) cmdCreateMR(q *req, p *resp) *cmdErr {
+	start, length, pdir := q.u64(16), q.u64(24), q.u64(32)
+	pdh, access, flags, nchunks := q.u32(40), q.u32(44), q.u32(48), q.u32(52)
+	x := d.res.pd.get(pdh)
+	if x == nil {
+		return fail(errInval, "no PD %d", pdh)
+	}
+	access &= 0xFFFFF // optional bits >= 20 (relaxed ordering...) are hints
+	if access&^accKnown != 0 {
+		return fail(errInval, "unsupported access flags %#x", access)
+	}
+	if access&(accRemoteWrite|accRemoteAtomic) != 0 && access&accLocalWrite == 0 {
+		return fail(errInval, "remote write/atomic access without local write")
+	}
+	m := &mr{pd: pdh, ctx: x.ctx, access: access}
+	switch flags {
+	case mrFlagDMA:
+		if x.ctx != 0 {
+			return fail(errPerm, "DMA MR on user PD %d", pdh)
+		}
+		if access != accLocalWrite {
+			return fail(errInval, "DMA MR access %#x, want LOCAL_WRITE only", access)
+		}
+		m.dmaMR, m.valid = true, true
+	case mrFlagFRMR:
+		if nchunks == 0 || nchunks > maxFRMRPages {
+			return fail(errInval, "FRMR with %d pages (1..%d)", nchunks, maxFRMRPages)
+		}
+		m.frmr, m.maxPages = true, nchunks
+	case 0:
+		if length == 0 || length > d.caps.MaxMRSize {
+			return fail(errInval, "MR length %#x outside 1..%#x", length, d.caps.MaxMRSize)
+		}
+		end, ok := dma.End(start, length)
+		if !ok {
+			return fail(errInval, "MR start %#x + length %#x overflows", start, length)
+		}
+		want := (end+dma.PageSize-1)/dma.PageSize - start/dma.PageSize
+		if uint64(nchunks) != want {
+			return fail(errInval, "MR nchunks %d, [%#x,+%#x) spans %d pages", nchunks, start, length, want)
+		}
+		if e := d.res.pin(nchunks); e != nil {
+			return e
+		}
+		pages, err := dma.ReadPageDir(d.mem, pdir, nchunks, dma.MaxDirPages)
+		if err != nil {
+			d.res.unpin(int(nchunks))
+			return fail(errInval, "MR page directory: %v", err)
+		}
+		m.pages, m.start, m.length, m.valid = pages, start, length, true
+	default:
+		return fail(errInval, "MR flags %#x", flags)
+	}
+	h, e := d.res.mr.add(m)
+	if e != nil {
+		d.res.unpin(len(m.pages))
+		return e
+	}
+	m.lkey = h << 8
+	m.rkey = m.lkey
+	x.refs++
+	p.put32(16, h)
+	p.put32(20, m.lkey)
+	p.put32(24, m.rkey)
+	return nil
+}
+
+func (d *Device) cmdDestroyMR(q *req, p *resp) *cmdErr {
+	h := q.u32(16)
+	m := d.res.mr.get(h)
+	if m == nil {
+		return fail(errInval, "no MR %d", h)
+	}
+	d.destroyMR(h, m)
+	return nil
+}
+
+func (d *Device) destroyMR(h uint32, m *mr) {
+	d.res.unpin(len(m.pages))
+	if x := d.res.pd.get(m.pd); x != nil {
+		x.refs--
+	}
+	d.res.mr.del(h)
+}
+
+// lookupKey finds the MR a key names (bits 31:8 select it, the whole key
+// must match).
+func (d *Device) lookupKey(key uint32, remote bool) *mr {
+	m := d.res.mr.get(key >> 8)
+	if m == nil || !m.valid {
+		return nil
+	}
+	if remote {
+		if m.dmaMR || m.rkey != key {
+			return nil
+		}
+	} else if m.lkey != key {
+		return nil
+	}
+	return m
+}
