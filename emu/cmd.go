@@ -3,6 +3,7 @@ package emu
 import (
 	"encoding/binary"
 	"fmt"
+	"net/netip"
 )
 
 // Command channel (pvrdma.md §7).
@@ -223,6 +224,7 @@ func (d *Device) cmdCreateBind(q *req, p *resp) *cmdErr {
 	g.Valid = true
 	d.res.gids[idx] = g
 	d.log.Info("GID bound", "index", idx, "gid", g.String())
+	d.announce()
 	return nil
 }
 
@@ -235,7 +237,22 @@ func (d *Device) cmdDestroyBind(q *req, p *resp) *cmdErr {
 		return fail(errInval, "GID index %d not bound", idx)
 	}
 	d.res.gids[idx] = GIDEntry{}
+	d.announce()
 	return nil
+}
+
+// announce tells the fabric which addresses (GIDs) this HCA owns.
+func (d *Device) announce() {
+	if d.port == nil {
+		return
+	}
+	var addrs []netip.Addr
+	for _, g := range d.res.gids {
+		if g.Valid {
+			addrs = append(addrs, gidAddr(g.GID))
+		}
+	}
+	d.port.SetAddrs(addrs)
 }
 
 // --- user contexts ---------------------------------------------------------------

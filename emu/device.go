@@ -76,7 +76,10 @@ type Config struct {
 	MAC [6]byte
 	// Caps overrides DefaultCaps when non-nil (tests).
 	Caps *Caps
-	Log  *slog.Logger
+	// Attach connects the HCA's port to a fabric; nil leaves it on an
+	// empty wire.
+	Attach Attach
+	Log    *slog.Logger
 }
 
 // Device is one emulated PVRDMA function.
@@ -88,6 +91,7 @@ type Device struct {
 	msix func(int)
 	pci  *mmio.Config
 	mem  busMem
+	port Port
 
 	eng engine
 
@@ -144,6 +148,9 @@ func New(cfg Config) *Device {
 	d.mem = busMem{m: cfg.Mem, pci: d.pci}
 	d.powerOn()
 	d.eng.start(d)
+	if cfg.Attach != nil {
+		d.port = cfg.Attach(d.receive)
+	}
 	return d
 }
 
@@ -284,6 +291,9 @@ func (d *Device) Close() {
 	d.resetLocked("disconnect")
 	d.closed = true
 	d.mu.Unlock()
+	if d.port != nil {
+		d.port.Detach()
+	}
 	d.eng.stop()
 }
 
@@ -293,8 +303,12 @@ func (d *Device) resetLocked(why string) {
 	if d.dsr != nil || d.res.count() > 0 {
 		d.log.Info("reset: all objects freed", "why", why, "objects", d.res.count())
 	}
+	for _, h := range d.res.qp.handles() {
+		d.rcReset(d.res.qp.get(h))
+	}
 	d.powerOn()
 	d.eng.drop()
+	d.announce()
 }
 
 func (d *Device) readReg(reg uint64) uint32 {

@@ -14,8 +14,11 @@ import (
 type engine struct {
 	mu       sync.Mutex
 	pending  map[uint64]uint32 // kind<<32|handle -> OR of kick flags
+	fired    map[uint32]uint64 // QP handle -> generation of its expired timer
 	barriers []chan struct{}   // closed once the work queued before them is done
 	wake     chan struct{}
+	rx       chan []byte // frames from the fabric
+	rxDrops  uint64
 	quit     chan struct{}
 	done     chan struct{}
 }
@@ -24,13 +27,18 @@ const (
 	kickQP  = 1
 	kickSRQ = 2
 
-	kickSend = 1
-	kickRecv = 2
+	kickSend  = 1
+	kickRecv  = 2
+	kickTimer = 4
+
+	rxQueue = 8192 // frames queued per device; beyond that the wire drops
 )
 
 func (e *engine) start(d *Device) {
 	e.pending = map[uint64]uint32{}
+	e.fired = map[uint32]uint64{}
 	e.wake = make(chan struct{}, 1)
+	e.rx = make(chan []byte, rxQueue)
 	e.quit = make(chan struct{})
 	e.done = make(chan struct{})
 	go e.run(d)
@@ -46,10 +54,20 @@ func (e *engine) kick(kind uint32, handle, flags uint32) {
 	}
 }
 
+// kickTimer reports that QP h's timer of generation gen expired (timer
+// goroutine).
+func (e *engine) kickTimer(h uint32, gen uint64) {
+	e.mu.Lock()
+	e.fired[h] = gen
+	e.mu.Unlock()
+	e.kick(kickQP, h, kickTimer)
+}
+
 // drop forgets pending kicks (device reset).
 func (e *engine) drop() {
 	e.mu.Lock()
 	clear(e.pending)
+	clear(e.fired)
 	e.mu.Unlock()
 }
 
@@ -61,14 +79,38 @@ func (e *engine) stop() {
 func (e *engine) run(d *Device) {
 	defer close(e.done)
 	for {
+		var first []byte
 		select {
 		case <-e.quit:
+			e.drainRx()
 			return
 		case <-e.wake:
+		case first = <-e.rx:
+		}
+		if first != nil {
+			d.mu.Lock()
+			d.receiveFrame(first)
+		batch:
+			for i := 0; i < 256; i++ {
+				select {
+				case f := <-e.rx:
+					d.receiveFrame(f)
+				default:
+					break batch
+				}
+			}
+			d.mu.Unlock()
 		}
 		e.mu.Lock()
-		work, barriers := e.pending, e.barriers
+		if len(e.pending) == 0 && len(e.barriers) == 0 {
+			e.mu.Unlock()
+			continue
+		}
+		work, barriers, fired := e.pending, e.barriers, e.fired
 		e.pending, e.barriers = make(map[uint64]uint32, len(work)), nil
+		if len(fired) > 0 {
+			e.fired = map[uint32]uint64{}
+		}
 		e.mu.Unlock()
 		d.mu.Lock()
 		for key, flags := range work {
@@ -79,6 +121,9 @@ func (e *engine) run(d *Device) {
 			switch kind {
 			case kickQP:
 				if x := d.res.qp.get(h); x != nil {
+					if gen, ok := fired[h]; ok && flags&kickTimer != 0 {
+						d.rcTimer(x, gen)
+					}
 					d.serviceQP(x, flags)
 				}
 			case kickSRQ:
@@ -89,6 +134,29 @@ func (e *engine) run(d *Device) {
 		for _, b := range barriers {
 			close(b)
 		}
+	}
+}
+
+func (e *engine) drainRx() {
+	for {
+		select {
+		case f := <-e.rx:
+			PutFrame(f)
+		default:
+			return
+		}
+	}
+}
+
+// receive takes a frame from the fabric (any goroutine; never blocks).
+func (d *Device) receive(frame []byte) {
+	select {
+	case d.eng.rx <- frame:
+	default:
+		d.eng.mu.Lock()
+		d.eng.rxDrops++
+		d.eng.mu.Unlock()
+		PutFrame(frame)
 	}
 }
 
@@ -111,6 +179,13 @@ func (e *engine) sync() {
 // Sync waits until every doorbell written before the call has been
 // processed (tests and fake drivers use it instead of sleeping).
 func (d *Device) Sync() { d.eng.sync() }
+
+// Idle reports whether the device has no queued frames or doorbells.
+func (d *Device) Idle() bool {
+	d.eng.mu.Lock()
+	defer d.eng.mu.Unlock()
+	return len(d.eng.rx) == 0 && len(d.eng.pending) == 0
+}
 
 // doorbell handles a UAR write (reader goroutine).
 func (d *Device) doorbell(off uint64, v uint32) {
@@ -192,6 +267,12 @@ func (d *Device) serviceQP(x *qp, flags uint32) {
 			return
 		}
 	}
+	if x.typ == QPTypeRC {
+		if flags&(kickSend|kickTimer) != 0 {
+			d.rcPump(x)
+		}
+		return
+	}
 	if flags&kickSend != 0 && (x.state == StateRTS || x.state == StateSQD) {
 		d.processSQ(x)
 	}
@@ -236,9 +317,6 @@ func (d *Device) processSQ(x *qp) {
 	}
 	buf := make([]byte, x.sq.stride)
 	for ; n > 0 && x.state != StateErr; n-- {
-		if !d.canSend(x) {
-			return
-		}
 		if err := d.takeWQE(x.pages, &x.sq, buf); err != nil {
 			d.log.Warn("SQ WQE unreadable", "qp", x.handle, "err", err)
 			d.qpError(x, EvQPFatal)
@@ -250,7 +328,7 @@ func (d *Device) processSQ(x *qp) {
 			d.qpError(x, EvQPReqErr)
 			return
 		}
-		d.execSend(x, &w)
+		d.sendUD(x, &w)
 	}
 	if x.state == StateErr {
 		d.flush(x)

@@ -181,6 +181,8 @@ type qp struct {
 	sq, rq      wq
 	state       uint8
 	attr        QPAttr
+	rc          rcState
+	udPSN       uint32
 }
 
 // transition is one legal edge of the IB QP state table with the attributes
@@ -381,12 +383,18 @@ func (d *Device) cmdModifyQP(q *req, p *resp) *cmdErr {
 func (d *Device) setState(x *qp, next uint8) {
 	prev := x.state
 	x.state = next
+	if x.typ == QPTypeRC {
+		d.rcOnState(x, prev, next)
+	}
 	switch next {
 	case StateReset:
 		// The guest zeroes the ring indices after RESET; forget ours.
 		x.sq.cons, x.rq.cons = 0, 0
+		d.rcReset(x)
+		x.udPSN = 0
 	case StateErr:
 		if prev != StateErr {
+			d.rcFlushTx(x)
 			d.flush(x)
 		}
 	case StateRTS:
@@ -543,6 +551,7 @@ func (d *Device) cmdDestroyQP(q *req, p *resp) *cmdErr {
 
 // destroyQP discards the QP and its outstanding WQEs without completions.
 func (d *Device) destroyQP(h uint32, x *qp) {
+	d.rcReset(x)
 	d.res.unpin(len(x.pages))
 	if o := d.res.pd.get(x.pd); o != nil {
 		o.refs--

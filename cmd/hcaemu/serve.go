@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/hcaemu/hcaemu/vfio"
+)
+
+// multiFlag collects a repeatable string flag.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+const serveUsage = `usage: hcaemu serve --socket-path PATH [--socket-path PATH2 ...] [--fd N ...] [--log-level LEVEL]
+       hcaemu serve --print-capabilities
+
+Serves one emulated PVRDMA HCA (PCI 15ad:0820) per vfio-user socket, for
+QEMU's vfio-user-pci device. Start it before QEMU; "hcaemu qemu-args" prints
+the QEMU arguments that attach a device.`
+
+func serveMain(args []string) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.Usage = func() { fmt.Fprintln(os.Stderr, serveUsage); fs.PrintDefaults() }
+	var paths, fds multiFlag
+	fs.Var(&paths, "socket-path", "unix socket to listen on (repeatable: one HCA per socket)")
+	fs.Var(&fds, "fd", "already listening unix socket fd to serve (repeatable)")
+	printCaps := fs.Bool("print-capabilities", false, "print the backend's capabilities as JSON and exit")
+	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		return fatalf("serve: unexpected argument %q", fs.Arg(0))
+	}
+	if *printCaps {
+		json.NewEncoder(os.Stdout).Encode(map[string]any{
+			"type":     "vfio-user-pci",
+			"device":   "15ad:0820",
+			"name":     "VMware PVRDMA (hcaemu)",
+			"features": []string{"roce-v2", "msix", "device-reset"},
+		})
+		return 0
+	}
+	if len(paths)+len(fds) == 0 {
+		return fatalf("serve: give at least one --socket-path or --fd (see hcaemu serve -h)")
+	}
+	log, err := newLogger(*level)
+	if err != nil {
+		return fatalf("serve: %v", err)
+	}
+	var listeners []*net.UnixListener
+	for _, p := range paths {
+		l, err := vfio.Listen(p)
+		if err != nil {
+			return fatalf("serve: %v", err)
+		}
+		listeners = append(listeners, l)
+	}
+	for _, f := range fds {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 0 {
+			return fatalf("serve: --fd %q is not a file descriptor number", f)
+		}
+		l, err := vfio.FileListener(n)
+		if err != nil {
+			return fatalf("serve: %v", err)
+		}
+		listeners = append(listeners, l)
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	h := &hcas{log: log}
+	var stops []func()
+	for i, l := range listeners {
+		name := fmt.Sprintf("hca%d", i)
+		log.Info("serving", "dev", name, "socket", l.Addr().String())
+		stops = append(stops, h.serve(ctx, l, name, defaultMAC(i)))
+	}
+	<-ctx.Done()
+	log.Info("shutting down")
+	for _, s := range stops {
+		s()
+	}
+	return 0
+}
+
+func newLogger(level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}

@@ -1,0 +1,174 @@
+// Package fabric models the Ethernet segment that joins emulated HCAs: each
+// HCA's port is attached to an in-process switch that forwards RoCEv2 frames
+// (Ethernet / IPv4 or IPv6 / UDP 4791 / InfiniBand transport) to the port that
+// owns the destination IP address, which is the destination GID. A frame for
+// an address nobody owns is dropped, as on a real segment.
+//
+// Links carry frames through a chain of decorators before the switch
+// forwards them: packet capture is one (Capture), and fault injection plugs
+// in at the same place.
+package fabric
+
+import (
+	"encoding/binary"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+)
+
+// Receiver takes a frame delivered to a port. It must not block and owns the
+// frame afterwards.
+type Receiver func(frame []byte)
+
+// Link is where a port's frames go: Send may drop, duplicate, delay or copy
+// them, and must not block for long.
+type Link interface {
+	Send(from *Port, frame []byte)
+}
+
+// LinkFunc adapts a function to Link.
+type LinkFunc func(from *Port, frame []byte)
+
+func (f LinkFunc) Send(from *Port, frame []byte) { f(from, frame) }
+
+// Decorator wraps a link (capture, fault injection).
+type Decorator func(next Link) Link
+
+// Switch is an in-process Ethernet switch for RoCEv2 frames.
+type Switch struct {
+	mu    sync.RWMutex
+	ports map[*Port]struct{}
+	byIP  map[netip.Addr]*Port
+	link  Link
+
+	Forwarded atomic.Uint64
+	Dropped   atomic.Uint64
+}
+
+// NewSwitch returns a switch whose ports' frames pass through the
+// decorators (outermost first) before being forwarded.
+func NewSwitch(decorators ...Decorator) *Switch {
+	s := &Switch{ports: map[*Port]struct{}{}, byIP: map[netip.Addr]*Port{}}
+	var l Link = LinkFunc(s.forward)
+	for i := len(decorators) - 1; i >= 0; i-- {
+		l = decorators[i](l)
+	}
+	s.link = l
+	return s
+}
+
+// Port is one HCA's attachment to the switch.
+type Port struct {
+	sw    *Switch
+	name  string
+	rx    Receiver
+	mac   [6]byte
+	addrs []netip.Addr
+	gone  atomic.Bool
+}
+
+// Attach connects a port called name with MAC mac whose frames are delivered
+// to rx.
+func (s *Switch) Attach(name string, mac [6]byte, rx Receiver) *Port {
+	p := &Port{sw: s, name: name, rx: rx, mac: mac}
+	s.mu.Lock()
+	s.ports[p] = struct{}{}
+	s.mu.Unlock()
+	return p
+}
+
+// Name and MAC of the port.
+func (p *Port) Name() string { return p.name }
+func (p *Port) MAC() [6]byte { return p.mac }
+
+// SetAddrs replaces the IP addresses (GIDs) the port owns. An address another
+// port owns stays with that port.
+func (p *Port) SetAddrs(addrs []netip.Addr) {
+	s := p.sw
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, a := range p.addrs {
+		if s.byIP[a] == p {
+			delete(s.byIP, a)
+		}
+	}
+	p.addrs = p.addrs[:0]
+	if p.gone.Load() {
+		return
+	}
+	for _, a := range addrs {
+		a = a.Unmap()
+		if o, taken := s.byIP[a]; taken && o != p {
+			continue
+		}
+		s.byIP[a] = p
+		p.addrs = append(p.addrs, a)
+	}
+}
+
+// Send puts a frame on the wire. The caller gives up the frame.
+func (p *Port) Send(frame []byte) {
+	if p.gone.Load() {
+		return
+	}
+	p.sw.link.Send(p, frame)
+}
+
+// Detach disconnects the port; frames for its addresses are dropped.
+func (p *Port) Detach() {
+	p.gone.Store(true)
+	p.SetAddrs(nil)
+	p.sw.mu.Lock()
+	delete(p.sw.ports, p)
+	p.sw.mu.Unlock()
+}
+
+// DstIP returns the destination IP address of an Ethernet frame carrying
+// IPv4 or IPv6.
+func DstIP(frame []byte) (netip.Addr, bool) {
+	if len(frame) < 14 {
+		return netip.Addr{}, false
+	}
+	switch binary.BigEndian.Uint16(frame[12:]) {
+	case 0x0800:
+		if len(frame) < 14+20 {
+			return netip.Addr{}, false
+		}
+		return netip.AddrFrom4([4]byte(frame[14+16 : 14+20])), true
+	case 0x86DD:
+		if len(frame) < 14+40 {
+			return netip.Addr{}, false
+		}
+		return netip.AddrFrom16([16]byte(frame[14+24 : 14+40])), true
+	}
+	return netip.Addr{}, false
+}
+
+// forward delivers a frame to the port owning its destination address.
+func (s *Switch) forward(from *Port, frame []byte) {
+	dst, ok := DstIP(frame)
+	if !ok {
+		s.Dropped.Add(1)
+		return
+	}
+	s.mu.RLock()
+	to := s.byIP[dst.Unmap()]
+	s.mu.RUnlock()
+	if to == nil || to.gone.Load() {
+		s.Dropped.Add(1)
+		return
+	}
+	s.Forwarded.Add(1)
+	to.rx(frame)
+}
+
+// Owner reports which port owns an address (for logs and tests).
+func (s *Switch) Owner(a netip.Addr) (string, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	p := s.byIP[a.Unmap()]
+	if p == nil {
+		return "", false
+	}
+	return p.name, true
+}
