@@ -31,12 +31,19 @@ const (
 //
 // The server calls these methods from one goroutine per connection, strictly
 // in message order, so a read sees every earlier write. ReadRegion and
-// WriteRegion get offsets already checked against RegionSize.
+// WriteRegion get offsets already checked against RegionSize, and p is only
+// valid during the call. An error from them becomes an error reply (its
+// errno if it wraps a unix.Errno, else EIO); for a posted write it is only
+// logged, so return nil for writes that are merely ignored. A panic is
+// recovered, logged and answered with EIO; the connection goes on.
 type Device interface {
 	// RegionSize is the size of region index (0 = absent). BAR sizes are
 	// powers of two.
 	RegionSize(index int) uint64
 	// IRQCount is the number of vectors of IRQ index (MSI-X: table size).
+	// It is asked once, after VERSION. The server caps it (INTx, ERR and
+	// REQ at 1, MSI at 32, MSI-X at 2048); ERR 0 makes GET_IRQ_INFO for
+	// ERR fail with EINVAL, which QEMU accepts silently.
 	IRQCount(index int) uint32
 	ReadRegion(index int, off uint64, p []byte) error
 	WriteRegion(index int, off uint64, p []byte) error
@@ -52,8 +59,9 @@ type Device interface {
 // DMA windows, and its interrupt vectors.
 type Host struct {
 	Mem dma.Memory
-	// MSIX raises MSI-X vector v. It never blocks; a vector with no eventfd
-	// is dropped.
+	// MSIX raises MSI-X vector v. It may be called from any goroutine, never
+	// blocks, and drops the interrupt when v has no eventfd (or after the
+	// connection has ended).
 	MSIX func(v int)
 }
 
