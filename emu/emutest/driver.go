@@ -58,11 +58,17 @@ func New(ramSize int) *Driver {
 	return &Driver{RAM: dma.NewFlat(0, ramSize), IRQ: &IRQs{}, next: dma.PageSize, BAR2: 0xfe000000}
 }
 
+// NewWithRAM returns a driver whose guest RAM is ram (e.g. a shared memfd
+// mapping the device reaches through vfio-user DMA windows).
+func NewWithRAM(ram *dma.Flat) *Driver {
+	return &Driver{RAM: ram, IRQ: &IRQs{}, next: ram.Base + dma.PageSize, BAR2: 0xfe000000}
+}
+
 // AllocPages returns n zeroed, contiguous guest pages.
 func (d *Driver) AllocPages(n int) uint64 {
 	a := d.next
 	d.next += uint64(n) * dma.PageSize
-	if d.next > uint64(len(d.RAM.Mem)) {
+	if d.next > d.RAM.Base+uint64(len(d.RAM.Mem)) {
 		panic("emutest: guest RAM exhausted")
 	}
 	return a
