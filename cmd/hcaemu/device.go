@@ -9,21 +9,56 @@ import (
 	"sync"
 
 	"github.com/hcaemu/hcaemu/emu"
+	"github.com/hcaemu/hcaemu/emu/fabric"
+	"github.com/hcaemu/hcaemu/emu/roce"
 	"github.com/hcaemu/hcaemu/vfio"
 )
 
-// hcas is the set of emulated HCAs this process serves. A device is created
-// per vfio-user connection (one QEMU, one PCI function) and freed when that
-// connection ends; the next QEMU gets a fresh one.
+// hcas is the set of emulated HCAs this process serves, joined by one
+// fabric. A device is created per vfio-user connection (one QEMU, one PCI
+// function) and freed when that connection ends; the next QEMU gets a fresh
+// one.
 type hcas struct {
-	log *slog.Logger
+	log  *slog.Logger
+	sw   *fabric.Switch
+	pcap *roce.PcapWriter
+}
+
+// newHCAs makes the fabric; with pcapPath every frame is captured there.
+func newHCAs(log *slog.Logger, pcapPath string) (*hcas, error) {
+	h := &hcas{log: log}
+	var decorators []fabric.Decorator
+	if pcapPath != "" {
+		f, err := os.Create(pcapPath)
+		if err != nil {
+			return nil, fmt.Errorf("--pcap: %w", err)
+		}
+		w, err := roce.NewPcapWriter(f, roce.PcapOptions{Nanosecond: true})
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("--pcap: %w", err)
+		}
+		h.pcap = w
+		decorators = append(decorators, fabric.Capture(w))
+	}
+	h.sw = fabric.NewSwitch(decorators...)
+	return h, nil
+}
+
+// close flushes the capture.
+func (h *hcas) close() error {
+	if h.pcap != nil {
+		return h.pcap.Close()
+	}
+	return nil
 }
 
 // factory returns the vfio.NewDevice for the HCA called name, paired with a
 // vmxnet3 whose MAC is mac.
 func (h *hcas) factory(name string, mac [6]byte) vfio.NewDevice {
 	return func(host vfio.Host) (vfio.Device, error) {
-		d := emu.New(emu.Config{Name: name, Mem: host.Mem, MSIX: host.MSIX, MAC: mac, Log: h.log})
+		d := emu.New(emu.Config{Name: name, Mem: host.Mem, MSIX: host.MSIX, MAC: mac, Log: h.log,
+			Attach: func(rx func([]byte)) emu.Port { return h.sw.Attach(name, mac, rx) }})
 		return d, nil
 	}
 }

@@ -22,11 +22,12 @@ type multiFlag []string
 func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
-const serveUsage = `usage: hcaemu serve --socket-path PATH [--socket-path PATH2 ...] [--fd N ...] [--log-level LEVEL]
+const serveUsage = `usage: hcaemu serve --socket-path PATH [--socket-path PATH2 ...] [--fd N ...] [--pcap FILE] [--log-level LEVEL]
        hcaemu serve --print-capabilities
 
 Serves one emulated PVRDMA HCA (PCI 15ad:0820) per vfio-user socket, for
-QEMU's vfio-user-pci device. Start it before QEMU; "hcaemu qemu-args" prints
+QEMU's vfio-user-pci device. The HCAs share one fabric: RoCEv2 traffic
+between them stays in this process (and in the --pcap file). Start it before QEMU; "hcaemu qemu-args" prints
 the QEMU arguments that attach a device.`
 
 func serveMain(args []string) int {
@@ -37,6 +38,7 @@ func serveMain(args []string) int {
 	fs.Var(&fds, "fd", "already listening unix socket fd to serve (repeatable)")
 	printCaps := fs.Bool("print-capabilities", false, "print the backend's capabilities as JSON and exit")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	pcap := fs.String("pcap", "", "write every RoCEv2 frame between the HCAs to this pcap file")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -80,7 +82,11 @@ func serveMain(args []string) int {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	h := &hcas{log: log}
+	h, err := newHCAs(log, *pcap)
+	if err != nil {
+		return fatalf("serve: %v", err)
+	}
+	defer h.close()
 	var stops []func()
 	for i, l := range listeners {
 		name := fmt.Sprintf("hca%d", i)

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+
+	"github.com/hcaemu/hcaemu/qemu"
+	"github.com/hcaemu/hcaemu/vfio"
+)
+
+// runFabric joins the HCAs of "hcaemu run"'s guests; runOptions configure it
+// before the first device starts.
+var (
+	runFabric  *hcas
+	runOptions = struct {
+		pcap     string
+		logLevel string
+	}{logLevel: "warn"}
+)
+
+func init() {
+	startDevice = startRunDevice
+}
+
+// startRunDevice serves guest k's HCA on socketPath, paired with guest k's
+// vmxnet3.
+func startRunDevice(ctx context.Context, socketPath string, guest int) (stop func(), err error) {
+	if runFabric == nil {
+		log, err := newLogger(runOptions.logLevel)
+		if err != nil {
+			return nil, err
+		}
+		if runFabric, err = newHCAs(log, runOptions.pcap); err != nil {
+			return nil, err
+		}
+	}
+	hw, err := net.ParseMAC(qemu.GuestMAC(guest))
+	if err != nil || len(hw) != 6 {
+		return nil, fmt.Errorf("guest %d MAC: %v", guest, err)
+	}
+	l, err := vfio.Listen(socketPath)
+	if err != nil {
+		return nil, err
+	}
+	return runFabric.serve(ctx, l, fmt.Sprintf("hca%d", guest), [6]byte(hw)), nil
+}
+
+// closeRunFabric flushes the run's capture.
+func closeRunFabric() {
+	if runFabric != nil {
+		if err := runFabric.close(); err != nil {
+			fmt.Fprintf(os.Stderr, "hcaemu run: --pcap: %v\n", err)
+		}
+		runFabric = nil
+	}
+}
