@@ -165,7 +165,7 @@ func (c *conn) getIRQInfo(m *msg) ([]byte, error) {
 	if index == IRQErr && count == 0 {
 		// QEMU only traces this; count 0 would make it warn that error
 		// recovery cannot be enabled.
-		return nil, reqError(unix.EINVAL, "index %d (ERR): no error notifier", index)
+		return nil, &expectedError{reqError(unix.EINVAL, "index %d (ERR): no error notifier", index)}
 	}
 	flags := uint32(IRQInfoEventfd)
 	if index == IRQINTx {

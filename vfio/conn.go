@@ -1,6 +1,7 @@
 package vfio
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -177,6 +178,12 @@ func errnoFor(err error) unix.Errno {
 }
 
 // reqError makes the error a handler returns for a bad request field.
+// expectedError is a failure every client provokes in normal operation
+// (QEMU asks for an ERR interrupt the device does not have): logged quietly.
+type expectedError struct{ error }
+
+func (e *expectedError) Unwrap() error { return e.error }
+
 func reqError(errno unix.Errno, format string, args ...any) error {
 	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), errno)
 }
@@ -199,7 +206,12 @@ func (c *conn) handle(m *msg) error {
 	// can rely on them being gone once it has the reply.
 	m.closeFDs()
 	if err != nil {
-		c.log.Warn("vfio-user: request failed", "cmd", name, "id", h.ID, "posted", posted, "err", err)
+		level := slog.LevelWarn
+		var q *expectedError
+		if errors.As(err, &q) {
+			level = slog.LevelDebug
+		}
+		c.log.Log(context.Background(), level, "vfio-user: request failed", "cmd", name, "id", h.ID, "posted", posted, "err", err)
 		if !posted {
 			if werr := c.sendError(h, errnoFor(err)); werr != nil {
 				return werr
