@@ -77,6 +77,11 @@ func DefaultCaps() Caps {
 		PhysPortCnt:     1,
 		Mode:            0, // RoCE
 		GIDTypes:        0x2,
+		// Atomics (CMP_SWP, FETCH_ADD) and the memory management extensions
+		// (LOCAL_INV, SEND_WITH_INV, FAST_REG_MR).
+		AtomicOps:             0x3,
+		BMMEFlags:             0x7,
+		MaxFastRegPageListLen: maxFRMRPages,
 	}
 }
 

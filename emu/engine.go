@@ -273,7 +273,7 @@ func (d *Device) serviceQP(x *qp, flags uint32) {
 		}
 		return
 	}
-	if flags&kickSend != 0 && (x.state == StateRTS || x.state == StateSQD) {
+	if flags&kickSend != 0 && x.state == StateRTS {
 		d.processSQ(x)
 	}
 }

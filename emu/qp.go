@@ -401,9 +401,22 @@ func (d *Device) setState(x *qp, next uint8) {
 		if prev != StateRTS {
 			d.eng.kick(kickQP, x.handle, kickSend)
 		}
+	case StateSQD:
+		if prev != StateSQD {
+			d.checkDrained(x)
+		}
 	}
 	if prev != next {
 		d.log.Debug("QP state", "qp", x.handle, "from", stateNames[prev], "to", stateNames[next])
+	}
+}
+
+// checkDrained posts SQ_DRAINED for a QP in SQD with nothing in flight,
+// when the guest asked for it.
+func (d *Device) checkDrained(x *qp) {
+	if x.state == StateSQD && len(x.rc.tx) == 0 && x.attr.EnSQDAsyncNotify != 0 {
+		x.attr.EnSQDAsyncNotify = 0
+		d.event(EvSQDrained, x.handle)
 	}
 }
 

@@ -484,6 +484,7 @@ func (d *Device) rcComplete(x *qp) {
 	}
 	if len(x.rc.tx) == 0 {
 		d.rcStopTimer(x)
+		d.checkDrained(x)
 	}
 }
 

@@ -50,6 +50,7 @@ type Driver struct {
 	Caps                   []byte
 	BAR2                   uint64
 	asyncCons              uint32
+	cqnCons                uint32
 }
 
 // New returns a driver with ramSize bytes of guest RAM at GPA 0 (page 0 is

@@ -213,3 +213,58 @@ func (d *Driver) KernelGSI() (pd uint32, lkey uint32, cq *CQ, qp *QP, err error)
 	}
 	return
 }
+
+// SRQ is a shared receive queue as the provider keeps it.
+type SRQ struct {
+	d      *Driver
+	Handle uint32
+	N      uint32
+	Pages  []uint64
+	stride uint32
+	prod   uint32
+	UAR    uint32
+}
+
+// CreateSRQ creates an SRQ of n WQEs with maxSGE SGEs on PD pd.
+func (d *Driver) CreateSRQ(pd, n, maxSGE, limit uint32) (*SRQ, error) {
+	stride := uverbs.RQStride(maxSGE)
+	npages := 1 + (int(n*stride)+4095)/4096
+	pages, dir := d.Buffer(npages)
+	r, err := d.MustCmd(emu.CmdCreateSRQ, NewBody(56).U64(16, dir).U32(24, pd).U32(28, uint32(npages)).
+		U32(32, n).U32(36, maxSGE).U32(40, limit))
+	if err != nil {
+		return nil, err
+	}
+	return &SRQ{d: d, Handle: le.Uint32(r[16:]), N: n, Pages: pages, stride: stride}, nil
+}
+
+// PostRecv writes a receive WQE into the SRQ and rings its doorbell.
+func (s *SRQ) PostRecv(w uverbs.RecvWQE) {
+	if w.NumSGE == 0 {
+		w.NumSGE = uint32(len(w.SGE))
+	}
+	off := 4096 + uint64((s.prod&(s.N-1))*s.stride)
+	gpa := s.Pages[off/4096] + off%4096
+	w.Encode(s.d.RAM.Mem[gpa : gpa+uint64(s.stride)])
+	s.prod = uverbs.Ring{N: s.N}.Next(s.prod)
+	s.d.Put32(s.Pages[0]+uverbs.RxProdTail, s.prod)
+	s.d.Doorbell(s.UAR, 8, s.Handle|1<<30)
+}
+
+// CQNotifications drains the CQ notification ring and returns CQ handles.
+func (d *Driver) CQNotifications() []uint32 {
+	st := d.CQRing[0]
+	r := uverbs.Ring{N: uint32((len(d.CQRing) - 1) * 4096 / 4)}
+	var out []uint32
+	for i := 0; i < 4096; i++ {
+		prod := d.Get32(st + 8)
+		if d.cqnCons == prod {
+			break
+		}
+		off := uint64(4096 + r.Slot(d.cqnCons)*4)
+		out = append(out, d.Get32(d.CQRing[off/4096]+off%4096))
+		d.cqnCons = r.Next(d.cqnCons)
+		d.Put32(st+12, d.cqnCons)
+	}
+	return out
+}
