@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/hcaemu/hcaemu/qemu"
+)
+
+// startDevice starts the emulated PVRDMA function of guest k: a vfio-user
+// server listening on socketPath (before it returns). stop shuts it down.
+// While nil, guests boot without the vfio-user device.
+var startDevice func(ctx context.Context, socketPath string, guest int) (stop func(), err error)
+
+const runUsage = `usage: hcaemu run [--guests N] [--timeout D] [--memory M] [--cache DIR] [--pcap FILE] [--log-level L] -- COMMAND...
+
+Provisions (cached) a QEMU with vfio-user, a guest kernel and initramfs, starts
+one emulated PVRDMA device per guest, boots N guests on one Ethernet segment
+(guest k is 10.0.0.k+1/24) and runs COMMAND through the guest shell in each:
+guest 0 first, the others once guest 0's command is running. In the guests,
+HCAEMU_GUEST=k and HCAEMU_SERVER_IP=10.0.0.1 (empty in guest 0). Output lines
+are prefixed [gK]. The exit status is 0 only if every guest's command exited 0.
+
+Environment: HCAEMU_CACHE (cache dir), HCAEMU_ACCEL (tcg|kvm), HCAEMU_MIRROR.
+`
+
+// runMain implements "hcaemu run".
+func runMain(args []string) int {
+	return runWith(context.Background(), args, os.Stdout, os.Stderr)
+}
+
+func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("hcaemu run", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	guests := fs.Int("guests", 1, "number of guests (1..8)")
+	timeout := fs.Duration("timeout", 10*time.Minute, "time limit for boot and command")
+	memory := fs.String("memory", "1G", "RAM per guest (e.g. 1G, 1536M)")
+	cache := fs.String("cache", "", "cache directory (default $HCAEMU_CACHE, else /var/cache/hcaemu for root)")
+	pcap := fs.String("pcap", "", "write the emulated HCAs' fabric traffic to this pcap file")
+	logLevel := fs.String("log-level", "warn", "log level of the emulated HCAs (debug, info, warn, error)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, runUsage)
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return 0
+		}
+		fmt.Fprintf(stderr, "hcaemu run: %v (see hcaemu run -h)\n", err)
+		return 2
+	}
+	cmd := fs.Args()
+	if len(cmd) == 0 {
+		fmt.Fprintf(stderr, "hcaemu run: no command given: hcaemu run [flags] -- COMMAND...\n")
+		return 2
+	}
+	if *guests < 1 || *guests > 8 {
+		fmt.Fprintf(stderr, "hcaemu run: --guests must be between 1 and 8, not %d\n", *guests)
+		return 2
+	}
+	if *timeout <= 0 {
+		fmt.Fprintf(stderr, "hcaemu run: --timeout must be positive\n")
+		return 2
+	}
+	mem, err := qemu.ParseMemory(*memory)
+	if err != nil {
+		fmt.Fprintf(stderr, "hcaemu run: --memory: %v\n", err)
+		return 2
+	}
+
+	ctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stopSignals()
+
+	env, err := qemu.Provision(ctx, qemu.Options{CacheDir: *cache, Log: stderr})
+	if err != nil {
+		fmt.Fprintf(stderr, "hcaemu run: %v\n", err)
+		return 1
+	}
+	cl, err := env.NewCluster(*guests)
+	if err != nil {
+		fmt.Fprintf(stderr, "hcaemu run: %v\n", err)
+		return 1
+	}
+	defer cl.Close()
+	cl.MemoryMiB, cl.Timeout, cl.Stdout, cl.Stderr = mem, *timeout, stdout, stderr
+
+	runOptions.pcap, runOptions.logLevel = *pcap, *logLevel
+	defer closeRunFabric()
+	if startDevice != nil {
+		cl.Devices = true
+		for k := 0; k < *guests; k++ {
+			stop, err := startDevice(ctx, cl.SocketPath(k), k)
+			if err != nil {
+				fmt.Fprintf(stderr, "hcaemu run: starting the device of guest %d: %v\n", k, err)
+				return 1
+			}
+			if stop != nil {
+				defer stop()
+			}
+		}
+	}
+
+	results, err := cl.Run(ctx, qemu.CommandScript(cmd))
+	if err != nil {
+		fmt.Fprintf(stderr, "hcaemu run: %v\n", err)
+		return 1
+	}
+	status := 0
+	for _, r := range results {
+		switch {
+		case r.Err != nil:
+			status = 1
+		case r.ExitStatus != 0:
+			fmt.Fprintf(stderr, "hcaemu run: guest %d: command exited with status %d\n", r.Guest, r.ExitStatus)
+			status = 1
+		}
+	}
+	return status
+}

@@ -1,0 +1,162 @@
+package qemu
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// DefaultMemoryMiB is the guest RAM size.
+const DefaultMemoryMiB = 1024
+
+// GuestMAC is the fixed MAC of guest k's vmxnet3 (locally administered).
+func GuestMAC(k int) string {
+	return fmt.Sprintf("52:54:00:ca:fe:%02x", k+1)
+}
+
+// GuestIP is guest k's IPv4 address on the segment (10.0.0.k+1).
+func GuestIP(k int) string {
+	return fmt.Sprintf("10.0.0.%d", k+1)
+}
+
+// ParseMemory parses a memory size: "1G", "1536M", "2g", or a number of MiB.
+func ParseMemory(s string) (int, error) {
+	t := strings.TrimSpace(strings.ToUpper(s))
+	t = strings.TrimSuffix(t, "IB")
+	t = strings.TrimSuffix(t, "B")
+	mult := 1
+	switch {
+	case strings.HasSuffix(t, "G"):
+		mult, t = 1024, strings.TrimSuffix(t, "G")
+	case strings.HasSuffix(t, "M"):
+		t = strings.TrimSuffix(t, "M")
+	}
+	n, err := strconv.Atoi(t)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("bad memory size %q (want e.g. 1G or 1536M)", s)
+	}
+	if n*mult < 128 {
+		return 0, fmt.Errorf("memory size %q is too small (at least 128M)", s)
+	}
+	return n * mult, nil
+}
+
+// DeviceArgs describes the PCI slot of an emulated PVRDMA function.
+type DeviceArgs struct {
+	// SocketPath is the vfio-user server's unix socket.
+	SocketPath string
+	// MemoryMiB is the VM's RAM size (the memfd backend must match -m).
+	MemoryMiB int
+	// NetdevID is the -netdev the vmxnet3 at function 0 uses.
+	NetdevID string
+	// MAC of the vmxnet3 ("" lets QEMU choose).
+	MAC string
+	// Slot is the PCI slot (device number) holding vmxnet3 (fn 0) and the
+	// PVRDMA function (fn 1); 0 means 4.
+	Slot int
+}
+
+// VFIOUserDevice returns the JSON -device value of a vfio-user-pci function.
+// Only the JSON form works for vfio-user-pci; x-no-posted-writes makes every
+// BAR write a synchronous round trip, which the driver's probe needs.
+func VFIOUserDevice(socketPath string, slot, fn int) string {
+	dev := struct {
+		Driver string `json:"driver"`
+		Socket struct {
+			Type string `json:"type"`
+			Path string `json:"path"`
+		} `json:"socket"`
+		Addr           string `json:"addr"`
+		NoPostedWrites bool   `json:"x-no-posted-writes"`
+	}{Driver: "vfio-user-pci", Addr: fmt.Sprintf("0x%x.%d", slot, fn), NoPostedWrites: true}
+	dev.Socket.Type = "unix"
+	dev.Socket.Path = socketPath
+	b, _ := json.Marshal(dev)
+	return string(b)
+}
+
+// Args returns the QEMU arguments that give a VM an emulated PVRDMA function:
+// a memfd-backed shared RAM (the server maps guest memory through the
+// DMA_MAP fds), a vmxnet3 at function 0 of the slot (the driver pairs with
+// it) and the vfio-user-pci function 1.
+func Args(a DeviceArgs) []string {
+	mem := a.MemoryMiB
+	if mem == 0 {
+		mem = DefaultMemoryMiB
+	}
+	slot := a.Slot
+	if slot == 0 {
+		slot = 4
+	}
+	netdev := a.NetdevID
+	if netdev == "" {
+		netdev = "net0"
+	}
+	nic := fmt.Sprintf("vmxnet3,netdev=%s,addr=0x%x.0,multifunction=on", netdev, slot)
+	if a.MAC != "" {
+		nic = fmt.Sprintf("vmxnet3,netdev=%s,mac=%s,addr=0x%x.0,multifunction=on", netdev, a.MAC, slot)
+	}
+	return []string{
+		"-m", fmt.Sprintf("%dM", mem),
+		"-object", fmt.Sprintf("memory-backend-memfd,id=mem,size=%dM,share=on", mem),
+		"-machine", "memory-backend=mem",
+		"-device", nic,
+		"-device", VFIOUserDevice(a.SocketPath, slot, 1),
+	}
+}
+
+// guestSpec is one guest of a cluster.
+type guestSpec struct {
+	index      int
+	memoryMiB  int
+	accel      string
+	kernel     string
+	initrd     string
+	netSocket  string // this guest's end (QEMU binds it)
+	switchPath string // the switch's socket
+	devSocket  string // vfio-user socket; "" for none
+	wait       bool
+}
+
+// kernelCmdline is guest k's kernel command line.
+func kernelCmdline(k int, wait bool) string {
+	parts := []string{"console=ttyS0", "panic=-1", "quiet",
+		"hcaemu.guest=" + strconv.Itoa(k), "hcaemu.ip=" + GuestIP(k) + "/24"}
+	if k > 0 {
+		parts = append(parts, "hcaemu.server="+GuestIP(0))
+	}
+	if wait {
+		parts = append(parts, "hcaemu.wait=1")
+	}
+	return strings.Join(parts, " ")
+}
+
+// qemuArgs is the command line (without the program) of one guest.
+func qemuArgs(g guestSpec) []string {
+	mem := g.memoryMiB
+	if mem == 0 {
+		mem = DefaultMemoryMiB
+	}
+	accel := g.accel
+	if accel == "" {
+		accel = "tcg"
+	}
+	cpu := "max"
+	if accel == "kvm" {
+		cpu = "host"
+	}
+	args := []string{
+		"-machine", "q35", "-accel", accel, "-cpu", cpu, "-smp", "1",
+		"-nodefaults", "-nographic", "-serial", "stdio", "-no-reboot",
+		"-kernel", g.kernel, "-initrd", g.initrd, "-append", kernelCmdline(g.index, g.wait),
+		"-netdev", fmt.Sprintf("dgram,id=net0,local.type=unix,local.path=%s,remote.type=unix,remote.path=%s", g.netSocket, g.switchPath),
+	}
+	dev := Args(DeviceArgs{SocketPath: g.devSocket, MemoryMiB: mem, NetdevID: "net0", MAC: GuestMAC(g.index)})
+	// No iPXE option ROM: the guests boot with -kernel, and it saves boot time.
+	dev[7] = strings.Replace(dev[7], ",addr=", ",romfile=,addr=", 1)
+	if g.devSocket == "" {
+		dev = dev[:len(dev)-2]
+	}
+	return append(args, dev...)
+}

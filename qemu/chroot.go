@@ -1,0 +1,54 @@
+package qemu
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+)
+
+// enterScript runs in a private mount namespace (unshare --mount): it binds
+// /dev, /sys, a fresh /proc and /dev/shm into the root file system, binds the
+// cache tree at the same path inside, and chroots. The mounts vanish when the
+// command exits. Arguments: ROOT BIND COMMAND...
+const enterScript = `set -e
+root=$1; bind=$2; shift 2
+mount --rbind /dev "$root/dev"
+mount --make-rslave "$root/dev"
+mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$root/dev/shm"
+mount -t proc proc "$root/proc"
+mount --rbind /sys "$root/sys"
+mount --make-rslave "$root/sys"
+mkdir -p "$root$bind"
+mount --bind "$bind" "$root$bind"
+exec chroot "$root" "$@"
+`
+
+// chrootArgv returns the argv that runs argv inside root with cacheDir bound
+// at the same path. Root is entered through unshare so nothing leaks into the
+// host's mount table; without root privileges a user namespace maps the
+// caller to root.
+func chrootArgv(root, cacheDir string, argv ...string) []string {
+	// A PID namespace whose init dies with unshare (--kill-child): when
+	// hcaemu dies, everything started inside goes too.
+	un := []string{"unshare", "--mount", "--propagation", "private", "--pid", "--fork", "--kill-child"}
+	if os.Geteuid() != 0 {
+		un = append(un, "--map-root-user")
+	}
+	out := append(un, "--", "/bin/sh", "-c", enterScript, "hcaemu-enter", root, cacheDir)
+	return append(out, argv...)
+}
+
+// checkPrivileges fails with a one-line hint when neither root nor user
+// namespaces are available.
+func checkPrivileges() error {
+	if os.Geteuid() == 0 {
+		return nil
+	}
+	if _, err := exec.LookPath("unshare"); err != nil {
+		return fmt.Errorf("hcaemu needs root or the unshare tool (util-linux) with user namespaces: run as root, or install util-linux")
+	}
+	if err := exec.Command("unshare", "--map-root-user", "--mount", "true").Run(); err != nil {
+		return fmt.Errorf("not root and user namespaces are unavailable (%v): run as root, or enable them (sysctl kernel.unprivileged_userns_clone=1 / user.max_user_namespaces>0)", err)
+	}
+	return nil
+}

@@ -1,0 +1,38 @@
+// Package qemu provisions a QEMU with vfio-user-pci, a Debian guest kernel
+// with the unmodified vmw_pvrdma driver and a u-root initramfs with rdma-core
+// and perftest, and boots guests that run one command each.
+//
+// Provision is cached and idempotent. Cache layout (default $HCAEMU_CACHE,
+// else /var/cache/hcaemu for root, else $XDG_CACHE_HOME/hcaemu):
+//
+//	lock                 flock: one provisioning at a time
+//	stamps/STEP          a step is done when its stamp holds the step's key
+//	logs/STEP.log        full output of each step's commands
+//	tools/mmdebstrap/    mmdebstrap, from `apt-get download` + `dpkg-deb -x`
+//	sid/                 Debian sid root: QEMU (>= 10.1), rdma-core, perftest
+//	trixie/              Debian trixie root: kernel, headers, source, gcc-14
+//	guest/vmlinuz        the guest kernel (trixie's)
+//	guest/modules/       *.ko (decompressed) and order (the load order)
+//	guest/vmw_pvrdma-debug.ko   the driver with debug info (for pahole)
+//	guest/initramfs.cpio the base initramfs
+//	gomod/               Go module (u-root pinned) the busybox is built in
+//	accel                cached KVM boot probe (per host boot)
+//	run/ID/              one run: switch.net, gK.net, hcaK.sock, initrd.cpio
+//
+// The steps are: tools, sid, trixie, modules (build vmw_pvrdma.ko in the
+// trixie root, collect kernel and modules), initramfs (u-root busybox built
+// with mkuimage, plus the sid root's programs with their libraries resolved
+// from the ELF headers). Bumping a recipe version or changing an input redoes
+// the step and every step after it.
+//
+// Guests: QEMU runs inside the sid root (unshare --mount, chroot, the cache
+// bound at the same path), TCG unless KVM proves it can boot the guest (or
+// HCAEMU_ACCEL says). All guests share one Ethernet segment, a Switch in the
+// calling process over unix datagram sockets (QEMU -netdev dgram), so nothing
+// reaches any network. The guest init (init.sh, run by gosh) loads the
+// modules in order, configures eth0 from the kernel command line, and runs
+// /hcaemu/cmd.sh (from a small cpio appended to the initramfs per run),
+// framing it with markers on the serial console: HCAEMU-WAIT (guests >= 1
+// wait for a go line on the console, sent once guest 0 printed
+// HCAEMU-STARTED), HCAEMU-STARTED, HCAEMU-EXIT <status>, HCAEMU-FAIL <what>.
+package qemu

@@ -1,0 +1,489 @@
+package qemu
+
+import (
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+//go:embed buildmod.sh
+var buildModScript string
+
+// Options configure Provision.
+type Options struct {
+	// CacheDir holds everything provisioned; "" means DefaultCacheDir().
+	CacheDir string
+	// Log receives progress lines ("hcaemu: provision: ..."); nil means os.Stderr.
+	Log io.Writer
+	// Mirror is the Debian mirror URI; "" means Mirror() (apt's configuration).
+	Mirror string
+}
+
+// Env is a provisioned environment: a QEMU with vfio-user-pci, a guest kernel
+// and a guest initramfs. All paths are absolute and mean the same inside Root
+// (the cache tree is bound at the same path there).
+type Env struct {
+	CacheDir string
+	// Root is the root file system QEMU runs in (entered with unshare +
+	// chroot); "" when the host's QEMU is recent enough.
+	Root string
+	// QEMU is the qemu-system-x86_64 path (inside Root when Root != "").
+	QEMU string
+	// Kernel and Initramfs are the guest kernel and the base initramfs.
+	Kernel, Initramfs string
+	// KernelRelease is the guest kernel's release (uname -r).
+	KernelRelease string
+	// Modules is the guest's module load order (the /modules/order file).
+	Modules []string
+	// Accel is the QEMU accelerator guests use: "tcg" or "kvm".
+	Accel string
+}
+
+// Names of the cache tree below CacheDir.
+const (
+	dirTools  = "tools"  // mmdebstrap, unpacked from its .deb
+	dirSid    = "sid"    // Debian sid root file system: QEMU, rdma-core, perftest
+	dirTrixie = "trixie" // Debian trixie root file system: kernel, headers, compiler
+	dirGuest  = "guest"  // vmlinuz, modules/, initramfs.cpio
+	dirGoMod  = "gomod"  // Go module that builds the u-root busybox
+	dirLogs   = "logs"   // step logs
+	dirRun    = "run"    // per-run directories (sockets, per-run initrd)
+)
+
+// recipe versions: bump one to redo that step (and those after it) on every
+// machine.
+const (
+	recipeTools     = "tools-v1"
+	recipeSid       = "sid-v1"
+	recipeTrixie    = "trixie-v1"
+	recipeModules   = "modules-v1"
+	recipeInitramfs = "initramfs-v1"
+)
+
+var sidPackages = []string{
+	"qemu-system-x86", "ibverbs-utils", "rdmacm-utils", "perftest", "ibverbs-providers",
+	"iproute2", "kmod", "cpio", "xz-utils", "libgcc-s1",
+}
+
+var trixiePackages = []string{
+	"gcc-14", "make", "binutils", "pahole", "kmod", "xz-utils",
+	"linux-image-amd64", "linux-headers-amd64", "linux-source",
+}
+
+// guestModules are loaded in the guest (with their dependencies), in this
+// preferred order: vmxnet3 is bound before vmw_pvrdma probes (the driver pairs
+// with function 0 of its slot), crc32_generic before rdma_rxe.
+var guestModules = []string{
+	"ib_core", "ib_uverbs", "vmxnet3",
+	"ib_cm", "iw_cm", "configfs", "rdma_cm", "rdma_ucm", "ib_umad",
+	"crc32_generic", "udp_tunnel", "ip6_udp_tunnel", "rdma_rxe",
+	"vmw_pvrdma",
+}
+
+const minFreeBytes = 3 << 30
+
+// Provision makes (or finds in the cache) everything needed to boot guests.
+// It is idempotent: every step leaves a stamp and is skipped when done.
+func Provision(ctx context.Context, opts Options) (*Env, error) {
+	cache := opts.CacheDir
+	if cache == "" {
+		cache = DefaultCacheDir()
+	}
+	cache, err := filepath.Abs(cache)
+	if err != nil {
+		return nil, err
+	}
+	logw := opts.Log
+	if logw == nil {
+		logw = os.Stderr
+	}
+	if err := checkPrivileges(); err != nil {
+		return nil, err
+	}
+	if len(cache)+len("/run/0123456789abcdef/g0.net") > 100 {
+		return nil, fmt.Errorf("cache directory path %q is too long for unix socket paths below it: set HCAEMU_CACHE to a shorter path", cache)
+	}
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		return nil, fmt.Errorf("cannot create cache directory (set HCAEMU_CACHE or --cache): %w", err)
+	}
+	// One provisioning at a time per cache (a second hcaemu waits here).
+	lock, err := os.OpenFile(filepath.Join(cache, "lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		if lock, err = os.Open(filepath.Join(cache, "lock")); err != nil {
+			return nil, err
+		}
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		fmt.Fprintf(logw, "hcaemu: provision: waiting for another hcaemu provisioning %s...\n", cache)
+		if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+			return nil, err
+		}
+	}
+	st := &stepper{dir: cache, log: logw}
+	r := &cmdRunner{logDir: filepath.Join(cache, dirLogs)}
+	p := &provisioner{cache: cache, st: st, r: r, mirror: opts.Mirror, log: logw}
+
+	if !p.allDone() {
+		if os.Geteuid() != 0 {
+			if _, err := exec.LookPath("newuidmap"); err != nil {
+				return nil, fmt.Errorf("provisioning as a non-root user needs mmdebstrap's unshare mode: install uidmap (newuidmap) and give the user /etc/subuid and /etc/subgid ranges, or run as root")
+			}
+		}
+		free, err := freeBytes(cache)
+		if err == nil && free < minFreeBytes {
+			return nil, fmt.Errorf("only %.1f GB free in %s; provisioning needs about 3 GB: free some space or set HCAEMU_CACHE to another disk", float64(free)/1e9, cache)
+		}
+	}
+	t0 := time.Now()
+	for _, step := range []func(context.Context) error{p.tools, p.sid, p.trixie, p.modules, p.initramfs} {
+		if err := step(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if p.didWork {
+		fmt.Fprintf(logw, "hcaemu: provision: ready in %s (cache %s)\n", time.Since(t0).Round(time.Second), cache)
+	}
+	return p.env(ctx)
+}
+
+type provisioner struct {
+	cache   string
+	st      *stepper
+	r       *cmdRunner
+	mirror  string
+	log     io.Writer
+	didWork bool
+}
+
+func (p *provisioner) path(elem ...string) string {
+	return filepath.Join(append([]string{p.cache}, elem...)...)
+}
+
+func (p *provisioner) keys() (tools, sid, trixie, modules, initramfs string) {
+	tools = recipeTools
+	sid = recipeSid + " " + strings.Join(sidPackages, ",")
+	trixie = recipeTrixie + " " + strings.Join(trixiePackages, ",")
+	modules = recipeModules + " " + strings.Join(guestModules, ",") + " " + hash(buildModScript) + "|" +
+		strings.ReplaceAll(p.st.stamp("trixie"), "\n", " ")
+	initramfs = recipeInitramfs + " " + strings.Join(guestCommands, ",") + " " + hash(initScript, string(guestGoMod)) + "|" +
+		strings.ReplaceAll(p.st.stamp("sid")+p.st.stamp("modules"), "\n", " ")
+	return
+}
+
+func (p *provisioner) allDone() bool {
+	t, s, x, m, i := p.keys()
+	return p.st.done("tools", t) && p.st.done("sid", s) && p.st.done("trixie", x) &&
+		p.st.done("modules", m) && p.st.done("initramfs", i)
+}
+
+func (p *provisioner) getMirror(ctx context.Context) (string, error) {
+	if p.mirror == "" {
+		m, err := Mirror(ctx)
+		if err != nil {
+			return "", err
+		}
+		p.mirror = m
+		fmt.Fprintf(p.log, "hcaemu: provision: Debian mirror %s (from apt's configuration)\n", m)
+	}
+	return p.mirror, nil
+}
+
+func (p *provisioner) mmdebstrapPath() string {
+	return p.path(dirTools, "mmdebstrap", "usr", "bin", "mmdebstrap")
+}
+
+// tools obtains mmdebstrap from the host's apt archive without installing it.
+func (p *provisioner) tools(ctx context.Context) error {
+	key, _, _, _, _ := p.keys()
+	return p.st.run("tools", key, "fetching mmdebstrap (apt-get download)", func() error {
+		p.didWork = true
+		dir := p.path(dirTools)
+		if err := removeTree(dir); err != nil {
+			return err
+		}
+		dl := filepath.Join(dir, "deb")
+		if err := os.MkdirAll(dl, 0o755); err != nil {
+			return err
+		}
+		download := func() error {
+			return p.r.run(ctx, "tools", dl, nil, "apt-get", "-q", "-o", "APT::Sandbox::User=root",
+				"-o", `Acquire::Check-Valid-Until=false`, "download", "mmdebstrap")
+		}
+		if err := download(); err != nil {
+			if os.Geteuid() != 0 {
+				return fmt.Errorf("%w\n(apt's package lists may be missing: run 'apt-get update' as root once)", err)
+			}
+			fmt.Fprintf(p.log, "hcaemu: provision: apt-get download failed; running apt-get update and retrying\n")
+			if err := p.r.run(ctx, "tools", dl, nil, "apt-get", "-q", "-o", `Acquire::Check-Valid-Until=false`, "update"); err != nil {
+				return err
+			}
+			if err := download(); err != nil {
+				return err
+			}
+		}
+		debs, _ := filepath.Glob(filepath.Join(dl, "mmdebstrap_*.deb"))
+		if len(debs) != 1 {
+			return fmt.Errorf("apt-get download mmdebstrap produced %d .deb files", len(debs))
+		}
+		if err := p.r.run(ctx, "tools", "", nil, "dpkg-deb", "-x", debs[0], filepath.Join(dir, "mmdebstrap")); err != nil {
+			return err
+		}
+		_, err := os.Stat(p.mmdebstrapPath())
+		return err
+	})
+}
+
+// mmdebstrap builds a root file system into dir (via dir.tmp, renamed at the end).
+func (p *provisioner) mmdebstrap(ctx context.Context, step, suite, dir string, pkgs []string) error {
+	mirror, err := p.getMirror(ctx)
+	if err != nil {
+		return err
+	}
+	tmp := dir + ".tmp"
+	for _, d := range []string{tmp, dir} {
+		if err := removeTree(d); err != nil {
+			return err
+		}
+	}
+	mode := "--mode=root"
+	if os.Geteuid() != 0 {
+		mode = "--mode=unshare"
+	}
+	args := []string{mode, "--variant=apt", "--include=" + strings.Join(pkgs, ",")}
+	for _, o := range aptOptions {
+		args = append(args, "--aptopt="+o)
+	}
+	args = append(args, suite, tmp, "deb "+mirror+" "+suite+" main")
+	argv := append([]string{p.mmdebstrapPath()}, args...)
+	if os.Geteuid() == 0 {
+		// In its own mount namespace, the mounts mmdebstrap makes in the
+		// target vanish even if it is killed half-way; in its own PID
+		// namespace, its workers (apt, dpkg) die with it.
+		argv = append([]string{"unshare", "--mount", "--propagation", "private", "--pid", "--fork", "--kill-child", "--"}, argv...)
+	}
+	if err := p.r.run(ctx, step, "", nil, argv[0], argv[1:]...); err != nil {
+		return err
+	}
+	return os.Rename(tmp, dir)
+}
+
+func (p *provisioner) sid(ctx context.Context) error {
+	_, key, _, _, _ := p.keys()
+	return p.st.run("sid", key, "Debian sid root file system (QEMU, rdma-core, perftest) with mmdebstrap", func() error {
+		p.didWork = true
+		return p.mmdebstrap(ctx, "sid", "sid", p.path(dirSid), sidPackages)
+	})
+}
+
+func (p *provisioner) trixie(ctx context.Context) error {
+	_, _, key, _, _ := p.keys()
+	return p.st.run("trixie", key, "Debian trixie root file system (kernel, headers, source, gcc) with mmdebstrap", func() error {
+		p.didWork = true
+		return p.mmdebstrap(ctx, "trixie", "trixie", p.path(dirTrixie), trixiePackages)
+	})
+}
+
+// modules builds vmw_pvrdma.ko and collects the kernel and modules.
+func (p *provisioner) modules(ctx context.Context) error {
+	_, _, _, key, _ := p.keys()
+	return p.st.run("modules", key, "building vmw_pvrdma.ko and collecting the guest kernel and modules", func() error {
+		p.didWork = true
+		out := p.path(dirGuest)
+		if err := removeTree(out); err != nil {
+			return err
+		}
+		if err := os.MkdirAll(out, 0o755); err != nil {
+			return err
+		}
+		root := p.path(dirTrixie)
+		argv := chrootArgv(root, p.cache, append([]string{"/bin/sh", "-c", buildModScript, "buildmod", out}, guestModules...)...)
+		if err := p.r.run(ctx, "modules", "", nil, argv[0], argv[1:]...); err != nil {
+			return err
+		}
+		deps, err := os.ReadFile(filepath.Join(out, "modules.deps"))
+		if err != nil {
+			return err
+		}
+		order, err := moduleOrder(string(deps), guestModules)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(out, "modules", "order"), []byte(strings.Join(order, "\n")+"\n"), 0o644)
+	})
+}
+
+// moduleOrder parses "NAME module DEP..." / "NAME builtin" lines and returns
+// a load order: the preferred order, each module preceded by its
+// dependencies; built-in modules are left out.
+func moduleOrder(deps string, preferred []string) ([]string, error) {
+	type mod struct {
+		builtin bool
+		deps    []string
+	}
+	mods := map[string]mod{}
+	for _, line := range strings.Split(deps, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		switch f[1] {
+		case "builtin":
+			mods[f[0]] = mod{builtin: true}
+		case "module":
+			mods[f[0]] = mod{deps: f[2:]}
+		default:
+			return nil, fmt.Errorf("bad modules.deps line %q", line)
+		}
+	}
+	var order []string
+	state := map[string]int{} // 1 visiting, 2 done
+	var visit func(string) error
+	visit = func(m string) error {
+		switch state[m] {
+		case 1:
+			return fmt.Errorf("module dependency cycle at %s", m)
+		case 2:
+			return nil
+		}
+		md, ok := mods[m]
+		if !ok {
+			return fmt.Errorf("module %s not found in the guest kernel", m)
+		}
+		state[m] = 1
+		for _, d := range md.deps {
+			if err := visit(d); err != nil {
+				return err
+			}
+		}
+		state[m] = 2
+		if !md.builtin {
+			order = append(order, m)
+		}
+		return nil
+	}
+	for _, m := range preferred {
+		if err := visit(m); err != nil {
+			return nil, err
+		}
+	}
+	return order, nil
+}
+
+func (p *provisioner) initramfs(ctx context.Context) error {
+	_, _, _, _, key := p.keys()
+	return p.st.run("initramfs", key, "building the guest initramfs (u-root + rdma-core + modules)", func() error {
+		p.didWork = true
+		return buildInitramfs(ctx, p)
+	})
+}
+
+func (p *provisioner) env(ctx context.Context) (*Env, error) {
+	e := &Env{
+		CacheDir:  p.cache,
+		Root:      p.path(dirSid),
+		QEMU:      "/usr/bin/qemu-system-x86_64",
+		Kernel:    p.path(dirGuest, "vmlinuz"),
+		Initramfs: p.path(dirGuest, "initramfs.cpio"),
+	}
+	if rel, err := os.ReadFile(p.path(dirGuest, "kernel.release")); err == nil {
+		e.KernelRelease = strings.TrimSpace(string(rel))
+	}
+	if order, err := os.ReadFile(p.path(dirGuest, "modules", "order")); err == nil {
+		e.Modules = strings.Fields(string(order))
+	}
+	if q, ok := hostQEMU(ctx); ok {
+		e.Root, e.QEMU = "", q
+	}
+	e.Accel = p.detectAccel(ctx, e)
+	return e, nil
+}
+
+var qemuVersionRe = regexp.MustCompile(`version (\d+)\.(\d+)`)
+
+// hostQEMU returns the host's qemu-system-x86_64 if it is >= 10.1 and has
+// vfio-user-pci.
+func hostQEMU(ctx context.Context) (string, bool) {
+	q, err := exec.LookPath("qemu-system-x86_64")
+	if err != nil {
+		return "", false
+	}
+	out, err := exec.CommandContext(ctx, q, "--version").Output()
+	if err != nil {
+		return "", false
+	}
+	m := qemuVersionRe.FindStringSubmatch(string(out))
+	if m == nil {
+		return "", false
+	}
+	maj, _ := strconv.Atoi(m[1])
+	min, _ := strconv.Atoi(m[2])
+	if maj < 10 || (maj == 10 && min < 1) {
+		return "", false
+	}
+	out, err = exec.CommandContext(ctx, q, "-device", "help").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `"vfio-user-pci"`) {
+		return "", false
+	}
+	return q, true
+}
+
+// detectAccel returns $HCAEMU_ACCEL if set (tcg or kvm). Otherwise it
+// returns "kvm" only if KVM really boots the guest: /dev/kvm often exists
+// under nested virtualization, runs simple code (kvmWorks), and still stops
+// the guest kernel with "KVM internal error". The answer of the boot probe is
+// cached per host boot.
+func (p *provisioner) detectAccel(ctx context.Context, e *Env) string {
+	if a := os.Getenv("HCAEMU_ACCEL"); a != "" {
+		return a
+	}
+	if !kvmWorks() {
+		return "tcg"
+	}
+	bootID, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	key := strings.TrimSpace(string(bootID)) + " " + hash(e.Kernel, e.QEMU)
+	cache := p.path("accel")
+	if b, err := os.ReadFile(cache); err == nil {
+		if k, a, ok := strings.Cut(strings.TrimSpace(string(b)), "\n"); ok && k == key {
+			return a
+		}
+	}
+	fmt.Fprintf(p.log, "hcaemu: provision: /dev/kvm is usable; checking that KVM boots the guest...\n")
+	accel := "tcg"
+	probe := *e
+	probe.Accel = "kvm"
+	if cl, err := probe.NewCluster(1); err == nil {
+		cl.Stdout, cl.Stderr, cl.Timeout, cl.MemoryMiB = io.Discard, io.Discard, 45*time.Second, 256
+		if res, err := cl.Run(ctx, "true\n"); err == nil && res[0].ExitStatus == 0 {
+			accel = "kvm"
+		}
+		cl.Close()
+	}
+	if ctx.Err() != nil {
+		return "tcg"
+	}
+	fmt.Fprintf(p.log, "hcaemu: provision: using %s (set HCAEMU_ACCEL to override)\n", accel)
+	os.WriteFile(cache, []byte(key+"\n"+accel+"\n"), 0o644)
+	return accel
+}
+
+func hash(parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8])
+}

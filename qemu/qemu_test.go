@@ -1,0 +1,360 @@
+package qemu
+
+import (
+	"bytes"
+	"encoding/json"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestParseMirrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, in, want string
+		err            bool
+	}{
+		{name: "bookworm", in: "http://deb.debian.org/debian-security/ bookworm-security\nhttp://deb.debian.org/debian/ bookworm\nhttp://deb.debian.org/debian/ bookworm-updates\n", want: "http://deb.debian.org/debian/"},
+		{name: "no slash", in: "http://mirror.example/debian bookworm\n", want: "http://mirror.example/debian/"},
+		{name: "updates only", in: "http://m.example/debian/ bookworm-updates\n", want: "http://m.example/debian/"},
+		{name: "security only", in: "http://security.debian.org/debian-security bookworm-security\n", err: true},
+		{name: "empty", in: "", err: true},
+		{name: "cdrom skipped", in: "cdrom://[Debian]/ bookworm\nhttps://m.example/debian/ bookworm\n", want: "https://m.example/debian/"},
+	} {
+		got, err := parseMirrors(tc.in)
+		if tc.err {
+			if err == nil {
+				t.Errorf("%s: got %q, want error", tc.name, got)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("%s: got %q, %v; want %q", tc.name, got, err, tc.want)
+		}
+	}
+}
+
+func TestParseMemory(t *testing.T) {
+	for in, want := range map[string]int{"1G": 1024, "1g": 1024, "1536M": 1536, "2GiB": 2048, "512": 512, "768MB": 768} {
+		got, err := ParseMemory(in)
+		if err != nil || got != want {
+			t.Errorf("ParseMemory(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "x", "-1G", "0", "64M", "1T"} {
+		if _, err := ParseMemory(in); err == nil {
+			t.Errorf("ParseMemory(%q): want error", in)
+		}
+	}
+}
+
+func TestQEMUArgs(t *testing.T) {
+	g := guestSpec{index: 1, memoryMiB: 1024, accel: "tcg", kernel: "/c/guest/vmlinuz", initrd: "/c/run/x/initrd.cpio",
+		netSocket: "/c/run/x/g1.net", switchPath: "/c/run/x/switch.net", devSocket: "/c/run/x/hca1.sock", wait: true}
+	want := []string{
+		"-machine", "q35", "-accel", "tcg", "-cpu", "max", "-smp", "1",
+		"-nodefaults", "-nographic", "-serial", "stdio", "-no-reboot",
+		"-kernel", "/c/guest/vmlinuz", "-initrd", "/c/run/x/initrd.cpio",
+		"-append", "console=ttyS0 panic=-1 quiet hcaemu.guest=1 hcaemu.ip=10.0.0.2/24 hcaemu.server=10.0.0.1 hcaemu.wait=1",
+		"-netdev", "dgram,id=net0,local.type=unix,local.path=/c/run/x/g1.net,remote.type=unix,remote.path=/c/run/x/switch.net",
+		"-m", "1024M",
+		"-object", "memory-backend-memfd,id=mem,size=1024M,share=on",
+		"-machine", "memory-backend=mem",
+		"-device", "vmxnet3,netdev=net0,mac=52:54:00:ca:fe:02,romfile=,addr=0x4.0,multifunction=on",
+		"-device", `{"driver":"vfio-user-pci","socket":{"type":"unix","path":"/c/run/x/hca1.sock"},"addr":"0x4.1","x-no-posted-writes":true}`,
+	}
+	if d := cmp.Diff(want, qemuArgs(g)); d != "" {
+		t.Errorf("qemuArgs (-want +got):\n%s", d)
+	}
+	g.devSocket, g.index, g.wait = "", 0, false
+	got := qemuArgs(g)
+	if strings.Contains(strings.Join(got, " "), "vfio-user") {
+		t.Errorf("no device socket, but vfio-user-pci in %q", got)
+	}
+	if a := got[18]; a != "console=ttyS0 panic=-1 quiet hcaemu.guest=0 hcaemu.ip=10.0.0.1/24" {
+		t.Errorf("guest 0 cmdline %q", a)
+	}
+}
+
+func TestVFIOUserDeviceJSON(t *testing.T) {
+	var v map[string]any
+	s := VFIOUserDevice(`/tmp/a "b".sock`, 5, 1)
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		t.Fatal(err)
+	}
+	if v["addr"] != "0x5.1" || v["x-no-posted-writes"] != true || v["socket"].(map[string]any)["path"] != `/tmp/a "b".sock` {
+		t.Errorf("bad device JSON %s", s)
+	}
+}
+
+func TestParseLine(t *testing.T) {
+	type res struct {
+		Ev     event
+		Status int
+		Text   string
+	}
+	for in, want := range map[string]res{
+		"HCAEMU-EXIT 0":                       {evExit, 0, ""},
+		"HCAEMU-EXIT 137\r":                   {evExit, 137, ""},
+		"no newline at the endHCAEMU-EXIT 3":  {evExit, 3, "no newline at the end"},
+		"HCAEMU-STARTED":                      {evStarted, 0, ""},
+		"HCAEMU-WAIT":                         {evWait, 0, ""},
+		"HCAEMU-GO":                           {evIgnore, 0, ""},
+		"HCAEMU-FAIL insmod vmw_pvrdma":       {evFail, 0, "insmod vmw_pvrdma"},
+		"hello HCAEMU-STARTED":                {evOutput, 0, ""},
+		"64 bytes from 10.0.0.2: icmp_seq=1 ": {evOutput, 0, ""},
+		"HCAEMU-EXIT x":                       {evOutput, 0, ""},
+	} {
+		ev, st, text := parseLine(in)
+		if d := cmp.Diff(want, res{ev, st, text}); d != "" {
+			t.Errorf("parseLine(%q) (-want +got):\n%s", in, d)
+		}
+	}
+}
+
+func TestCommandScript(t *testing.T) {
+	if got := CommandScript([]string{"ping", "-c", "1", "$HCAEMU_SERVER_IP"}); got != "ping -c 1 $HCAEMU_SERVER_IP\n" {
+		t.Errorf("got %q", got)
+	}
+	if got := CommandScript([]string{"echo a; echo b"}); got != "echo a; echo b\n" {
+		t.Errorf("got %q", got)
+	}
+}
+
+func TestWriteCPIO(t *testing.T) {
+	var b bytes.Buffer
+	if err := writeCPIO(&b, [][2]string{{"hcaemu/cmd.sh", "echo hi\n"}}); err != nil {
+		t.Fatal(err)
+	}
+	s := b.String()
+	if !strings.HasPrefix(s, "070701") || b.Len()%4 != 0 || !strings.Contains(s, "hcaemu/cmd.sh\x00") ||
+		!strings.Contains(s, "echo hi\n") || !strings.Contains(s, "TRAILER!!!\x00") {
+		t.Errorf("bad archive %q", s)
+	}
+	// Header of the first file: size field (7th) is 8, name size (12th) 14.
+	if got := s[6+6*8 : 6+7*8]; got != "00000008" {
+		t.Errorf("filesize field %q", got)
+	}
+	if got := s[6+11*8 : 6+12*8]; got != "0000000E" {
+		t.Errorf("namesize field %q", got)
+	}
+	if cpio := lookPath("cpio"); cpio != "" {
+		dir := t.TempDir()
+		runIn(t, dir, b.Bytes(), cpio, "-i", "-d", "--quiet")
+		got, err := os.ReadFile(filepath.Join(dir, "hcaemu/cmd.sh"))
+		if err != nil || string(got) != "echo hi\n" {
+			t.Errorf("cpio -i: %q, %v", got, err)
+		}
+	}
+}
+
+func TestModuleOrder(t *testing.T) {
+	deps := `ib_core module
+ib_uverbs module ib_core
+vmxnet3 module
+configfs builtin
+rdma_cm module iw_cm ib_core ib_cm configfs
+ib_cm module ib_core
+iw_cm module ib_core
+vmw_pvrdma module ib_core ib_uverbs
+`
+	got, err := moduleOrder(deps, []string{"ib_core", "ib_uverbs", "vmxnet3", "rdma_cm", "vmw_pvrdma"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"ib_core", "ib_uverbs", "vmxnet3", "iw_cm", "ib_cm", "rdma_cm", "vmw_pvrdma"}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("order (-want +got):\n%s", d)
+	}
+	if _, err := moduleOrder(deps, []string{"nope"}); err == nil {
+		t.Error("missing module: want error")
+	}
+	if _, err := moduleOrder("a module b\nb module a\n", []string{"a"}); err == nil {
+		t.Error("cycle: want error")
+	}
+}
+
+func TestResolveIn(t *testing.T) {
+	root := t.TempDir()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(root, "usr/lib/x86_64-linux-gnu"), 0o755))
+	must(os.WriteFile(filepath.Join(root, "usr/lib/x86_64-linux-gnu/libx.so.1.2"), []byte("x"), 0o644))
+	must(os.Symlink("usr/lib", filepath.Join(root, "lib")))
+	must(os.Symlink("libx.so.1.2", filepath.Join(root, "usr/lib/x86_64-linux-gnu/libx.so.1")))
+	must(os.MkdirAll(filepath.Join(root, "usr/lib64"), 0o755))
+	// An absolute link must resolve inside root, not on the host.
+	must(os.Symlink("/lib/x86_64-linux-gnu/libx.so.1", filepath.Join(root, "usr/lib64/ld.so")))
+	for in, want := range map[string]string{
+		"/lib/x86_64-linux-gnu/libx.so.1":                "/usr/lib/x86_64-linux-gnu/libx.so.1.2",
+		"/usr/lib64/ld.so":                               "/usr/lib/x86_64-linux-gnu/libx.so.1.2",
+		"/usr/lib64/../lib/x86_64-linux-gnu/libx.so.1.2": "/usr/lib/x86_64-linux-gnu/libx.so.1.2",
+	} {
+		got, err := resolveIn(root, in)
+		if err != nil || got != want {
+			t.Errorf("resolveIn(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	if _, err := resolveIn(root, "/lib/nope"); err == nil {
+		t.Error("missing file: want error")
+	}
+	must(os.Symlink("loop", filepath.Join(root, "loop")))
+	if _, err := resolveIn(root, "/loop"); err == nil {
+		t.Error("loop: want error")
+	}
+}
+
+func TestElfDepsHost(t *testing.T) {
+	// The host is a Debian-like system too: /bin/ls needs libc.
+	if _, err := os.Stat("/lib/x86_64-linux-gnu/libc.so.6"); err != nil {
+		t.Skip("not a Debian x86-64 multiarch host")
+	}
+	interp, needed, err := elfDeps("/", "/bin/ls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if interp != "/lib64/ld-linux-x86-64.so.2" {
+		t.Errorf("interp %q", interp)
+	}
+	if !strings.Contains(strings.Join(needed, " "), "/libc.so.6") {
+		t.Errorf("needed %q", needed)
+	}
+}
+
+func TestSwitch(t *testing.T) {
+	dir := t.TempDir()
+	ports := []string{filepath.Join(dir, "p0"), filepath.Join(dir, "p1"), filepath.Join(dir, "p2")}
+	sw, err := NewSwitch(filepath.Join(dir, "sw"), ports)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sw.Close()
+	conns := make([]*net.UnixConn, len(ports))
+	for i, p := range ports {
+		c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: p, Net: "unixgram"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		conns[i] = c
+	}
+	swAddr := &net.UnixAddr{Name: sw.Path(), Net: "unixgram"}
+	mac := func(i byte) []byte { return []byte{0x52, 0x54, 0, 0, 0, i} }
+	frame := func(dst, src []byte, payload string) []byte {
+		return append(append(append(append([]byte{}, dst...), src...), 0x08, 0x00), payload...)
+	}
+	recv := func(i int) string {
+		conns[i].SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		b := make([]byte, 2048)
+		n, _, err := conns[i].ReadFromUnix(b)
+		if err != nil {
+			return ""
+		}
+		return string(b[14:n])
+	}
+	bcast := []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+	// Broadcast from port 0 floods to 1 and 2 (and teaches the switch mac 1).
+	conns[0].WriteToUnix(frame(bcast, mac(1), "arp"), swAddr)
+	if recv(1) != "arp" || recv(2) != "arp" || recv(0) != "" {
+		t.Fatal("broadcast not flooded to the other ports only")
+	}
+	// Port 2 answers mac 1: unicast to port 0 only.
+	conns[2].WriteToUnix(frame(mac(1), mac(3), "reply"), swAddr)
+	if recv(0) != "reply" || recv(1) != "" {
+		t.Fatal("learned unicast not forwarded to its port only")
+	}
+	// Unknown unicast floods.
+	conns[0].WriteToUnix(frame(mac(9), mac(1), "who"), swAddr)
+	if recv(1) != "who" || recv(2) != "who" {
+		t.Fatal("unknown unicast not flooded")
+	}
+	if st := sw.Stats(); st.Frames != 3 || st.Flooded != 2 {
+		t.Errorf("stats %+v", st)
+	}
+	// An in-process port sees floods, and its frames reach learned ports.
+	got := make(chan string, 4)
+	send := sw.Attach(func(f []byte) { got <- string(f[14:]) })
+	conns[1].WriteToUnix(frame(bcast, mac(2), "hello all"), swAddr)
+	select {
+	case s := <-got:
+		if s != "hello all" {
+			t.Errorf("in-process port got %q", s)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("in-process port got nothing")
+	}
+	recv(0)
+	recv(2)
+	send(frame(mac(2), mac(7), "to 2"))
+	if recv(1) != "to 2" || recv(0) != "" || recv(2) != "" {
+		t.Fatal("frame from the in-process port not switched to its learned port only")
+	}
+}
+
+func lookPath(name string) string {
+	p, err := exec.LookPath(name)
+	if err != nil {
+		return ""
+	}
+	return p
+}
+
+func runIn(t *testing.T, dir string, stdin []byte, name string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	cmd.Stdin = bytes.NewReader(stdin)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", name, err, out)
+	}
+}
+
+func TestStepper(t *testing.T) {
+	var log bytes.Buffer
+	s := &stepper{dir: t.TempDir(), log: &log}
+	runs := 0
+	step := func() error { runs++; return nil }
+	if err := s.run("a", "k1", "step a", step); err != nil {
+		t.Fatal(err)
+	}
+	first := s.stamp("a")
+	if err := s.run("a", "k1", "step a", step); err != nil || runs != 1 {
+		t.Fatalf("done step ran again (runs %d, err %v)", runs, err)
+	}
+	// A new key redoes the step, and its stamp changes (so later steps redo).
+	if err := s.run("a", "k2", "step a", step); err != nil || runs != 2 || s.stamp("a") == first {
+		t.Fatalf("changed key: runs %d, err %v", runs, err)
+	}
+	// A failed step leaves no stamp and is redone.
+	if err := s.run("b", "k", "step b", func() error { return os.ErrInvalid }); err == nil || s.stamp("b") != "" {
+		t.Fatalf("failed step: err %v, stamp %q", err, s.stamp("b"))
+	}
+	if !strings.Contains(log.String(), "hcaemu: provision: step a...\n") {
+		t.Errorf("progress %q", log.String())
+	}
+}
+
+func TestRemoveTreeRefusesMounts(t *testing.T) {
+	if mp, ok := mountBelow("/"); !ok {
+		t.Errorf("mountBelow(/) found nothing")
+	} else if mp2, ok := mountBelow("/proc"); !ok || mp2 != "/proc" {
+		t.Errorf("mountBelow(/proc) = %q, %v (first below /: %q)", mp2, ok, mp)
+	}
+	d := t.TempDir()
+	os.WriteFile(filepath.Join(d, "f"), nil, 0o644)
+	if err := removeTree(d); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(d); !os.IsNotExist(err) {
+		t.Fatal("not removed")
+	}
+}

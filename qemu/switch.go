@@ -1,0 +1,185 @@
+package qemu
+
+import (
+	"errors"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Switch is the guests' Ethernet segment: a learning switch in this process,
+// joined by QEMU's "-netdev dgram" over unix datagram sockets (each frame is
+// one datagram) and by in-process ports (Attach), e.g. the emulator's own
+// RoCE ports. Nothing leaves the machine: there are no IP sockets at all.
+type Switch struct {
+	conn *net.UnixConn
+	raw  syscall.RawConn
+	path string
+
+	mu    sync.Mutex
+	ports []switchPort    // by port number
+	macs  map[[6]byte]int // learned MAC -> port
+	stats SwitchStats
+	done  chan struct{}
+}
+
+// switchPort is a QEMU's unix socket (path) or an in-process receiver.
+type switchPort struct {
+	path    string
+	deliver func(frame []byte)
+}
+
+// SwitchStats counts frames.
+type SwitchStats struct {
+	Frames, Flooded, Dropped uint64
+}
+
+// NewSwitch listens on the unix datagram socket path for the given ports
+// (each port is the socket path its QEMU binds as local.path).
+func NewSwitch(path string, ports []string) (*Switch, error) {
+	os.Remove(path)
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		return nil, err
+	}
+	raw, err := conn.SyscallConn()
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	s := &Switch{conn: conn, raw: raw, path: path, macs: map[[6]byte]int{}, done: make(chan struct{})}
+	for _, p := range ports {
+		s.ports = append(s.ports, switchPort{path: p})
+	}
+	go s.loop()
+	return s, nil
+}
+
+// Path is the switch's socket (QEMU's remote.path).
+func (s *Switch) Path() string { return s.path }
+
+// Stats returns the frame counters.
+func (s *Switch) Stats() SwitchStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats
+}
+
+// Attach adds an in-process port. deliver receives the frames switched to
+// it; it runs on the sender's goroutine, must not block and must not keep
+// the slice. send puts a frame (destination MAC first) on the segment.
+func (s *Switch) Attach(deliver func(frame []byte)) (send func(frame []byte)) {
+	s.mu.Lock()
+	in := len(s.ports)
+	s.ports = append(s.ports, switchPort{deliver: deliver})
+	s.mu.Unlock()
+	return func(frame []byte) {
+		if len(frame) < 14 {
+			return
+		}
+		s.switchFrame(in, frame)
+	}
+}
+
+// Close stops the switch and removes its socket.
+func (s *Switch) Close() error {
+	err := s.conn.Close()
+	<-s.done
+	os.Remove(s.path)
+	return err
+}
+
+func (s *Switch) portOf(addr *net.UnixAddr) int {
+	if addr == nil {
+		return -1
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, p := range s.ports {
+		if p.deliver == nil && p.path == addr.Name {
+			return i
+		}
+	}
+	return -1
+}
+
+func (s *Switch) loop() {
+	defer close(s.done)
+	buf := make([]byte, 65536)
+	for {
+		n, from, err := s.conn.ReadFromUnix(buf)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		in := s.portOf(from)
+		if in < 0 || n < 14 {
+			s.mu.Lock()
+			s.stats.Dropped++
+			s.mu.Unlock()
+			continue
+		}
+		s.switchFrame(in, buf[:n])
+	}
+}
+
+func (s *Switch) switchFrame(in int, frame []byte) {
+	for _, out := range s.forward(in, frame) {
+		if out.deliver != nil {
+			out.deliver(frame)
+		} else {
+			s.send(out.path, frame)
+		}
+	}
+}
+
+// send writes frame to a QEMU's socket without blocking: a guest that does
+// not read (paused, dead, not started yet) loses frames instead of stalling
+// the segment.
+func (s *Switch) send(path string, frame []byte) {
+	var err error
+	cerr := s.raw.Write(func(fd uintptr) bool {
+		err = unix.Sendto(int(fd), frame, unix.MSG_DONTWAIT, &unix.SockaddrUnix{Name: path})
+		return true
+	})
+	if cerr != nil || err != nil {
+		s.mu.Lock()
+		s.stats.Dropped++
+		s.mu.Unlock()
+	}
+}
+
+// forward learns the frame's source MAC on port in and returns the ports the
+// frame goes to.
+func (s *Switch) forward(in int, frame []byte) []switchPort {
+	var dst, src [6]byte
+	copy(dst[:], frame[0:6])
+	copy(src[:], frame[6:12])
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stats.Frames++
+	if src[0]&1 == 0 {
+		s.macs[src] = in
+	}
+	if dst[0]&1 == 0 {
+		if out, ok := s.macs[dst]; ok {
+			if out == in {
+				return nil
+			}
+			return []switchPort{s.ports[out]}
+		}
+	}
+	s.stats.Flooded++
+	outs := make([]switchPort, 0, len(s.ports)-1)
+	for i, p := range s.ports {
+		if i != in {
+			outs = append(outs, p)
+		}
+	}
+	return outs
+}

@@ -1,0 +1,108 @@
+package tests
+
+import (
+	"bytes"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// checkCapture decodes a run's pcap with tshark and checks it: every frame
+// is RoCEv2 (Ethernet/IP/UDP 4791/InfiniBand) with an ICRC that an
+// independent checker (a Lua post-dissector with its own CRC-32, not the
+// code under test) accepts; the RC, UD and ACK opcodes the tools use appear;
+// the packets of every multi-packet message carry consecutive PSNs; and
+// every RC destination QPN is one the tools reported. toolOutput is the
+// run's output (for the QPNs).
+func checkCapture(t *testing.T, pcap, toolOutput string) {
+	t.Helper()
+	tshark, err := exec.LookPath("tshark")
+	if err != nil {
+		t.Fatal("tshark not found: install it (apt-get install -y tshark); .ci/run does")
+	}
+	lua, err := filepath.Abs("../emu/roce/testdata/roce_icrc.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(tshark, "-n", "-X", "lua_script:"+lua, "-r", pcap, "-T", "fields",
+		"-E", "separator=/t", "-E", "occurrence=f",
+		"-e", "frame.protocols", "-e", "infiniband.bth.opcode", "-e", "infiniband.bth.destqp",
+		"-e", "infiniband.bth.psn", "-e", "roce_icrc.ok", "-e", "ip.src", "-e", "ip.dst")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("tshark: %v\n%s", err, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	if len(lines) < 100 {
+		t.Fatalf("only %d frames captured", len(lines))
+	}
+	qpns := map[uint64]bool{1: true}
+	for _, m := range regexp.MustCompile(`QPN\s+0x([0-9a-fA-F]+)`).FindAllStringSubmatch(toolOutput, -1) {
+		v, _ := strconv.ParseUint(m[1], 16, 32)
+		qpns[v] = true
+	}
+	type flow struct{ src, dst, qp string }
+	type last struct {
+		op  int
+		psn uint64
+	}
+	open := map[flow]last{}
+	seen := map[int]int{}
+	bad := 0
+	for i, l := range lines {
+		f := strings.Split(l, "\t")
+		if len(f) < 7 {
+			t.Fatalf("frame %d: %q", i+1, l)
+		}
+		if !strings.HasSuffix(f[0], ":udp:infiniband") && !strings.Contains(f[0], ":udp:infiniband:") {
+			t.Errorf("frame %d is not decoded as RoCEv2: %s", i+1, f[0])
+		}
+		if f[4] != "1" {
+			bad++
+			if bad < 5 {
+				t.Errorf("frame %d: independent ICRC check failed (%q)", i+1, f[4])
+			}
+		}
+		op, _ := strconv.Atoi(f[1])
+		seen[op]++
+		qp, _ := strconv.ParseUint(strings.TrimPrefix(f[2], "0x"), 16, 32)
+		psn, _ := strconv.ParseUint(f[3], 10, 32)
+		if op < 0x20 && !qpns[qp] {
+			t.Errorf("frame %d: RC packet to QPN %#x, which no tool reported", i+1, qp)
+		}
+		// Within a message: FIRST/MIDDLE are followed by MIDDLE/LAST at PSN+1
+		// (a retransmission may restart the message: a new FIRST).
+		key := flow{f[5], f[6], f[2]}
+		isFirstOrMiddle := op == 0 || op == 1 || op == 6 || op == 7
+		isMiddleOrLast := op == 1 || op == 2 || op == 3 || op == 7 || op == 8 || op == 9
+		if p, ok := open[key]; ok && isMiddleOrLast && psn != (p.psn+1)&0xFFFFFF {
+			t.Errorf("frame %d: opcode %d PSN %d after PSN %d in the same message", i+1, op, psn, p.psn)
+		}
+		if isFirstOrMiddle {
+			open[key] = last{op, psn}
+		} else if op < 0x0c {
+			delete(open, key)
+		}
+	}
+	for _, want := range []struct {
+		op   int
+		name string
+	}{
+		{0, "SEND FIRST"}, {1, "SEND MIDDLE"}, {2, "SEND LAST"}, {4, "SEND ONLY"},
+		{6, "RDMA WRITE FIRST"}, {8, "RDMA WRITE LAST"}, {10, "RDMA WRITE ONLY"},
+		{12, "RDMA READ REQUEST"}, {13, "READ RESPONSE FIRST"}, {15, "READ RESPONSE LAST"},
+		{17, "ACKNOWLEDGE"}, {18, "ATOMIC ACKNOWLEDGE"}, {100, "UD SEND ONLY"},
+	} {
+		if seen[want.op] == 0 {
+			t.Errorf("no %s (opcode %d) in the capture", want.name, want.op)
+		}
+	}
+	if seen[19]+seen[20] == 0 {
+		t.Error("no atomic request in the capture")
+	}
+	t.Logf("%d frames, opcodes %v", len(lines), seen)
+}
