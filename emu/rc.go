@@ -854,7 +854,8 @@ func (d *Device) rcExecute(x *qp, pkt *rxPkt) {
 	case isSendOp(op):
 		if first {
 			d.popRecv(x)
-			x.rc.rwqe, x.rc.rOff, x.rc.inSend = &r, 0, true
+			rw := r
+			x.rc.rwqe, x.rc.rOff, x.rc.inSend = &rw, 0, true
 		}
 		rw := x.rc.rwqe
 		if x.rc.rOff+uint64(len(payload)) > uint64(rw.cap) {

@@ -26,15 +26,14 @@ type Attach func(rx func(frame []byte)) Port
 // Frame buffers: big enough for a 4096-byte PMTU packet with every header.
 const frameBufSize = 4096 + 256
 
-var framePool = sync.Pool{New: func() any { b := make([]byte, frameBufSize); return &b }}
+var framePool = sync.Pool{New: func() any { return new([frameBufSize]byte) }}
 
-func getFrame() []byte { return (*framePool.Get().(*[]byte))[:frameBufSize] }
+func getFrame() []byte { return framePool.Get().(*[frameBufSize]byte)[:] }
 
 // PutFrame returns a frame buffer to the pool (receivers call it when done).
 func PutFrame(b []byte) {
 	if cap(b) >= frameBufSize {
-		b = b[:frameBufSize]
-		framePool.Put(&b)
+		framePool.Put((*[frameBufSize]byte)(b[:frameBufSize]))
 	}
 }
 

@@ -21,7 +21,26 @@ const icrcSeed = 0xDEBB20E3
 // hash/crc32's indirect calls (which would make the ICRC allocate).
 var crcTable = crc32.MakeTable(crc32.IEEE)
 
+var crcSlicing8 = func() (t [8][256]uint32) {
+	t[0] = *crcTable
+	for i := 0; i < 256; i++ {
+		c := t[0][i]
+		for k := 1; k < 8; k++ {
+			c = t[0][c&0xFF] ^ c>>8
+			t[k][i] = c
+		}
+	}
+	return t
+}()
+
 func crcUpdateRaw(reg uint32, p []byte) uint32 {
+	t := &crcSlicing8
+	for len(p) >= 8 {
+		reg ^= binary.LittleEndian.Uint32(p)
+		reg = t[0][p[7]] ^ t[1][p[6]] ^ t[2][p[5]] ^ t[3][p[4]] ^
+			t[4][reg>>24] ^ t[5][reg>>16&0xFF] ^ t[6][reg>>8&0xFF] ^ t[7][reg&0xFF]
+		p = p[8:]
+	}
 	for _, c := range p {
 		reg = crcTable[byte(reg)^c] ^ reg>>8
 	}
