@@ -3,6 +3,7 @@ package qemu
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -117,6 +118,7 @@ type guestSpec struct {
 	switchPath string // the switch's socket
 	devSocket  string // vfio-user socket; "" for none
 	wait       bool
+	reboot     bool // a guest reboot restarts the machine instead of ending QEMU
 }
 
 // kernelCmdline is guest k's kernel command line.
@@ -151,6 +153,9 @@ func qemuArgs(g guestSpec) []string {
 		"-nodefaults", "-nographic", "-serial", "stdio", "-no-reboot",
 		"-kernel", g.kernel, "-initrd", g.initrd, "-append", kernelCmdline(g.index, g.wait),
 		"-netdev", fmt.Sprintf("dgram,id=net0,local.type=unix,local.path=%s,remote.type=unix,remote.path=%s", g.netSocket, g.switchPath),
+	}
+	if g.reboot {
+		args = slices.DeleteFunc(args, func(a string) bool { return a == "-no-reboot" })
 	}
 	dev := Args(DeviceArgs{SocketPath: g.devSocket, MemoryMiB: mem, NetdevID: "net0", MAC: GuestMAC(g.index)})
 	// No iPXE option ROM: the guests boot with -kernel, and it saves boot time.

@@ -46,6 +46,10 @@ type Cluster struct {
 	// Switch is the guests' Ethernet segment (guest k's vmxnet3 is port k);
 	// in-process ports may be attached before Run.
 	Switch *Switch
+	// AllowReboot lets a guest reboot: QEMU restarts the machine (the
+	// device sees the reset and the driver probes again) and the command
+	// runs again with HCAEMU_BOOT counting boots from 1.
+	AllowReboot bool
 }
 
 // GuestResult is the outcome of one guest.
@@ -243,6 +247,7 @@ type guestRun struct {
 	waiting chan struct{}
 	started chan struct{}
 	exited  chan struct{} // QEMU exited
+	boots   int           // HCAEMU-WAIT lines seen: boots of this guest
 	status  int
 	failed  string
 	brief   bool // report the error without the console (the caller stopped us)
@@ -284,7 +289,8 @@ func (c *Cluster) Run(ctx context.Context, script string) ([]GuestResult, error)
 	for k := range guests {
 		g := guestSpec{
 			index: k, memoryMiB: c.MemoryMiB, accel: e.Accel, kernel: e.Kernel, initrd: initrd,
-			netSocket: ports[k], switchPath: sw.Path(), wait: k > 0,
+			netSocket: ports[k], switchPath: sw.Path(), wait: k > 0 || c.AllowReboot,
+			reboot: c.AllowReboot,
 		}
 		if c.Devices {
 			g.devSocket = c.SocketPath(k)
@@ -457,7 +463,15 @@ func (gr *guestRun) read(r io.Reader, out lineWriter) {
 		case evFail:
 			gr.failed = text
 		case evWait:
-			closeOnce(gr.waiting)
+			started = false // a reboot: boot noise until the next STARTED
+			gr.boots++
+			if gr.boots > 1 || gr.k == 0 {
+				// A reboot (or guest 0 waiting because reboots are on):
+				// no ordering to respect, go at once.
+				fmt.Fprintf(gr.stdin, "%s %d\n", markerGo, gr.boots)
+			} else {
+				closeOnce(gr.waiting)
+			}
 		case evStarted:
 			started = true
 			closeOnce(gr.started)

@@ -52,9 +52,13 @@ export HCAEMU_SERVER_IP="$server"
 # Only errors from the kernel from here on, so the console carries the command's output.
 echo 3 > /proc/sys/kernel/printk
 cd /tmp
+export HCAEMU_BOOT=1
 if [ "$wait" = 1 ]; then
 	echo "HCAEMU-WAIT"
-	read go
+	read go boot
+	if [ -n "$boot" ]; then
+		export HCAEMU_BOOT="$boot"
+	fi
 fi
 echo "HCAEMU-STARTED"
 gosh /hcaemu/cmd.sh < /dev/null
