@@ -35,13 +35,9 @@ func (d *Device) cmdCreateCQ(q *req, p *resp) *cmdErr {
 	if uint64(nchunks) < need || nchunks > dma.MaxDirPages {
 		return fail(errInval, "CQ of %d entries needs %d pages, got %d", n, need, nchunks)
 	}
-	if e := d.res.pin(nchunks); e != nil {
+	pages, e := d.pinPages("CQ", pdir, nchunks)
+	if e != nil {
 		return e
-	}
-	pages, err := dma.ReadPageDir(d.mem, pdir, nchunks, dma.MaxDirPages)
-	if err != nil {
-		d.res.unpin(int(nchunks))
-		return fail(errInval, "CQ page directory: %v", err)
 	}
 	c := &cq{ctx: ctx, pages: pages, ring: uverbs.Ring{N: n}}
 	h, e := d.res.cq.add(c)

@@ -400,31 +400,3 @@ func (d *Device) flush(x *qp) {
 		}
 	}
 }
-
-// checkSGEs validates a WQE's SGE list against the QP's PD: every lkey must
-// name a valid MR of that PD (the kernel's DMA MR only for kernel QPs), with
-// LOCAL_WRITE when the device writes into it, and each [addr, addr+len) must
-// lie inside the MR. It returns the total length.
-func (d *Device) checkSGEs(x *qp, sges []uverbs.SGE, write bool) (uint32, uint32) {
-	var total uint64
-	for _, s := range sges {
-		m := d.lookupKey(s.LKey, false)
-		if m == nil || m.pd != x.pd {
-			return 0, uverbs.WCLocProtErr
-		}
-		if write && m.access&accLocalWrite == 0 {
-			return 0, uverbs.WCLocProtErr
-		}
-		if !m.dmaMR {
-			end, ok := dma.End(s.Addr, uint64(s.Length))
-			if !ok || s.Addr < m.start || end > m.start+m.length {
-				return 0, uverbs.WCLocProtErr
-			}
-		}
-		total += uint64(s.Length)
-		if total > 1<<31 {
-			return 0, uverbs.WCLocLenErr
-		}
-	}
-	return uint32(total), uverbs.WCSuccess
-}

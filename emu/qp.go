@@ -505,13 +505,9 @@ func (d *Device) cmdCreateQP(q *req, p *resp) *cmdErr {
 	if uint64(sendChunks) < sPages || uint64(total) < 1+uint64(sendChunks)+rPages {
 		return fail(errInval, "QP pages %d (send %d) too few for SQ %dx%d and RQ %dx%d", total, sendChunks, sWR, sStride, rWR, rStride)
 	}
-	if e := d.res.pin(total); e != nil {
+	pages, e := d.pinPages("QP", pdir, total)
+	if e != nil {
 		return e
-	}
-	pages, err := dma.ReadPageDir(d.mem, pdir, total, dma.MaxDirPages)
-	if err != nil {
-		d.res.unpin(int(total))
-		return fail(errInval, "QP page directory: %v", err)
 	}
 	n := &qp{
 		typ: typ, ctx: ctx, pd: pdh, sendCQ: scqh, recvCQ: rcqh, sigAll: sigAll, pages: pages,
@@ -524,7 +520,6 @@ func (d *Device) cmdCreateQP(q *req, p *resp) *cmdErr {
 		n.srq = srqh
 	}
 	var h uint32
-	var e *cmdErr
 	if typ == QPTypeGSI {
 		h, e = 1, d.res.qp.put(1, n)
 	} else {
@@ -618,13 +613,9 @@ func (d *Device) cmdCreateSRQ(q *req, p *resp) *cmdErr {
 	if uint64(nchunks) < need || nchunks > dma.MaxDirPages {
 		return fail(errInval, "SRQ of %dx%d needs %d pages, got %d", maxWR, stride, need, nchunks)
 	}
-	if e := d.res.pin(nchunks); e != nil {
+	pages, e := d.pinPages("SRQ", pdir, nchunks)
+	if e != nil {
 		return e
-	}
-	pages, err := dma.ReadPageDir(d.mem, pdir, nchunks, dma.MaxDirPages)
-	if err != nil {
-		d.res.unpin(int(nchunks))
-		return fail(errInval, "SRQ page directory: %v", err)
 	}
 	s := &srq{ctx: x.ctx, pd: pdh, pages: pages, limit: limit,
 		q: wq{ring: uverbs.Ring{N: maxWR}, stride: stride, maxSGE: maxSGE, base: dma.PageSize,

@@ -268,10 +268,7 @@ func (d *Device) rcSendPacket(x *qp, p *path, t *txWQE) error {
 	w := &t.w
 	pm := uint32(x.pmtu())
 	i := t.next
-	f := roce.PacketFields{}
-	f.BTH.PKey = roce.DefaultPKey
-	f.BTH.DestQP = x.attr.DestQPN
-	f.BTH.PSN = roce.PSNAdd(t.first, int(i))
+	f := rcFields(x, 0, roce.PSNAdd(t.first, int(i)))
 	var n, off uint32
 	pos := position(i, t.npsn)
 	last := pos >= 2
@@ -751,17 +748,23 @@ func (d *Device) recvRC(x *qp, pkt *rxPkt) {
 	d.rcExecute(x, pkt)
 }
 
+// rcFields starts the fields of a packet to the QP's peer.
+func rcFields(x *qp, op roce.Opcode, psn uint32) roce.PacketFields {
+	f := roce.PacketFields{}
+	f.BTH.Opcode = op
+	f.BTH.PKey = roce.DefaultPKey
+	f.BTH.DestQP = x.attr.DestQPN
+	f.BTH.PSN = psn
+	return f
+}
+
 // rcSendAck sends an ACK or NAK with the current MSN.
 func (d *Device) rcSendAck(x *qp, psn uint32, syn roce.Syndrome) {
 	p, ok := d.rcPath(x)
 	if !ok {
 		return
 	}
-	f := roce.PacketFields{}
-	f.BTH.Opcode = roce.RCAcknowledge
-	f.BTH.PKey = roce.DefaultPKey
-	f.BTH.DestQP = x.attr.DestQPN
-	f.BTH.PSN = psn
+	f := rcFields(x, roce.RCAcknowledge, psn)
 	f.AETH = roce.AETHFields{Syndrome: syn, MSN: x.rc.msn}
 	d.transmit(&p, &f, 0, nil)
 }
@@ -1063,10 +1066,7 @@ func (d *Device) rcReadRespond(x *qp, r *rdRes, from uint32) {
 	start := uint32(roce.PSNDiff(from, r.first))
 	m := d.lookupKey(r.rkey, true)
 	for i := start; i < cnt; i++ {
-		f := roce.PacketFields{}
-		f.BTH.PKey = roce.DefaultPKey
-		f.BTH.DestQP = x.attr.DestQPN
-		f.BTH.PSN = roce.PSNAdd(r.first, int(i))
+		f := rcFields(x, 0, roce.PSNAdd(r.first, int(i)))
 		switch position(i, cnt) {
 		case 0:
 			f.BTH.Opcode = roce.RCRDMAReadResponseFirst
@@ -1100,11 +1100,7 @@ func (d *Device) rcAtomicAck(x *qp, r *rdRes) {
 	if !ok {
 		return
 	}
-	f := roce.PacketFields{}
-	f.BTH.Opcode = roce.RCAtomicAcknowledge
-	f.BTH.PKey = roce.DefaultPKey
-	f.BTH.DestQP = x.attr.DestQPN
-	f.BTH.PSN = r.first
+	f := rcFields(x, roce.RCAtomicAcknowledge, r.first)
 	f.AETH = roce.AETHFields{Syndrome: roce.SyndromeACKNoCredit, MSN: x.rc.msn}
 	f.AtomicAckETH = r.orig
 	d.transmit(&p, &f, 0, nil)

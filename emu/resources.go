@@ -160,6 +160,20 @@ func (r *resources) pin(n uint32) *cmdErr {
 
 func (r *resources) unpin(n int) { r.pinned -= uint64(n) }
 
+// pinPages reads the page list of a new object (n pages from the directory
+// at pdir, read once and kept) and counts it against the page budget.
+func (d *Device) pinPages(what string, pdir uint64, n uint32) (dma.Pages, *cmdErr) {
+	if e := d.res.pin(n); e != nil {
+		return nil, e
+	}
+	pages, err := dma.ReadPageDir(d.mem, pdir, n, dma.MaxDirPages)
+	if err != nil {
+		d.res.unpin(int(n))
+		return nil, fail(errInval, "%s page directory: %v", what, err)
+	}
+	return pages, nil
+}
+
 // destroyContextObjects frees whatever a user context still holds (a process
 // that died without cleaning up), children before parents.
 func (d *Device) destroyContextObjects(ctx uint32) {
@@ -275,13 +289,9 @@ func (d *Device) cmdCreateMR(q *req, p *resp) *cmdErr {
 		if uint64(nchunks) != want {
 			return fail(errInval, "MR nchunks %d, [%#x,+%#x) spans %d pages", nchunks, start, length, want)
 		}
-		if e := d.res.pin(nchunks); e != nil {
+		pages, e := d.pinPages("MR", pdir, nchunks)
+		if e != nil {
 			return e
-		}
-		pages, err := dma.ReadPageDir(d.mem, pdir, nchunks, dma.MaxDirPages)
-		if err != nil {
-			d.res.unpin(int(nchunks))
-			return fail(errInval, "MR page directory: %v", err)
 		}
 		m.pages, m.start, m.length, m.valid = pages, start, length, true
 	default:

@@ -127,8 +127,11 @@ type seg struct {
 	n    uint64
 }
 
-// segsFor validates a WQE's SGEs against the QP's PD (see checkSGEs) and
-// returns them as segments with their total length.
+// segsFor validates a WQE's SGE list against the QP's PD: every lkey must
+// name a valid MR of that PD (the kernel's DMA MR only for kernel QPs), with
+// LOCAL_WRITE when the device writes into it, and each [addr, addr+len) must
+// lie inside the MR; the total must fit 31 bits. It returns the segments,
+// their total length and a completion status.
 func (d *Device) segsFor(x *qp, sges []uverbs.SGE, write bool) ([]seg, uint32, uint32) {
 	segs := make([]seg, 0, len(sges))
 	var total uint64
