@@ -2,6 +2,7 @@ package emu
 
 import (
 	"sync"
+	"time"
 
 	"github.com/hcaemu/hcaemu/dma"
 	"github.com/hcaemu/hcaemu/doorbell"
@@ -30,6 +31,9 @@ const (
 	kickSend  = 1
 	kickRecv  = 2
 	kickTimer = 4
+	kickResp  = 8 // the RC responder has queued responses to send
+
+	backoff = 50 * time.Microsecond // wait for a busy receiver
 
 	rxQueue = 8192 // frames queued per device; beyond that the wire drops
 )
@@ -110,6 +114,8 @@ func (e *engine) run(d *Device) {
 		e.pending, e.barriers = make(map[uint64]uint32, len(work)), nil
 		if len(fired) > 0 {
 			e.fired = map[uint32]uint64{}
+		} else {
+			fired = nil // e.fired stays the timers'; never read it unlocked
 		}
 		e.mu.Unlock()
 		d.mu.Lock()
@@ -148,16 +154,24 @@ func (e *engine) drainRx() {
 	}
 }
 
-// receive takes a frame from the fabric (any goroutine; never blocks).
-func (d *Device) receive(frame []byte) {
+// receive takes a frame from the fabric (any goroutine; never blocks). A
+// full queue drops the frame and reports it, so the sender backs off.
+func (d *Device) receive(frame []byte) bool {
 	select {
 	case d.eng.rx <- frame:
+		return true
 	default:
 		d.eng.mu.Lock()
 		d.eng.rxDrops++
 		d.eng.mu.Unlock()
 		PutFrame(frame)
+		return false
 	}
+}
+
+// kickLater services QP h again after a short back-off (a busy receiver).
+func (e *engine) kickLater(h, flags uint32) {
+	time.AfterFunc(backoff, func() { e.kick(kickQP, h, flags) })
 }
 
 // sync waits until the work queued before the call has been done.
@@ -268,6 +282,9 @@ func (d *Device) serviceQP(x *qp, flags uint32) {
 		}
 	}
 	if x.typ == QPTypeRC {
+		if flags&kickResp != 0 {
+			d.rcFlushOut(x)
+		}
 		if flags&(kickSend|kickTimer) != 0 {
 			d.rcPump(x)
 		}

@@ -2,6 +2,7 @@ package emu
 
 import (
 	"encoding/binary"
+	"errors"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -69,7 +70,29 @@ type rcState struct {
 	resNext int
 	// writeLen is the DMA length of the WRITE in progress.
 	writeLen uint32
+	// out holds responses waiting behind a READ response stream, in PSN
+	// order.
+	out []respItem
 }
+
+// respItem is a response the responder owes: a READ response stream (sent
+// in bounded batches, so a large READ cannot overflow the requester's
+// queue), an atomic acknowledge, or an ACK/NAK.
+type respItem struct {
+	kind uint8 // respRead, respAtomic, respAck
+	res  rdRes // a copy: the resource ring may recycle the entry
+	next uint32
+	psn  uint32
+	syn  roce.Syndrome
+}
+
+const (
+	respRead = iota
+	respAtomic
+	respAck
+
+	respBatch = 64 // READ response packets per engine turn
+)
 
 // rdRes is a responder resource: a READ or atomic that can be replayed.
 type rdRes struct {
@@ -219,6 +242,10 @@ func (d *Device) rcPump(x *qp) {
 				goto out
 			}
 			if err := d.rcSendPacket(x, &p, t); err != nil {
+				if errors.Is(err, errPeerBusy) {
+					d.eng.kickLater(x.handle, kickSend)
+					return
+				}
 				d.completeTxError(x, t, uverbs.WCLocProtErr)
 				return
 			}
@@ -758,20 +785,69 @@ func rcFields(x *qp, op roce.Opcode, psn uint32) roce.PacketFields {
 	return f
 }
 
-// rcSendAck sends an ACK or NAK with the current MSN.
+// rcSendAck sends an ACK or NAK with the current MSN, after any responses
+// still queued.
 func (d *Device) rcSendAck(x *qp, psn uint32, syn roce.Syndrome) {
+	d.rcRespond(x, respItem{kind: respAck, psn: psn, syn: syn})
+}
+
+// rcRespond sends a response now, or queues it behind the ones waiting.
+func (d *Device) rcRespond(x *qp, it respItem) {
+	x.rc.out = append(x.rc.out, it)
+	if len(x.rc.out) == 1 {
+		d.rcFlushOut(x)
+	}
+}
+
+// rcFlushOut sends queued responses in order: at most respBatch READ
+// response packets per call; the engine is kicked to go on (later, when the
+// requester's queue is full).
+func (d *Device) rcFlushOut(x *qp) {
+	budget := respBatch
+	for len(x.rc.out) > 0 {
+		it := &x.rc.out[0]
+		var err error
+		switch it.kind {
+		case respAck:
+			err = d.rcSendAckNow(x, it.psn, it.syn)
+		case respAtomic:
+			err = d.rcAtomicAck(x, &it.res)
+		case respRead:
+			for err == nil && it.next < it.res.count() && budget > 0 {
+				if err = d.rcReadPacket(x, &it.res, it.next); err == nil {
+					it.next++
+					budget--
+				}
+			}
+			if err == nil && it.next < it.res.count() {
+				d.eng.kick(kickQP, x.handle, kickResp)
+				return
+			}
+		}
+		if errors.Is(err, errPeerBusy) {
+			d.eng.kickLater(x.handle, kickResp)
+			return
+		}
+		x.rc.out = x.rc.out[1:]
+	}
+	x.rc.out = nil
+}
+
+// rcSendAckNow sends an ACK or NAK with the current MSN.
+func (d *Device) rcSendAckNow(x *qp, psn uint32, syn roce.Syndrome) error {
 	p, ok := d.rcPath(x)
 	if !ok {
-		return
+		return nil
 	}
 	f := rcFields(x, roce.RCAcknowledge, psn)
 	f.AETH = roce.AETHFields{Syndrome: syn, MSN: x.rc.msn}
-	d.transmit(&p, &f, 0, nil)
+	return d.transmit(&p, &f, 0, nil)
 }
 
-// rcNAK sends a class-C NAK and moves the QP to ERR.
+// rcNAK sends a class-C NAK (at once: the QP stops here) and moves the QP
+// to ERR.
 func (d *Device) rcNAK(x *qp, psn uint32, code roce.NAKCode, ev uint32) {
-	d.rcSendAck(x, psn, roce.NAKSyndrome(code))
+	d.rcSendAckNow(x, psn, roce.NAKSyndrome(code))
 	d.qpError(x, ev)
 }
 
@@ -984,7 +1060,7 @@ func (d *Device) rcExecute(x *qp, pkt *rxPkt) {
 		*res = rdRes{valid: true, atomic: true, first: psn, last: psn, va: va, rkey: key, length: 8, orig: orig}
 		x.rc.msn = roce.PSNAdd(x.rc.msn, 1)
 		x.rc.ePSN = roce.PSNAdd(psn, 1)
-		d.rcAtomicAck(x, res)
+		d.rcRespond(x, respItem{kind: respAtomic, res: *res})
 		return
 	default:
 		d.rcNAK(x, psn, roce.NAKInvalidRequest, EvQPReqErr)
@@ -1055,55 +1131,72 @@ func (d *Device) mrAtomic(m *mr, va uint64, cas bool, compare, swapAdd uint64) (
 	return orig, err
 }
 
-// rcReadRespond sends READ response packets for resource r starting at psn.
+// rcReadRespond queues the READ responses of resource r from PSN from on
+// (a duplicate READ restarts a stream still queued).
 func (d *Device) rcReadRespond(x *qp, r *rdRes, from uint32) {
-	p, ok := d.rcPath(x)
-	if !ok {
-		return
-	}
-	pm := uint32(x.pmtu())
-	cnt := uint32(roce.PSNDiff(r.last, r.first)) + 1
-	start := uint32(roce.PSNDiff(from, r.first))
-	m := d.lookupKey(r.rkey, true)
-	for i := start; i < cnt; i++ {
-		f := rcFields(x, 0, roce.PSNAdd(r.first, int(i)))
-		switch position(i, cnt) {
-		case 0:
-			f.BTH.Opcode = roce.RCRDMAReadResponseFirst
-		case 1:
-			f.BTH.Opcode = roce.RCRDMAReadResponseMiddle
-		case 2:
-			f.BTH.Opcode = roce.RCRDMAReadResponseLast
-		default:
-			f.BTH.Opcode = roce.RCRDMAReadResponseOnly
-		}
-		f.AETH = roce.AETHFields{Syndrome: roce.SyndromeACKNoCredit, MSN: x.rc.msn}
-		off := i * pm
-		n := min(pm, r.length-min(off, r.length))
-		var gather func([]byte) error
-		if n > 0 {
-			if m == nil {
-				return
-			}
-			va := r.va + uint64(off)
-			gather = func(b []byte) error { return d.mrRead(m, va, b) }
-		}
-		if err := d.transmit(&p, &f, int(n), gather); err != nil {
-			d.log.Debug("READ response failed", "qp", x.handle, "err", err)
+	next := uint32(roce.PSNDiff(from, r.first))
+	for i := range x.rc.out {
+		if it := &x.rc.out[i]; it.kind == respRead && it.res.first == r.first {
+			it.next = min(it.next, next)
 			return
 		}
 	}
+	d.rcRespond(x, respItem{kind: respRead, res: *r, next: next})
 }
 
-func (d *Device) rcAtomicAck(x *qp, r *rdRes) {
+// count is the number of response packets of a READ resource.
+func (r *rdRes) count() uint32 { return uint32(roce.PSNDiff(r.last, r.first)) + 1 }
+
+// rcReadPacket sends READ response packet i of resource r.
+func (d *Device) rcReadPacket(x *qp, r *rdRes, i uint32) error {
 	p, ok := d.rcPath(x)
 	if !ok {
-		return
+		return nil
+	}
+	pm := uint32(x.pmtu())
+	cnt := r.count()
+	f := rcFields(x, 0, roce.PSNAdd(r.first, int(i)))
+	switch position(i, cnt) {
+	case 0:
+		f.BTH.Opcode = roce.RCRDMAReadResponseFirst
+	case 1:
+		f.BTH.Opcode = roce.RCRDMAReadResponseMiddle
+	case 2:
+		f.BTH.Opcode = roce.RCRDMAReadResponseLast
+	default:
+		f.BTH.Opcode = roce.RCRDMAReadResponseOnly
+	}
+	if f.BTH.Opcode != roce.RCRDMAReadResponseMiddle {
+		f.AETH = roce.AETHFields{Syndrome: roce.SyndromeACKNoCredit, MSN: x.rc.msn}
+	}
+	off := i * pm
+	n := min(pm, r.length-min(off, r.length))
+	var gather func([]byte) error
+	if n > 0 {
+		m := d.lookupKey(r.rkey, true)
+		if m == nil {
+			return nil // invalidated since: the requester will time out
+		}
+		va := r.va + uint64(off)
+		gather = func(b []byte) error { return d.mrRead(m, va, b) }
+	}
+	err := d.transmit(&p, &f, int(n), gather)
+	if err != nil && !errors.Is(err, errPeerBusy) {
+		d.log.Debug("READ response failed", "qp", x.handle, "err", err)
+		return nil
+	}
+	return err
+}
+
+func (d *Device) rcAtomicAck(x *qp, r *rdRes) error {
+	p, ok := d.rcPath(x)
+	if !ok {
+		return nil
 	}
 	f := rcFields(x, roce.RCAtomicAcknowledge, r.first)
 	f.AETH = roce.AETHFields{Syndrome: roce.SyndromeACKNoCredit, MSN: x.rc.msn}
 	f.AtomicAckETH = r.orig
-	d.transmit(&p, &f, 0, nil)
+	return d.transmit(&p, &f, 0, nil)
 }
 
 // rcDuplicate answers a duplicate request (rocev2.md §4.6).
@@ -1126,7 +1219,7 @@ func (d *Device) rcDuplicate(x *qp, pkt *rxPkt) {
 		for i := range x.rc.res {
 			r := &x.rc.res[i]
 			if r.valid && r.atomic && r.first == pkt.psn {
-				d.rcAtomicAck(x, r)
+				d.rcRespond(x, respItem{kind: respAtomic, res: *r})
 				return
 			}
 		}

@@ -1,6 +1,7 @@
 package emu
 
 import (
+	"errors"
 	"net/netip"
 	"sync"
 
@@ -12,7 +13,8 @@ import (
 // Port is the HCA's attachment to the fabric (a *fabric.Port).
 type Port interface {
 	// Send puts a RoCEv2 Ethernet frame on the wire; the port owns it after.
-	Send(frame []byte)
+	// It returns false when the receiver's queue was full (backpressure).
+	Send(frame []byte) bool
 	// SetAddrs announces the IP addresses (GIDs) this HCA answers to.
 	SetAddrs(addrs []netip.Addr)
 	// Detach leaves the fabric.
@@ -20,8 +22,12 @@ type Port interface {
 }
 
 // Attach connects a device to a fabric: rx is called with each frame for
-// the device (it never blocks).
-type Attach func(rx func(frame []byte)) Port
+// the device (it never blocks; false: queue full, frame dropped).
+type Attach func(rx func(frame []byte) bool) Port
+
+// errPeerBusy reports a frame the receiver's full queue refused: send it again
+// a little later.
+var errPeerBusy = errors.New("receiver busy")
 
 // Frame buffers: big enough for a 4096-byte PMTU packet with every header.
 const frameBufSize = 4096 + 256
@@ -116,7 +122,9 @@ func (d *Device) transmit(p *path, f *roce.PacketFields, n int, gather func(dst 
 		PutFrame(buf)
 		return err
 	}
-	d.port.Send(frame)
+	if !d.port.Send(frame) {
+		return errPeerBusy
+	}
 	return nil
 }
 

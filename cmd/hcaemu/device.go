@@ -58,7 +58,7 @@ func (h *hcas) close() error {
 func (h *hcas) factory(name string, mac [6]byte) vfio.NewDevice {
 	return func(host vfio.Host) (vfio.Device, error) {
 		d := emu.New(emu.Config{Name: name, Mem: host.Mem, MSIX: host.MSIX, MAC: mac, Log: h.log,
-			Attach: func(rx func([]byte)) emu.Port { return h.sw.Attach(name, mac, rx) }})
+			Attach: func(rx func([]byte) bool) emu.Port { return h.sw.Attach(name, mac, rx) }})
 		return d, nil
 	}
 }

@@ -12,9 +12,9 @@ import (
 // traffic.
 func Capture(w *roce.PcapWriter) Decorator {
 	return func(next Link) Link {
-		return LinkFunc(func(from *Port, frame []byte) {
+		return LinkFunc(func(from *Port, frame []byte) bool {
 			w.WritePacket(time.Now(), frame)
-			next.Send(from, frame)
+			return next.Send(from, frame)
 		})
 	}
 }

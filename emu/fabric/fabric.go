@@ -17,19 +17,22 @@ import (
 )
 
 // Receiver takes a frame delivered to a port. It must not block and owns the
-// frame afterwards.
-type Receiver func(frame []byte)
+// frame afterwards. It returns false when its queue is full and it dropped
+// the frame: the sender may back off and send again.
+type Receiver func(frame []byte) bool
 
 // Link is where a port's frames go: Send may drop, duplicate, delay or copy
-// them, and must not block for long.
+// them, and must not block for long. It returns false only when the
+// receiving port refused the frame because its queue is full (a frame lost
+// on the way counts as sent).
 type Link interface {
-	Send(from *Port, frame []byte)
+	Send(from *Port, frame []byte) bool
 }
 
 // LinkFunc adapts a function to Link.
-type LinkFunc func(from *Port, frame []byte)
+type LinkFunc func(from *Port, frame []byte) bool
 
-func (f LinkFunc) Send(from *Port, frame []byte) { f(from, frame) }
+func (f LinkFunc) Send(from *Port, frame []byte) bool { return f(from, frame) }
 
 // Decorator wraps a link (capture, fault injection).
 type Decorator func(next Link) Link
@@ -106,12 +109,13 @@ func (p *Port) SetAddrs(addrs []netip.Addr) {
 	}
 }
 
-// Send puts a frame on the wire. The caller gives up the frame.
-func (p *Port) Send(frame []byte) {
+// Send puts a frame on the wire. The caller gives up the frame. It returns
+// false when the receiving port's queue was full (backpressure).
+func (p *Port) Send(frame []byte) bool {
 	if p.gone.Load() {
-		return
+		return true
 	}
-	p.sw.link.Send(p, frame)
+	return p.sw.link.Send(p, frame)
 }
 
 // Detach disconnects the port; frames for its addresses are dropped.
@@ -145,21 +149,25 @@ func DstIP(frame []byte) (netip.Addr, bool) {
 }
 
 // forward delivers a frame to the port owning its destination address.
-func (s *Switch) forward(from *Port, frame []byte) {
+func (s *Switch) forward(from *Port, frame []byte) bool {
 	dst, ok := DstIP(frame)
 	if !ok {
 		s.Dropped.Add(1)
-		return
+		return true
 	}
 	s.mu.RLock()
 	to := s.byIP[dst.Unmap()]
 	s.mu.RUnlock()
 	if to == nil || to.gone.Load() {
 		s.Dropped.Add(1)
-		return
+		return true
+	}
+	if !to.rx(frame) {
+		s.Dropped.Add(1)
+		return false
 	}
 	s.Forwarded.Add(1)
-	to.rx(frame)
+	return true
 }
 
 // Owner reports which port owns an address (for logs and tests).
