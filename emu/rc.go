@@ -990,6 +990,7 @@ func (d *Device) rcExecute(x *qp, pkt *rxPkt) {
 				}
 			}
 			x.rc.wMR, x.rc.wVA, x.rc.wRem, x.rc.inWrite = m, va, n, true
+			x.rc.writeLen = uint32(n)
 		}
 		// 7. Payload against the RETH length.
 		n := uint64(len(payload))
@@ -1012,14 +1013,11 @@ func (d *Device) rcExecute(x *qp, pkt *rxPkt) {
 			x.rc.msn = roce.PSNAdd(x.rc.msn, 1)
 			if needRQ {
 				d.popRecv(x)
-				e := uverbs.CQE{WRID: r.w.WRID, Opcode: uverbs.WCRecvRDMAImm, ByteLen: pkt.rethLen(x)}
+				e := uverbs.CQE{WRID: r.w.WRID, Opcode: uverbs.WCRecvRDMAImm, ByteLen: x.rc.writeLen}
 				copy(e.ImmData[:], pkt.p.ImmDt)
 				e.WCFlags |= uverbs.WCFlagImm
 				d.completeRecv(x, &e, pkt.p.BTH.SE())
 			}
-		}
-		if first {
-			x.rc.writeLen = uint32(x.rc.wRem + n)
 		}
 	case op == roce.RCRDMAReadRequest:
 		reth := pkt.p.RETH
@@ -1071,9 +1069,6 @@ func (d *Device) rcExecute(x *qp, pkt *rxPkt) {
 		d.rcSendAck(x, psn, roce.SyndromeACKNoCredit)
 	}
 }
-
-// rethLen is the DMA length of the WRITE the packet ends.
-func (pkt *rxPkt) rethLen(x *qp) uint32 { return x.rc.writeLen }
 
 // rcNewRes recycles the oldest responder resource.
 func (d *Device) rcNewRes(x *qp) *rdRes {

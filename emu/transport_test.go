@@ -199,6 +199,7 @@ func TestRCOpcodes(t *testing.T) {
 		{"RDMA_WRITE", n, uverbs.OpRDMAWrite, false, uverbs.WCRDMAWrite, 0, false},
 		{"RDMA_WRITE small", 17, uverbs.OpRDMAWrite, false, uverbs.WCRDMAWrite, 0, false},
 		{"RDMA_WRITE_WITH_IMM", 2048, uverbs.OpRDMAWriteImm, true, uverbs.WCRDMAWrite, uverbs.WCRecvRDMAImm, true},
+		{"RDMA_WRITE_WITH_IMM one packet", 100, uverbs.OpRDMAWriteImm, true, uverbs.WCRDMAWrite, uverbs.WCRecvRDMAImm, true},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
