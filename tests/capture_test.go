@@ -52,6 +52,7 @@ func checkCapture(t *testing.T, pcap, toolOutput string) {
 	}
 	open := map[flow]last{}
 	seen := map[int]int{}
+	qp1 := 0
 	bad := 0
 	for i, l := range lines {
 		f := strings.Split(l, "\t")
@@ -69,6 +70,9 @@ func checkCapture(t *testing.T, pcap, toolOutput string) {
 		}
 		op, _ := strconv.Atoi(f[1])
 		seen[op]++
+		if op == 100 && f[2] == "0x000001" {
+			qp1++
+		}
 		qp, _ := strconv.ParseUint(strings.TrimPrefix(f[2], "0x"), 16, 32)
 		psn, _ := strconv.ParseUint(f[3], 10, 32)
 		if op < 0x20 && !qpns[qp] {
@@ -103,6 +107,9 @@ func checkCapture(t *testing.T, pcap, toolOutput string) {
 	}
 	if seen[19]+seen[20] == 0 {
 		t.Error("no atomic request in the capture")
+	}
+	if qp1 == 0 {
+		t.Error("no datagram to QP1 (CM MADs) in the capture")
 	}
 	t.Logf("%d frames, opcodes %v", len(lines), seen)
 }

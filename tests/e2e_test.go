@@ -165,12 +165,21 @@ func TestE2EDataPath(t *testing.T) {
 	for _, s := range steps {
 		script += "run " + s + "\n"
 	}
+	// rdma_cm: connection set up with CM MADs over the GSI QP (QP1).
+	script += `if [ -z "$HCAEMU_SERVER_IP" ]; then
+  rping -s -v -C 5 -a 10.0.0.1
+  st=$?; echo "RESULT $st rping"; if [ $st -ne 0 ]; then failed=1; fi
+else
+  run rping -c -v -C 5 -a
+fi
+`
 	script += `ibv_uc_pingpong -g 1 -n 5 $HCAEMU_SERVER_IP; echo "UC-STATUS $?"` + "\n" + "exit $failed\n"
 	out, code := hcaemuRun(t, "--guests", "2", "--timeout", "15m", "--pcap", pcap, "--", script)
 	for k := 0; k < 2; k++ {
 		for _, s := range steps {
 			mustContain(t, out, k, regexp.QuoteMeta("RESULT 0 "+s))
 		}
+		mustContain(t, out, k, `RESULT 0 rping`, `ping data: rdma-ping-4`)
 		// UC QPs do not exist in vmw_pvrdma: creation fails at once.
 		mustContain(t, out, k, `Couldn't create QP`, `UC-STATUS 1`)
 	}
