@@ -35,6 +35,7 @@ type txWQE struct {
 	npsn   uint32 // PSNs it uses: packets, or READ response packets
 	next   uint32 // next packet to (re)send; READ/atomic: 0 or 1 (request sent)
 	resp   uint32 // READ: response packets placed
+	gap    uint32 // READ: 1 + the response index last re-requested after a gap
 	done   bool
 	status uint32 // a local error found when it was taken
 	local  bool   // LOCAL_INV / FAST_REG_MR: no packets
@@ -339,8 +340,10 @@ func (d *Device) rcSendPacket(x *qp, p *path, t *txWQE) error {
 		}
 	case uverbs.OpRDMARead:
 		va, rkey := w.RDMA()
+		done := min(t.resp*pm, t.length) // bytes already placed (a re-request)
 		f.BTH.Opcode = roce.RCRDMAReadRequest
-		f.RETH = roce.RETHFields{VA: va, RKey: rkey, DMALength: t.length}
+		f.BTH.PSN = roce.PSNAdd(t.first, int(t.resp))
+		f.RETH = roce.RETHFields{VA: va + uint64(done), RKey: rkey, DMALength: t.length - done}
 		last = true
 	case uverbs.OpAtomicCmpSwp, uverbs.OpAtomicFetchAdd:
 		va, cmpAdd, swap, rkey := w.Atomic()
@@ -442,7 +445,13 @@ func (d *Device) rcRewind(x *qp, from uint32) {
 			continue
 		}
 		if t.rdAtom {
-			t.next, t.resp = 0, 0
+			// Re-request: an atomic whole (the responder replays its saved
+			// result), a READ from its first missing response on, so a
+			// lossy link cannot keep a long READ from ever finishing.
+			t.next = 0
+			if t.w.Opcode != uverbs.OpRDMARead {
+				t.resp = 0
+			}
 			continue
 		}
 		if roce.PSNDiff(from, t.first) <= 0 {
@@ -671,8 +680,18 @@ func (d *Device) rcReadResponse(x *qp, pkt *rxPkt) {
 		}
 		break
 	}
-	if t == nil || pkt.psn != roce.PSNAdd(t.first, int(t.resp)) {
-		return // duplicate or out of order: dropped
+	if t == nil {
+		return
+	}
+	if want := roce.PSNAdd(t.first, int(t.resp)); pkt.psn != want {
+		// A response past a gap: the ones before it were lost. Ask again
+		// from the first missing one at once (once per gap), as rxe does,
+		// instead of waiting for the timer.
+		if roce.PSNDiff(pkt.psn, want) > 0 && t.gap != t.resp+1 {
+			t.gap = t.resp + 1
+			d.rcRewind(x, want)
+		}
+		return
 	}
 	op := pkt.p.Opcode()
 	wantFirst := t.resp == 0
