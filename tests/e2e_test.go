@@ -173,6 +173,9 @@ else
   run rping -c -v -C 5 -a
 fi
 `
+	// A UD message is one packet: ibv_ud_pingpong refuses sizes above the
+	// port's active MTU (1024) before it sends anything.
+	script += `ibv_ud_pingpong -g 1 -s 2048 -n 5 $HCAEMU_SERVER_IP; echo "UD-BIG-STATUS $?"` + "\n"
 	script += `ibv_uc_pingpong -g 1 -n 5 $HCAEMU_SERVER_IP; echo "UC-STATUS $?"` + "\n" + "exit $failed\n"
 	out, code := hcaemuRun(t, "--guests", "2", "--timeout", "15m", "--pcap", pcap, "--", script)
 	for k := 0; k < 2; k++ {
@@ -182,6 +185,7 @@ fi
 		mustContain(t, out, k, `RESULT 0 rping`, `ping data: rdma-ping-4`)
 		// UC QPs do not exist in vmw_pvrdma: creation fails at once.
 		mustContain(t, out, k, `Couldn't create QP`, `UC-STATUS 1`)
+		mustContain(t, out, k, regexp.QuoteMeta(`Requested size larger than port MTU (1024)`), `UD-BIG-STATUS 1`)
 	}
 	if code != 0 {
 		t.Errorf("hcaemu run exited %d", code)
