@@ -3,6 +3,7 @@ package emu
 import (
 	"encoding/binary"
 	"fmt"
+	"net"
 	"net/netip"
 )
 
@@ -224,6 +225,12 @@ func (d *Device) cmdCreateBind(q *req, p *resp) *cmdErr {
 	g.Valid = true
 	d.res.gids[idx] = g
 	d.log.Info("GID bound", "index", idx, "gid", g.String())
+	if mac, ok := macFromLinkLocal(g.GID); ok && mac != d.wireMAC {
+		// The driver binds the port's default GID from the paired vmxnet3's
+		// MAC: that is the MAC its RoCE frames carry.
+		d.wireMAC = mac
+		d.log.Info("source MAC from the default GID", "mac", net.HardwareAddr(mac[:]).String())
+	}
 	d.announce()
 	return nil
 }
@@ -239,6 +246,15 @@ func (d *Device) cmdDestroyBind(q *req, p *resp) *cmdErr {
 	d.res.gids[idx] = GIDEntry{}
 	d.announce()
 	return nil
+}
+
+// macFromLinkLocal inverts the EUI-64 of a link-local GID fe80::/64
+// (xx:xx:xx:ff:fe:xx:xx:xx with the universal/local bit flipped).
+func macFromLinkLocal(g [16]byte) ([6]byte, bool) {
+	if g[0] != 0xfe || g[1] != 0x80 || g[2]|g[3]|g[4]|g[5]|g[6]|g[7] != 0 || g[11] != 0xff || g[12] != 0xfe {
+		return [6]byte{}, false
+	}
+	return [6]byte{g[8] ^ 2, g[9], g[10], g[13], g[14], g[15]}, true
 }
 
 // announce tells the fabric which addresses (GIDs) this HCA owns.

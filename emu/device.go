@@ -87,7 +87,7 @@ type Device struct {
 	name string
 	log  *slog.Logger
 	caps Caps
-	mac  [6]byte
+	mac  [6]byte // configured: node GUID, MACL/MACH
 	msix func(int)
 	pci  *mmio.Config
 	mem  busMem
@@ -102,10 +102,11 @@ type Device struct {
 	icr, imr        uint32
 	macl, mach      uint32
 	// State from the DSR, nil until loaded.
-	dsr    *dsrState
-	active bool
-	res    resources
-	closed bool
+	dsr     *dsrState
+	active  bool
+	wireMAC [6]byte // source MAC of RoCE frames: the vmxnet3's, learnt from the default GID
+	res     resources
+	closed  bool
 }
 
 // New creates a device in its power-on state.
@@ -162,6 +163,7 @@ func (d *Device) powerOn() {
 	d.mach = uint32(binary.LittleEndian.Uint16(d.mac[4:6]))
 	d.dsr = nil
 	d.active = false
+	d.wireMAC = d.mac
 	d.res.init(&d.caps)
 }
 

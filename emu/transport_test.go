@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"net/netip"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,8 +34,12 @@ func newHost(t *testing.T, sw *fabric.Switch, k int) *host {
 	t.Helper()
 	mac := [6]byte{0x00, 0x50, 0x56, 0, 0, byte(k)}
 	drv := emutest.New(64 << 20)
+	// Configured with another MAC than the one of the default GID below:
+	// frames must carry the default GID's (the vmxnet3's).
+	cfgMAC := mac
+	cfgMAC[3] = 0xEE
 	dev := emu.New(emu.Config{Name: "hca" + string(rune('0'+k)), Mem: drv.RAM, MSIX: drv.IRQ.Raise,
-		Log: testLog(t), MAC: mac, Attach: attachTo(sw, "hca", mac)})
+		Log: testLog(t), MAC: cfgMAC, Attach: attachTo(sw, "hca", mac)})
 	t.Cleanup(dev.Close)
 	drv.Dev = dev
 	h := &host{rig: &rig{Driver: drv, dev: dev}, mac: mac, ip: netip.AddrFrom4([4]byte{10, 0, 0, byte(k)})}
@@ -550,5 +555,41 @@ func TestRCLargeMessages(t *testing.T) {
 	}
 	if !bytes.Equal(a.RAM.Mem[bufA:bufA+n], b.RAM.Mem[bufB:bufB+n]) {
 		t.Fatal("12 MiB WRITE data differs")
+	}
+}
+
+// TestSourceMAC: frames carry the MAC of the paired vmxnet3, which the
+// device learns from the default (link-local) GID the driver binds, not the
+// MAC it was configured with.
+func TestSourceMAC(t *testing.T) {
+	checkGoroutines(t)
+	var mu sync.Mutex
+	var srcs [][6]byte
+	sw := fabric.NewSwitch(func(next fabric.Link) fabric.Link {
+		return fabric.LinkFunc(func(from *fabric.Port, f []byte) bool {
+			mu.Lock()
+			srcs = append(srcs, [6]byte(f[6:12]))
+			mu.Unlock()
+			return next.Send(from, f)
+		})
+	})
+	a, b := newHost(t, sw, 1), newHost(t, sw, 2) // link-local GIDs fe80::250:56ff:fe00:k
+	src, lk, _ := a.mr(t, 4096, allAccess)
+	dst, lk2, _ := b.mr(t, 4096, allAccess)
+	qa, qb := pairRC(t, a, b, defaultRC(), defaultRC())
+	qb.PostRecv(uverbs.RecvWQE{WRID: 1, SGE: []uverbs.SGE{{Addr: dst, Length: 100, LKey: lk2}}})
+	qa.PostSend(send(uverbs.OpSend, 2, 0, uverbs.SGE{Addr: src, Length: 10, LKey: lk}))
+	poll(t, a.cq, a, b)
+	poll(t, b.cq, a, b)
+	mu.Lock()
+	defer mu.Unlock()
+	want := map[[6]byte]bool{{0x00, 0x50, 0x56, 0, 0, 1}: true, {0x00, 0x50, 0x56, 0, 0, 2}: true}
+	if len(srcs) < 2 {
+		t.Fatalf("%d frames", len(srcs))
+	}
+	for _, m := range srcs {
+		if !want[m] {
+			t.Fatalf("frame from MAC % x", m)
+		}
 	}
 }

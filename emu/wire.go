@@ -83,7 +83,7 @@ func (d *Device) transmit(p *path, f *roce.PacketFields, n int, gather func(dst 
 	if d.port == nil {
 		return nil // no fabric: the wire is empty
 	}
-	ff := roce.FrameFields{Dst: p.dmac, Src: d.mac, SrcIP: p.src, DstIP: p.dst,
+	ff := roce.FrameFields{Dst: p.dmac, Src: d.wireMAC, SrcIP: p.src, DstIP: p.dst,
 		TrafficClass: p.tclass, HopLimit: p.hopLimit, FlowLabel: p.flowLabel, SrcPort: p.srcPort}
 	if ff.HopLimit == 0 {
 		ff.HopLimit = roce.DefaultHopLimit
