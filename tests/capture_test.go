@@ -30,7 +30,8 @@ func checkCapture(t *testing.T, pcap, toolOutput string) {
 	cmd := exec.Command(tshark, "-n", "-X", "lua_script:"+lua, "-r", pcap, "-T", "fields",
 		"-E", "separator=/t", "-E", "occurrence=f",
 		"-e", "frame.protocols", "-e", "infiniband.bth.opcode", "-e", "infiniband.bth.destqp",
-		"-e", "infiniband.bth.psn", "-e", "roce_icrc.ok", "-e", "ip.src", "-e", "ip.dst")
+		"-e", "infiniband.bth.psn", "-e", "roce_icrc.ok", "-e", "ip.src", "-e", "ip.dst",
+		"-e", "infiniband.cm.req.localqpn", "-e", "infiniband.cm.rep.localqpn")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -40,10 +41,25 @@ func checkCapture(t *testing.T, pcap, toolOutput string) {
 	if len(lines) < 100 {
 		t.Fatalf("only %d frames captured", len(lines))
 	}
+	// The QPNs the tools printed, and those rdma_cm exchanged in CM REQ and
+	// REP MADs over QP1.
 	qpns := map[uint64]bool{1: true}
 	for _, m := range regexp.MustCompile(`QPN\s+0x([0-9a-fA-F]+)`).FindAllStringSubmatch(toolOutput, -1) {
 		v, _ := strconv.ParseUint(m[1], 16, 32)
 		qpns[v] = true
+	}
+	for _, l := range lines {
+		f := strings.Split(l, "\t")
+		for _, cm := range f[min(7, len(f)):] {
+			if cm == "" {
+				continue
+			}
+			if v, err := strconv.ParseUint(strings.TrimPrefix(cm, "0x"), 16, 32); err == nil {
+				qpns[v] = true
+			} else if v, err := strconv.ParseUint(cm, 10, 32); err == nil {
+				qpns[v] = true
+			}
+		}
 	}
 	type flow struct{ src, dst, qp string }
 	type last struct {
