@@ -32,8 +32,13 @@ func attachTo(sw *fabric.Switch, name string, mac [6]byte) emu.Attach {
 // and a link-local GID (index 0), with a kernel PD, its DMA lkey and a CQ.
 func newHost(t *testing.T, sw *fabric.Switch, k int) *host {
 	t.Helper()
+	return newHostRAM(t, sw, k, 64<<20)
+}
+
+func newHostRAM(t *testing.T, sw *fabric.Switch, k int, ram int) *host {
+	t.Helper()
 	mac := [6]byte{0x00, 0x50, 0x56, 0, 0, byte(k)}
-	drv := emutest.New(64 << 20)
+	drv := emutest.New(ram)
 	// Configured with another MAC than the one of the default GID below:
 	// frames must carry the default GID's (the vmxnet3's).
 	cfgMAC := mac
