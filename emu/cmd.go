@@ -83,7 +83,6 @@ func (r *req) u64(off int) uint64 { return binary.LittleEndian.Uint64(r[off:]) }
 
 func (r *resp) put16(off int, v uint16) { binary.LittleEndian.PutUint16(r[off:], v) }
 func (r *resp) put32(off int, v uint32) { binary.LittleEndian.PutUint32(r[off:], v) }
-func (r *resp) put64(off int, v uint64) { binary.LittleEndian.PutUint64(r[off:], v) }
 
 type cmdHandler func(d *Device, q *req, p *resp) *cmdErr
 

@@ -15,6 +15,7 @@ import (
 type engine struct {
 	mu       sync.Mutex
 	pending  map[uint64]uint32 // kind<<32|handle -> OR of kick flags
+	spare    map[uint64]uint32 // the other map, handed back empty by run
 	fired    map[uint32]uint64 // QP handle -> generation of its expired timer
 	barriers []chan struct{}   // closed once the work queued before them is done
 	wake     chan struct{}
@@ -39,7 +40,7 @@ const (
 )
 
 func (e *engine) start(d *Device) {
-	e.pending = map[uint64]uint32{}
+	e.pending, e.spare = map[uint64]uint32{}, map[uint64]uint32{}
 	e.fired = map[uint32]uint64{}
 	e.wake = make(chan struct{}, 1)
 	e.rx = make(chan []byte, rxQueue)
@@ -111,7 +112,7 @@ func (e *engine) run(d *Device) {
 			continue
 		}
 		work, barriers, fired := e.pending, e.barriers, e.fired
-		e.pending, e.barriers = make(map[uint64]uint32, len(work)), nil
+		e.pending, e.spare, e.barriers = e.spare, nil, nil
 		if len(fired) > 0 {
 			e.fired = map[uint32]uint64{}
 		} else {
@@ -137,6 +138,10 @@ func (e *engine) run(d *Device) {
 			}
 		}
 		d.mu.Unlock()
+		clear(work)
+		e.mu.Lock()
+		e.spare = work // the two maps alternate: no allocation per wake-up
+		e.mu.Unlock()
 		for _, b := range barriers {
 			close(b)
 		}

@@ -93,6 +93,10 @@ const (
 	respAck
 
 	respBatch = 64 // READ response packets per engine turn
+
+	// maxQueuedResponses bounds a QP's response queue: the READ and atomic
+	// resources it can replay, plus room for the ACKs between them.
+	maxQueuedResponses = 4 * rcResources
 )
 
 // rdRes is a responder resource: a READ or atomic that can be replayed.
@@ -811,8 +815,21 @@ func (d *Device) rcSendAck(x *qp, psn uint32, syn roce.Syndrome) {
 }
 
 // rcRespond sends a response now, or queues it behind the ones waiting.
+//
+// The queue is bounded, whatever the peer sends while a long READ stream is
+// queued: an ACK replaces a queued ACK at the tail (ACKs are cumulative),
+// and beyond maxQueuedResponses a response is dropped (the requester's
+// retry asks again).
 func (d *Device) rcRespond(x *qp, it respItem) {
-	x.rc.out = append(x.rc.out, it)
+	out := x.rc.out
+	switch {
+	case len(out) > 1 && it.kind == respAck && out[len(out)-1].kind == respAck:
+		out[len(out)-1] = it
+		return
+	case len(out) >= maxQueuedResponses:
+		return
+	}
+	x.rc.out = append(out, it)
 	if len(x.rc.out) == 1 {
 		d.rcFlushOut(x)
 	}

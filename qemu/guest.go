@@ -277,7 +277,7 @@ func (c *Cluster) Run(ctx context.Context, script string) ([]GuestResult, error)
 	sw := c.Switch
 	ports := c.netSockets()
 	if len(ports) != c.Guests {
-		return nil, errors.New("Guests changed after NewCluster")
+		return nil, errors.New("cluster: Guests changed after NewCluster")
 	}
 	for _, p := range ports {
 		os.Remove(p)

@@ -7,7 +7,6 @@ package emutest
 import (
 	"encoding/binary"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -27,8 +26,6 @@ type Function interface {
 // IRQs records MSI-X vectors raised by the device.
 type IRQs struct {
 	Count [8]atomic.Int64
-	mu    sync.Mutex
-	cond  *sync.Cond
 }
 
 // Raise is the device's MSIX callback.
