@@ -175,6 +175,13 @@ func newStreamer(b *testing.B, op uint32, size int) *streamer {
 // run sends n messages, at most benchSQ outstanding, and waits for all of
 // them to complete.
 func (s *streamer) run(b *testing.B, n int) {
+	if err := s.stream(n); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// stream is run for any goroutine: it returns what went wrong.
+func (s *streamer) stream(n int) error {
 	posted, done := 0, 0
 	for done < n {
 		for posted < n && posted-done < benchSQ {
@@ -182,30 +189,39 @@ func (s *streamer) run(b *testing.B, n int) {
 			s.qa.PostSend(s.send)
 			posted++
 		}
-		got := s.reap(b)
+		got, err := s.reap()
+		if err != nil {
+			return err
+		}
 		if got == 0 {
 			// Nothing to poll: arm the CQ, look once more (a CQE that landed
 			// before the arm raises no interrupt), then wait for one.
 			s.a.cq.Arm(false)
-			if got = s.reap(b); got == 0 {
+			if got, err = s.reap(); err != nil {
+				return err
+			}
+			if got == 0 {
 				s.timer.Reset(benchWait)
 				select {
 				case <-s.a.irq:
 					s.a.ackCQNotifications()
 				case <-s.timer.C:
-					b.Fatalf("no completion in %v: %d of %d done, %d posted", benchWait, done, n, posted)
+					return fmt.Errorf("no completion in %v: %d of %d done, %d posted", benchWait, done, n, posted)
 				}
 				s.timer.Stop()
-				got = s.reap(b)
+				if got, err = s.reap(); err != nil {
+					return err
+				}
 			}
 		}
 		done += got
 	}
+	return nil
 }
 
 // reap polls the sender's CQ and, for SEND, reposts the receive buffers
 // the responder consumed. It returns the number of send completions.
-func (s *streamer) reap(b *testing.B) int {
+func (s *streamer) reap() (int, error) {
 	if s.isSend {
 		for {
 			e, ok := s.b.cq.Poll()
@@ -213,7 +229,7 @@ func (s *streamer) reap(b *testing.B) int {
 				break
 			}
 			if e.Status != uverbs.WCSuccess || e.Opcode != uverbs.WCRecv {
-				b.Fatalf("receive completion %+v", e)
+				return 0, fmt.Errorf("receive completion %+v", e)
 			}
 			s.qb.PostRecv(s.recv)
 		}
@@ -222,10 +238,10 @@ func (s *streamer) reap(b *testing.B) int {
 	for {
 		e, ok := s.a.cq.Poll()
 		if !ok {
-			return n
+			return n, nil
 		}
 		if e.Status != uverbs.WCSuccess {
-			b.Fatalf("send completion %+v", e)
+			return n, fmt.Errorf("send completion %+v", e)
 		}
 		n++
 	}
