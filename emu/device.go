@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hcaemu/hcaemu/dma"
 	"github.com/hcaemu/hcaemu/mmio"
@@ -95,12 +96,21 @@ type Device struct {
 
 	eng engine
 
-	mu sync.Mutex // guards everything below; held while a command or doorbell runs
-	// Register file.
-	dsrLow, dsrHigh uint32
-	errReg          uint32
-	icr, imr        uint32
-	macl, mach      uint32
+	// The register file a vCPU reads. Reads never take mu: a register read
+	// must not wait behind the engine's batch of frames or a long send queue.
+	// Writes come from the connection's reader in order (and raise from
+	// the engine), so atomics are enough.
+	dsrLow, dsrHigh atomic.Uint32
+	errShadow       atomic.Uint32 // ERR as the driver reads it: errReg once the write that set it is done
+	icr, imr        atomic.Uint32
+	macl, mach      atomic.Uint32
+	// irqPending counts, per vector, the interrupts raised while mu was held;
+	// unlock sends them once mu is released, so no eventfd write happens
+	// under the device lock.
+	irqPending [Vectors]atomic.Uint32
+
+	mu     sync.Mutex // guards everything below; held while a command or doorbell runs
+	errReg uint32     // ERR as the command in progress sets it; published to errShadow
 	// State from the DSR, nil until loaded.
 	dsr     *dsrState
 	active  bool
@@ -156,11 +166,14 @@ func New(cfg Config) *Device {
 }
 
 func (d *Device) powerOn() {
-	d.dsrLow, d.dsrHigh = 0, 0
+	d.dsrLow.Store(0)
+	d.dsrHigh.Store(0)
 	d.errReg = 0xFFFF // non-zero until a successful ACTIVATE
-	d.icr, d.imr = 0, 0
-	d.macl = binary.LittleEndian.Uint32(d.mac[0:4])
-	d.mach = uint32(binary.LittleEndian.Uint16(d.mac[4:6]))
+	d.errShadow.Store(d.errReg)
+	d.icr.Store(0)
+	d.imr.Store(0)
+	d.macl.Store(binary.LittleEndian.Uint32(d.mac[0:4]))
+	d.mach.Store(uint32(binary.LittleEndian.Uint16(d.mac[4:6])))
 	d.dsr = nil
 	d.active = false
 	d.wireMAC = d.mac
@@ -283,7 +296,7 @@ func (d *Device) WriteRegion(index int, off uint64, p []byte) error {
 func (d *Device) Reset() {
 	d.mu.Lock()
 	d.resetLocked("device reset")
-	d.mu.Unlock()
+	d.unlock()
 	d.pci.Reset()
 }
 
@@ -292,7 +305,7 @@ func (d *Device) Close() {
 	d.mu.Lock()
 	d.resetLocked("disconnect")
 	d.closed = true
-	d.mu.Unlock()
+	d.unlock()
 	if d.port != nil {
 		d.port.Detach()
 	}
@@ -313,41 +326,54 @@ func (d *Device) resetLocked(why string) {
 	d.announce()
 }
 
+// readReg reads a BAR1 register without the device lock.
 func (d *Device) readReg(reg uint64) uint32 {
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	switch reg {
 	case RegVersion:
 		return Version
 	case RegDSRLow:
-		return d.dsrLow
+		return d.dsrLow.Load()
 	case RegDSRHigh:
-		return d.dsrHigh
+		return d.dsrHigh.Load()
 	case RegErr:
-		return d.errReg
+		return d.errShadow.Load()
 	case RegICR:
-		v := d.icr
-		d.icr = 0
-		return v
+		return d.icr.Swap(0)
 	case RegIMR:
-		return d.imr
+		return d.imr.Load()
 	case RegMACL:
-		return d.macl
+		return d.macl.Load()
 	case RegMACH:
-		return d.mach
+		return d.mach.Load()
 	}
 	return 0
 }
 
+// writeReg writes a BAR1 register. Registers with side effects (DSRHIGH,
+// CTL, REQUEST) run under the device lock; ERR is published when the write is
+// done, so the driver's read right after it sees the command's status.
 func (d *Device) writeReg(reg uint64, v uint32) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	switch reg {
 	case RegDSRLow:
-		d.dsrLow = v
+		d.dsrLow.Store(v)
+		return
+	case RegIMR:
+		d.imr.Store(v)
+		return
+	case RegMACL:
+		d.macl.Store(v)
+		return
+	case RegMACH:
+		d.mach.Store(v)
+		return
+	}
+	d.mu.Lock()
+	defer d.unlock()
+	defer func() { d.errShadow.Store(d.errReg) }()
+	switch reg {
 	case RegDSRHigh:
-		d.dsrHigh = v
-		d.loadDSR(uint64(d.dsrHigh)<<32 | uint64(d.dsrLow))
+		d.dsrHigh.Store(v)
+		d.loadDSR(uint64(v)<<32 | uint64(d.dsrLow.Load()))
 	case RegCtl:
 		d.ctl(v)
 	case RegRequest:
@@ -355,12 +381,6 @@ func (d *Device) writeReg(reg uint64, v uint32) {
 			return
 		}
 		d.request()
-	case RegIMR:
-		d.imr = v
-	case RegMACL:
-		d.macl = v
-	case RegMACH:
-		d.mach = v
 	default:
 		d.log.Debug("ignored write to read-only or reserved register", "reg", reg, "value", v)
 	}
@@ -392,10 +412,22 @@ func (d *Device) ctl(v uint32) {
 	}
 }
 
-// raise sets an interrupt cause and, unless masked, sends its vector.
+// raise sets an interrupt cause and, unless masked, queues its vector for
+// unlock to send (raise runs under the device lock).
 func (d *Device) raise(cause int) {
-	d.icr |= 1 << cause
-	if d.imr&(1<<cause) == 0 {
-		d.msix(cause)
+	d.icr.Or(1 << cause)
+	if d.imr.Load()&(1<<cause) == 0 {
+		d.irqPending[cause].Add(1)
+	}
+}
+
+// unlock releases the device lock, then sends the interrupts raised while it
+// was held: an MSI-X write (an eventfd) never happens under the lock.
+func (d *Device) unlock() {
+	d.mu.Unlock()
+	for cause := range d.irqPending {
+		for n := d.irqPending[cause].Swap(0); n > 0; n-- {
+			d.msix(cause)
+		}
 	}
 }

@@ -104,7 +104,7 @@ func (e *engine) run(d *Device) {
 					break batch
 				}
 			}
-			d.mu.Unlock()
+			d.unlock()
 		}
 		e.mu.Lock()
 		if len(e.pending) == 0 && len(e.barriers) == 0 {
@@ -137,7 +137,7 @@ func (e *engine) run(d *Device) {
 				// SRQ WQEs are consumed when a message arrives; nothing to do.
 			}
 		}
-		d.mu.Unlock()
+		d.unlock()
 		clear(work)
 		e.mu.Lock()
 		e.spare = work // the two maps alternate: no allocation per wake-up
@@ -213,7 +213,7 @@ func (d *Device) doorbell(off uint64, v uint32) {
 		return
 	}
 	d.mu.Lock()
-	defer d.mu.Unlock()
+	defer d.unlock()
 	if !d.active {
 		return
 	}

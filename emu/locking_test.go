@@ -1,0 +1,84 @@
+package emu_test
+
+import (
+	"encoding/binary"
+	"testing"
+	"time"
+
+	"github.com/hcaemu/hcaemu/doorbell"
+	"github.com/hcaemu/hcaemu/emu"
+	"github.com/hcaemu/hcaemu/emu/emutest"
+)
+
+// watchdog fails the test if done is not closed in a long time: the
+// operations it guards return at once unless they deadlock, so the bound only
+// turns a hang into a readable failure.
+func watchdog(t *testing.T, what string, done <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatalf("%s: still blocked after a minute (deadlock)", what)
+	}
+}
+
+// TestRegisterReadDoesNotWaitForDeviceLock: a vCPU reading BAR1 (ERR, ICR,
+// IMR, MAC, DSR) is answered while the engine holds the device lock.
+func TestRegisterReadDoesNotWaitForDeviceLock(t *testing.T) {
+	r := probed(t, nil)
+	r.dev.WithLock(func() {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			buf := make([]byte, 4)
+			for _, reg := range []uint64{emu.RegVersion, emu.RegDSRLow, emu.RegDSRHigh, emu.RegErr, emu.RegICR, emu.RegIMR, emu.RegMACL, emu.RegMACH} {
+				if err := r.dev.ReadRegion(1, reg, buf); err != nil {
+					t.Errorf("read %#x: %v", reg, err)
+				}
+			}
+			if err := r.dev.ReadRegion(1, emu.RegVersion, buf); err != nil || binary.LittleEndian.Uint32(buf) != emu.Version {
+				t.Errorf("VERSION %d, %v", binary.LittleEndian.Uint32(buf), err)
+			}
+		}()
+		watchdog(t, "register read while the device lock is held", done)
+	})
+}
+
+// TestInterruptsRaisedOutsideDeviceLock: every MSI-X vector is sent after the
+// device lock is released. The interrupt handler here writes a doorbell at
+// once (which takes the device lock): if the vector were sent under the lock,
+// that write would deadlock.
+func TestInterruptsRaisedOutsideDeviceLock(t *testing.T) {
+	checkGoroutines(t)
+	drv := emutest.New(64 << 20)
+	var dev *emu.Device
+	raised := 0
+	msix := func(v int) {
+		raised++
+		drv.IRQ.Raise(v)
+		// A CQ doorbell for a CQ that does not exist: it takes the device
+		// lock, finds nothing and returns.
+		val := uint32(0xFFFFF) | doorbell.CQArm
+		buf := binary.LittleEndian.AppendUint32(nil, val)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = dev.WriteRegion(2, 4, buf)
+		}()
+		watchdog(t, "doorbell from the interrupt handler", done)
+	}
+	dev = emu.New(emu.Config{Name: "t", Mem: drv.RAM, MSIX: msix, Log: testLog(t),
+		MAC: [6]byte{0x00, 0x50, 0x56, 0x01, 0x02, 0x03}})
+	t.Cleanup(dev.Close)
+	drv.Dev = dev
+	if err := drv.Probe(); err != nil { // commands raise the response vector
+		t.Fatal(err)
+	}
+	if _, _, _, _, err := drv.KernelGSI(); err != nil {
+		t.Fatal(err)
+	}
+	dev.Sync()
+	if raised == 0 || drv.IRQ.Count[emu.IntrResponse].Load() == 0 {
+		t.Fatalf("no response interrupt raised (%d in all)", raised)
+	}
+}
