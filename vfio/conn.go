@@ -59,7 +59,9 @@ func (m *msg) takeFDs() []int {
 var oobSize = unix.CmsgSpace(64 * 4)
 
 func newConn(s *Server, nc *net.UnixConn) *conn {
-	return &conn{s: s, nc: nc, log: s.logger(), oob: make([]byte, oobSize), mem: new(dma.Map)}
+	c := &conn{s: s, nc: nc, log: s.logger(), oob: make([]byte, oobSize), mem: new(dma.Map)}
+	c.irqs.start(c.log)
+	return c
 }
 
 // framingError ends the connection: the byte stream cannot be trusted any
@@ -319,6 +321,6 @@ func (c *conn) teardown() {
 		}()
 	}
 	c.mem.Close()
-	c.irqs.closeAll()
+	c.irqs.close()
 	c.nc.Close()
 }

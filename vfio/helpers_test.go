@@ -307,6 +307,25 @@ func readEventfd(t testing.TB, fd int) uint64 {
 	return uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24
 }
 
+// waitEventfd reads the eventfd until its counter has added up to want
+// (interrupts are written by the connection's sender goroutine, so they
+// arrive a little after the device raises them) and returns the total. It
+// waits as long as it takes, up to a minute that only turns a lost interrupt
+// into a failure.
+func waitEventfd(t testing.TB, fd int, want uint64) uint64 {
+	t.Helper()
+	var total uint64
+	deadline := time.Now().Add(time.Minute)
+	for total < want && time.Now().Before(deadline) {
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		if _, err := unix.Poll(pfd, 1000); err != nil && !errors.Is(err, unix.EINTR) {
+			t.Fatalf("poll eventfd: %v", err)
+		}
+		total += readEventfd(t, fd)
+	}
+	return total
+}
+
 func memfd(t testing.TB, size int64) int {
 	t.Helper()
 	fd, err := unix.MemfdCreate("guest-ram", unix.MFD_CLOEXEC)

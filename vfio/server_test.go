@@ -207,7 +207,7 @@ func TestIRQInfoErrNotifier(t *testing.T) {
 	if err := s.c.SetIRQs(vfio.IRQErr, vfio.IRQDataNone|vfio.IRQActionTrigger, 0, 1); err != nil {
 		t.Fatal(err)
 	}
-	if n := readEventfd(t, efd); n != 1 {
+	if n := waitEventfd(t, efd, 1); n != 1 {
 		t.Fatalf("ERR eventfd = %d, want 1", n)
 	}
 	if err := s.c.SetIRQs(vfio.IRQErr, vfio.IRQDataEventfd|vfio.IRQActionTrigger, 0, 2); vfiotest.Errno(err) != unix.EINVAL {
@@ -606,7 +606,7 @@ func TestSetIRQsMSIX(t *testing.T) {
 	msix(2)
 	msix(3)  // out of range: dropped
 	msix(-1) // dropped
-	if got := []uint64{readEventfd(t, e[0]), readEventfd(t, e[1]), readEventfd(t, e[2])}; !cmp.Equal(got, []uint64{1, 0, 2}) {
+	if got := []uint64{waitEventfd(t, e[0], 1), readEventfd(t, e[1]), waitEventfd(t, e[2], 2)}; !cmp.Equal(got, []uint64{1, 0, 2}) {
 		t.Fatalf("eventfd counters %v, want [1 0 2]", got)
 	}
 
@@ -622,7 +622,7 @@ func TestSetIRQsMSIX(t *testing.T) {
 	if n := readEventfd(t, e[2]); n != 0 {
 		t.Fatalf("de-assigned vector 2 signalled %d times", n)
 	}
-	if n := readEventfd(t, e[1]); n != 1 {
+	if n := waitEventfd(t, e[1], 1); n != 1 {
 		t.Fatalf("vector 1 signalled %d times, want 1", n)
 	}
 
@@ -634,7 +634,7 @@ func TestSetIRQsMSIX(t *testing.T) {
 		t.Fatalf("server holds %d eventfds after replacing one, want 2", got)
 	}
 	msix(1)
-	if a, b := readEventfd(t, e[1]), readEventfd(t, e[2]); a != 0 || b != 1 {
+	if a, b := readEventfd(t, e[1]), waitEventfd(t, e[2], 1); a != 0 || b != 1 {
 		t.Fatalf("after swap: old %d new %d, want 0 1", a, b)
 	}
 
@@ -642,7 +642,7 @@ func TestSetIRQsMSIX(t *testing.T) {
 	if err := s.c.SetIRQs(vfio.IRQMSIX, vfio.IRQDataNone|vfio.IRQActionTrigger, 0, 2); err != nil {
 		t.Fatal(err)
 	}
-	if a, b := readEventfd(t, e[0]), readEventfd(t, e[2]); a != 1 || b != 1 {
+	if a, b := waitEventfd(t, e[0], 1), waitEventfd(t, e[2], 1); a != 1 || b != 1 {
 		t.Fatalf("DATA_NONE trigger: %d %d, want 1 1", a, b)
 	}
 	p := make([]byte, 22)
@@ -655,7 +655,7 @@ func TestSetIRQsMSIX(t *testing.T) {
 	if _, err := s.c.Call(vfio.CmdSetIRQs, 0, p); err != nil {
 		t.Fatal(err)
 	}
-	if a, b := readEventfd(t, e[0]), readEventfd(t, e[2]); a != 0 || b != 1 {
+	if a, b := readEventfd(t, e[0]), waitEventfd(t, e[2], 1); a != 0 || b != 1 {
 		t.Fatalf("DATA_BOOL trigger: %d %d, want 0 1", a, b)
 	}
 
@@ -664,7 +664,7 @@ func TestSetIRQsMSIX(t *testing.T) {
 		t.Fatal(err)
 	}
 	msix(0)
-	if n := readEventfd(t, e[0]); n != 1 {
+	if n := waitEventfd(t, e[0], 1); n != 1 {
 		t.Fatalf("after MASK vector 0 signalled %d, want 1", n)
 	}
 
@@ -792,11 +792,13 @@ func TestMSIXRacesSetIRQs(t *testing.T) {
 	}
 	stop.Store(true)
 	wg.Wait()
-	var total uint64
-	for _, fd := range e {
-		total += readEventfd(t, fd)
+	// Whatever the race left installed, an interrupt raised on a freshly
+	// assigned vector arrives.
+	if err := s.c.SetIRQs(vfio.IRQMSIX, trigEventfd, 0, 3, e...); err != nil {
+		t.Fatal(err)
 	}
-	if total == 0 {
+	msix(0)
+	if total := waitEventfd(t, e[0], 1); total == 0 {
 		t.Fatal("no interrupt was delivered")
 	}
 }
@@ -1200,7 +1202,7 @@ func TestQEMURealizeSequence(t *testing.T) {
 	dev := s.device()
 	must(dev.host.Mem.WriteAt([]byte("cqe"), 0x100000)) // in the remapped RAM
 	dev.host.MSIX(1)
-	if n := readEventfd(t, e[1]); n != 1 {
+	if n := waitEventfd(t, e[1], 1); n != 1 {
 		t.Fatalf("vector 1 = %d", n)
 	}
 	b := make([]byte, 3)
@@ -1214,4 +1216,44 @@ func TestQEMURealizeSequence(t *testing.T) {
 		t.Fatalf("%d resets", dev.resetCount())
 	}
 	// QEMU quits: EOF, no messages. The cleanup checks Close and leaks.
+}
+
+// TestBlockingEventfdCannotWedgeTheServer: a hostile client installs an
+// eventfd without O_NONBLOCK whose counter is saturated, so that any write to
+// it blocks, and then has the server trigger it (DATA_NONE|ACTION_TRIGGER
+// runs on the connection's reader; the device raises vectors from its own
+// goroutines). The reader keeps answering, the device's MSI-X call returns,
+// and when the client leaves, ServeConn returns with every goroutine and fd
+// freed (serve's leak check).
+func TestBlockingEventfdCannotWedgeTheServer(t *testing.T) {
+	s := negotiated(t, nil)
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC) // blocking
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(efd) })
+	saturate := make([]byte, 8)
+	le.PutUint64(saturate, 0xfffffffffffffffe) // the largest counter: any further write blocks
+	if _, err := unix.Write(efd, saturate); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.c.SetIRQs(vfio.IRQMSIX, trigEventfd, 0, 1, efd); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 3 {
+			if err := s.c.SetIRQs(vfio.IRQMSIX, vfio.IRQDataNone|vfio.IRQActionTrigger, 0, 1); err != nil {
+				t.Error(err)
+			}
+			s.device().host.MSIX(0)
+			s.alive()
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("the server stopped answering after triggering a blocking, saturated eventfd")
+	}
 }
