@@ -17,6 +17,11 @@ import (
 // max_dma_maps capability).
 const MaxWindows = 65535
 
+// MaxFiles bounds the backing files (one descriptor and one mapping each) one
+// Map holds, so that one client cannot take the process's descriptors from
+// the others. QEMU backs guest RAM with one memfd per memory backend.
+const MaxFiles = 64
+
 // Map is guest memory as the DMA windows of one vfio-user client describe it:
 // the device-side half of an IOMMU whose mappings the client installs with
 // DMA_MAP and removes with DMA_UNMAP.
@@ -47,6 +52,7 @@ type Map struct {
 	mu     sync.Mutex // serialises changes to the table and files
 	table  atomic.Pointer[[]*window]
 	files  map[fileKey]*backing
+	nfiles int // backings alive (a replaced one lives on for its windows)
 	closed bool
 }
 
@@ -138,6 +144,24 @@ func (m *Map) Map(iova, size, fileOffset uint64, fd int, writable bool) (err err
 	return nil
 }
 
+// checkFileSystem refuses backing files whose page faults can block on
+// something the client controls or that can stall indefinitely (FUSE, NFS,
+// disk file systems): a device access that faults on such a page would hang
+// the goroutine doing it, under the device's locks. Guest RAM is a memfd
+// (tmpfs, or hugetlbfs with MFD_HUGETLB), a file on tmpfs (/dev/shm) or on
+// hugetlbfs (/dev/hugepages).
+func checkFileSystem(fd int) error {
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(fd, &fs); err != nil {
+		return fmt.Errorf("fstatfs: %w", err)
+	}
+	switch uint32(fs.Type) {
+	case unix.TMPFS_MAGIC, unix.HUGETLBFS_MAGIC:
+		return nil
+	}
+	return fmt.Errorf("backing file is on a file system of type %#x whose page faults can block; only memfd, tmpfs and hugetlbfs are accepted: %w", uint32(fs.Type), unix.EINVAL)
+}
+
 // attach finds or makes the shared mapping of fd's file covering
 // [off, off+size). On success fd is owned by the mapping or closed.
 func (m *Map) attach(fd int, off, size uint64, writable bool) (*backing, error) {
@@ -147,6 +171,9 @@ func (m *Map) attach(fd int, off, size uint64, writable bool) (*backing, error) 
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return nil, fmt.Errorf("backing fd is not a regular file (mode %#o): %w", st.Mode, unix.EINVAL)
+	}
+	if err := checkFileSystem(fd); err != nil {
+		return nil, err
 	}
 	fileEnd, ok := End(off, size)
 	if !ok || st.Size < 0 || fileEnd > uint64(st.Size) {
@@ -161,6 +188,9 @@ func (m *Map) attach(fd int, off, size uint64, writable bool) (*backing, error) 
 		unix.Close(fd)
 		return b, nil
 	}
+	if m.nfiles >= MaxFiles {
+		return nil, fmt.Errorf("more than %d backing files: %w", MaxFiles, unix.ENOSPC)
+	}
 	wr := true
 	mem, err := unix.Mmap(fd, 0, int(st.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
@@ -173,6 +203,7 @@ func (m *Map) attach(fd int, off, size uint64, writable bool) (*backing, error) 
 	// Guest RAM has no business in a core dump of the emulator.
 	_ = unix.Madvise(mem, unix.MADV_DONTDUMP)
 	b := &backing{key: key, fd: fd, mem: mem, writable: wr, refs: 1}
+	m.nfiles++
 	if m.files == nil {
 		m.files = make(map[fileKey]*backing)
 	}
@@ -260,6 +291,7 @@ func (m *Map) retire(w *window) {
 	if m.files[b.key] == b {
 		delete(m.files, b.key)
 	}
+	m.nfiles--
 	_ = unix.Munmap(b.mem)
 	_ = unix.Close(b.fd)
 }

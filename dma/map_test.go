@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -476,5 +477,85 @@ func TestMapReadOnlyFileAndGrownFile(t *testing.T) {
 	m.UnmapAll()
 	if len(m.files) != 0 {
 		t.Fatalf("%d mappings left", len(m.files))
+	}
+}
+
+// TestMapRefusesFilesWhosePageFaultsCanBlock: guest RAM must be a memfd or a
+// file on tmpfs or hugetlbfs; a file on a disk, FUSE or NFS file system is
+// refused with EINVAL (and its fd closed), because a device access faulting
+// on it could hang under the device's locks.
+func TestMapRefusesFilesWhosePageFaultsCanBlock(t *testing.T) {
+	checkFDs(t)
+	onDisk := func() *os.File {
+		for _, dir := range []string{".", "/var/tmp", os.TempDir()} {
+			f, err := os.CreateTemp(dir, "dma-disk-*")
+			if err != nil {
+				continue
+			}
+			var fs unix.Statfs_t
+			if unix.Fstatfs(int(f.Fd()), &fs) == nil && uint32(fs.Type) != unix.TMPFS_MAGIC && uint32(fs.Type) != unix.HUGETLBFS_MAGIC {
+				return f
+			}
+			f.Close()
+			os.Remove(f.Name())
+		}
+		return nil
+	}()
+	if onDisk == nil {
+		t.Skip("no directory on a non-tmpfs file system to create a file in")
+	}
+	t.Cleanup(func() { onDisk.Close(); os.Remove(onDisk.Name()) })
+	if err := onDisk.Truncate(0x10000); err != nil {
+		t.Fatal(err)
+	}
+	var m Map
+	defer m.Close()
+	fd := dup(t, int(onDisk.Fd()))
+	err := m.Map(0, 0x10000, 0, fd, true)
+	if !errors.Is(err, unix.EINVAL) || !strings.Contains(err.Error(), "only memfd, tmpfs and hugetlbfs") {
+		t.Fatalf("Map of a file on disk = %v, want EINVAL naming the accepted kinds", err)
+	}
+	if !isClosed(fd) {
+		t.Fatal("refused fd left open")
+	}
+
+	shm, err := os.CreateTemp("/dev/shm", "dma-shm-*")
+	if err != nil {
+		t.Logf("no /dev/shm (%v): the tmpfs case is left to the memfd tests", err)
+		return
+	}
+	t.Cleanup(func() { shm.Close(); os.Remove(shm.Name()) })
+	if err := shm.Truncate(0x10000); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Map(0, 0x10000, 0, dup(t, int(shm.Fd())), true); err != nil {
+		t.Fatalf("Map of a tmpfs file: %v", err)
+	}
+}
+
+// TestMapBoundsBackingFiles: one client cannot hold more than MaxFiles
+// backing files (a descriptor and a mapping each); the next is refused with
+// ENOSPC and its fd closed, and unmapping frees a slot.
+func TestMapBoundsBackingFiles(t *testing.T) {
+	checkFDs(t)
+	var m Map
+	defer m.Close()
+	for i := range MaxFiles {
+		if err := m.Map(uint64(i)*0x1000, 0x1000, 0, dup(t, memfd(t, 0x1000)), true); err != nil {
+			t.Fatalf("file %d: %v", i, err)
+		}
+	}
+	fd := dup(t, memfd(t, 0x1000))
+	if err := m.Map(MaxFiles*0x1000, 0x1000, 0, fd, true); !errors.Is(err, unix.ENOSPC) {
+		t.Fatalf("file %d: %v, want ENOSPC", MaxFiles, err)
+	}
+	if !isClosed(fd) {
+		t.Fatal("refused fd left open")
+	}
+	if err := m.Unmap(0, 0x1000); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Map(MaxFiles*0x1000, 0x1000, 0, dup(t, memfd(t, 0x1000)), true); err != nil {
+		t.Fatalf("after an unmap: %v", err)
 	}
 }
