@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 
 	"github.com/hcaemu/hcaemu/dma"
+	"github.com/hcaemu/hcaemu/emu/ratelog"
 	"github.com/hcaemu/hcaemu/mmio"
 )
 
@@ -133,6 +134,8 @@ func New(cfg Config) *Device {
 	if log == nil {
 		log = slog.Default()
 	}
+	// Much of what the device logs, the guest triggers: bound it per message.
+	log = slog.New(ratelog.New(log.Handler(), ratelog.Options{}))
 	if cfg.Name != "" {
 		log = log.With("dev", cfg.Name)
 	}
@@ -300,9 +303,14 @@ func (d *Device) Reset() {
 	d.pci.Reset()
 }
 
-// Close implements vfio.Device: the client is gone; free everything.
+// Close implements vfio.Device: the client is gone; free everything. Later
+// calls do nothing.
 func (d *Device) Close() {
 	d.mu.Lock()
+	if d.closed {
+		d.unlock()
+		return
+	}
 	d.resetLocked("disconnect")
 	d.closed = true
 	d.unlock()

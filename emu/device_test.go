@@ -33,7 +33,7 @@ func checkGoroutines(t *testing.T) {
 	t.Helper()
 	before := runtime.NumGoroutine()
 	t.Cleanup(func() {
-		deadline := time.Now().Add(2 * time.Second)
+		deadline := time.Now().Add(time.Minute)
 		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
 			time.Sleep(5 * time.Millisecond)
 		}

@@ -1,13 +1,17 @@
 package emu_test
 
 import (
+	"bytes"
 	"encoding/binary"
+	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/hcaemu/hcaemu/doorbell"
 	"github.com/hcaemu/hcaemu/emu"
 	"github.com/hcaemu/hcaemu/emu/emutest"
+	"github.com/hcaemu/hcaemu/emu/ratelog"
 )
 
 // watchdog fails the test if done is not closed in a long time: the
@@ -81,4 +85,50 @@ func TestInterruptsRaisedOutsideDeviceLock(t *testing.T) {
 	if raised == 0 || drv.IRQ.Count[emu.IntrResponse].Load() == 0 {
 		t.Fatalf("no response interrupt raised (%d in all)", raised)
 	}
+}
+
+// TestCloseTwice: closing a device again (a second disconnect path, a test's
+// cleanup after an explicit Close) does nothing.
+func TestCloseTwice(t *testing.T) {
+	r := probed(t, nil)
+	r.dev.Close()
+	r.dev.Close() // and the rig's cleanup closes it a third time
+}
+
+// TestGuestTriggeredLogsAreBounded: a guest that writes REQUEST 100 000 times
+// before activating the device gets a handful of log lines, the later ones
+// counting what was suppressed, not 100 000.
+func TestGuestTriggeredLogsAreBounded(t *testing.T) {
+	checkGoroutines(t)
+	var lines lineCounter
+	drv := emutest.New(1 << 20)
+	dev := emu.New(emu.Config{Name: "t", Mem: drv.RAM, Log: slog.New(slog.NewTextHandler(&lines, nil))})
+	t.Cleanup(dev.Close)
+	for range 100000 {
+		if err := dev.WriteRegion(1, emu.RegRequest, []byte{0, 0, 0, 0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := lines.count(); n == 0 || n > 2*ratelog.DefaultBurst {
+		t.Fatalf("%d log lines for 100000 REQUEST writes before activation, want 1..%d", n, 2*ratelog.DefaultBurst)
+	}
+}
+
+// lineCounter counts the lines written to it.
+type lineCounter struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (c *lineCounter) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	c.n += bytes.Count(p, []byte{'\n'})
+	c.mu.Unlock()
+	return len(p), nil
+}
+
+func (c *lineCounter) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
 }

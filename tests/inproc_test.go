@@ -146,7 +146,7 @@ func TestProbeOverVFIOUser(t *testing.T) {
 	if err := <-served; err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(3 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) && (runtime.NumGoroutine() > goroutines || openFDs(t) > fds) {
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -170,7 +170,7 @@ func TestE2EQEMUKilled(t *testing.T) {
 	if r := <-done; len(r) != 1 || r[0].Err == nil {
 		t.Fatalf("killed guest reported %+v", r)
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	var g, f, m int
 	for {
 		g, f, m = settle()

@@ -888,7 +888,7 @@ func TestFramingErrorsCloseConnection(t *testing.T) {
 						t.Error("ServeConn returned nil for a truncated message")
 					}
 					s.done <- err
-				case <-time.After(5 * time.Second):
+				case <-time.After(time.Minute):
 					t.Fatal("ServeConn did not return")
 				}
 				return
@@ -1010,7 +1010,7 @@ func TestServeListener(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Serve = %v", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("Serve did not return after cancel")
 	}
 	mu.Lock()
