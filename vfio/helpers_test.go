@@ -127,6 +127,21 @@ func countFDs(t testing.TB) int {
 	return len(ents)
 }
 
+// heldFDs returns how many fds the process holds beyond base, waiting until
+// it is want or a minute has passed: an eventfd the server lets go is closed
+// once its interrupt sender is done with it, a moment after the reply.
+func heldFDs(t testing.TB, base, want int) int {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		got := countFDs(t) - base
+		if got == want || time.Now().After(deadline) {
+			return got
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // checkLeaks fails t if goroutines or fds outlive it. Register it before
 // anything whose cleanup must run first.
 func checkLeaks(t testing.TB) {

@@ -598,7 +598,7 @@ func TestSetIRQsMSIX(t *testing.T) {
 	if err := s.c.SetIRQs(vfio.IRQMSIX, trigEventfd, 0, 3, e...); err != nil {
 		t.Fatal(err)
 	}
-	if got := countFDs(t) - base; got != 3 {
+	if got := heldFDs(t, base, 3); got != 3 {
 		t.Fatalf("server holds %d eventfds, want 3", got)
 	}
 	msix(0)
@@ -614,7 +614,7 @@ func TestSetIRQsMSIX(t *testing.T) {
 	if err := s.c.SetIRQs(vfio.IRQMSIX, trigEventfd, 2, 1); err != nil {
 		t.Fatal(err)
 	}
-	if got := countFDs(t) - base; got != 2 {
+	if got := heldFDs(t, base, 2); got != 2 {
 		t.Fatalf("server holds %d eventfds after de-assigning one, want 2", got)
 	}
 	msix(2)
@@ -630,7 +630,7 @@ func TestSetIRQsMSIX(t *testing.T) {
 	if err := s.c.SetIRQs(vfio.IRQMSIX, trigEventfd, 1, 1, e[2]); err != nil {
 		t.Fatal(err)
 	}
-	if got := countFDs(t) - base; got != 2 {
+	if got := heldFDs(t, base, 2); got != 2 {
 		t.Fatalf("server holds %d eventfds after replacing one, want 2", got)
 	}
 	msix(1)
@@ -672,7 +672,7 @@ func TestSetIRQsMSIX(t *testing.T) {
 	if err := s.c.SetIRQs(vfio.IRQMSIX, vfio.IRQDataNone|vfio.IRQActionTrigger, 0, 0); err != nil {
 		t.Fatal(err)
 	}
-	if got := countFDs(t) - base; got != 0 {
+	if got := heldFDs(t, base, 0); got != 0 {
 		t.Fatalf("server holds %d eventfds after disable", got)
 	}
 	for v := range 3 {
