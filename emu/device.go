@@ -18,6 +18,7 @@ import (
 	"sync"
 
 	"github.com/hcaemu/hcaemu/dma"
+	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/mmio"
 )
 
@@ -33,35 +34,14 @@ const (
 
 	// Version is the device interface version reported in VERSION
 	// (QPHANDLE: CREATE_QP v2 response, 64-bit PFNs).
-	Version = 20
+	Version = pvrdma.VersionQPHandle
 )
 
 // Interrupt causes = MSI-X vectors.
 const (
-	IntrResponse = 0
-	IntrAsync    = 1
-	IntrCQ       = 2
-)
-
-// Register offsets in BAR1.
-const (
-	RegVersion = 0x00
-	RegDSRLow  = 0x04
-	RegDSRHigh = 0x08
-	RegCtl     = 0x0C
-	RegRequest = 0x10
-	RegErr     = 0x14
-	RegICR     = 0x18
-	RegIMR     = 0x1C
-	RegMACL    = 0x20
-	RegMACH    = 0x24
-)
-
-// CTL values.
-const (
-	CtlActivate  = 0
-	CtlUnquiesce = 1
-	CtlReset     = 2
+	IntrResponse = pvrdma.IntrVectorResponse
+	IntrAsync    = pvrdma.IntrVectorAsync
+	IntrCQ       = pvrdma.IntrVectorCQ
 )
 
 // Config configures one emulated HCA.
@@ -317,23 +297,23 @@ func (d *Device) readReg(reg uint64) uint32 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	switch reg {
-	case RegVersion:
+	case pvrdma.RegVersion:
 		return Version
-	case RegDSRLow:
+	case pvrdma.RegDSRLow:
 		return d.dsrLow
-	case RegDSRHigh:
+	case pvrdma.RegDSRHigh:
 		return d.dsrHigh
-	case RegErr:
+	case pvrdma.RegErr:
 		return d.errReg
-	case RegICR:
+	case pvrdma.RegICR:
 		v := d.icr
 		d.icr = 0
 		return v
-	case RegIMR:
+	case pvrdma.RegIMR:
 		return d.imr
-	case RegMACL:
+	case pvrdma.RegMACL:
 		return d.macl
-	case RegMACH:
+	case pvrdma.RegMACH:
 		return d.mach
 	}
 	return 0
@@ -343,23 +323,23 @@ func (d *Device) writeReg(reg uint64, v uint32) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	switch reg {
-	case RegDSRLow:
+	case pvrdma.RegDSRLow:
 		d.dsrLow = v
-	case RegDSRHigh:
+	case pvrdma.RegDSRHigh:
 		d.dsrHigh = v
 		d.loadDSR(uint64(d.dsrHigh)<<32 | uint64(d.dsrLow))
-	case RegCtl:
+	case pvrdma.RegCtl:
 		d.ctl(v)
-	case RegRequest:
+	case pvrdma.RegRequest:
 		if v != 0 {
 			return
 		}
 		d.request()
-	case RegIMR:
+	case pvrdma.RegIMR:
 		d.imr = v
-	case RegMACL:
+	case pvrdma.RegMACL:
 		d.macl = v
-	case RegMACH:
+	case pvrdma.RegMACH:
 		d.mach = v
 	default:
 		d.log.Debug("ignored write to read-only or reserved register", "reg", reg, "value", v)
@@ -368,7 +348,7 @@ func (d *Device) writeReg(reg uint64, v uint32) {
 
 func (d *Device) ctl(v uint32) {
 	switch v {
-	case CtlActivate:
+	case pvrdma.CtlActivate:
 		if d.dsr == nil {
 			d.log.Warn("CTL=ACTIVATE without a loaded DSR")
 			d.errReg = errInval
@@ -377,13 +357,13 @@ func (d *Device) ctl(v uint32) {
 		d.active = true
 		d.errReg = 0
 		d.log.Info("activated")
-	case CtlUnquiesce:
+	case pvrdma.CtlUnquiesce:
 		if !d.active {
 			d.errReg = errInval
 			return
 		}
 		d.errReg = 0
-	case CtlReset:
+	case pvrdma.CtlReset:
 		d.resetLocked("CTL=RESET")
 		d.errReg = 0
 	default:
