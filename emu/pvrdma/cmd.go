@@ -237,8 +237,8 @@ func (c *CmdQueryPKeyResp) Decode(b []byte) {
 	c.PKey = le.Uint16(b[16:])
 }
 
-// handleReq is the shape of the requests whose body is one u32 handle
-// followed by padding.
+// encodeHandleReq and the three below serve the messages whose body is one
+// u32 (a handle, mostly) followed by four reserved bytes.
 func encodeHandleReq(h *CmdHdr, handle uint32, b []byte) {
 	h.Encode(b)
 	le.PutUint32(b[16:], handle)
