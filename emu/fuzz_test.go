@@ -91,8 +91,9 @@ func FuzzCommands(f *testing.F) {
 
 // typedFields are the fuzzer's values for the named fields of a typed
 // request: handle fields take Handle (0: the handle the run created last
-// of that kind), counts take Count, addresses Addr, lengths Length, masks
-// and flags Mask, byte fields Small.
+// of that kind) or Handle2 (contexts), counts Count and Count2, addresses
+// and PSNs Addr, lengths and page counts Length, masks and flags Mask, byte
+// fields (QP type, port, timers) Small.
 type typedFields struct {
 	Handle, Handle2 uint32
 	Count, Count2   uint32
@@ -140,14 +141,16 @@ func (l *liveObjects) pick(k objKind, v uint32) uint32 {
 // out a live handle nor exceeds the caps, a destroy succeeds only on a live
 // handle, and the device still answers QUERY_PORT at the end.
 func FuzzTypedCommands(f *testing.F) {
+	// A kernel PD, CQ and RC QP (3 pages: 1 send), RESET->INIT on port 1, destroyed.
 	f.Add([]byte{byte(pvrdma.OpCreatePD), byte(pvrdma.OpCreateCQ), byte(pvrdma.OpCreateQP), byte(pvrdma.OpModifyQP), byte(pvrdma.OpDestroyQP)},
-		uint32(0), uint32(0), uint32(4), uint32(1), uint64(0), uint64(4096), uint32(pvrdma.AttrState|pvrdma.AttrPKeyIndex|pvrdma.AttrPort|pvrdma.AttrAccessFlags), uint8(pvrdma.QPTypeRC))
+		uint32(0), uint32(0), uint32(1), uint32(1), uint64(0), uint64(3|1<<16), uint32(pvrdma.AttrState|pvrdma.AttrPKeyIndex|pvrdma.AttrPort|pvrdma.AttrAccessFlags), uint8(1<<4|pvrdma.QPTypeRC))
 	f.Add([]byte{byte(pvrdma.OpCreateMR), byte(pvrdma.OpDestroyMR), byte(pvrdma.OpDestroyPD)},
 		uint32(1), uint32(0), uint32(1), uint32(1), uint64(0x1000), uint64(0x1000), uint32(pvrdma.AccessLocalWrite), uint8(0))
+	// A user PD and SRQ in context 1, its limit armed and queried, then the context destroyed with its objects.
 	f.Add([]byte{byte(pvrdma.OpCreatePD), byte(pvrdma.OpCreateSRQ), byte(pvrdma.OpModifySRQ), byte(pvrdma.OpQuerySRQ), byte(pvrdma.OpDestroyUC)},
-		uint32(1), uint32(0), uint32(8), uint32(1), uint64(0), uint64(0), uint32(pvrdma.SRQAttrLimit), uint8(0))
+		uint32(0), uint32(1), uint32(8), uint32(1), uint64(0), uint64(0), uint32(pvrdma.SRQAttrLimit), uint8(0))
 	f.Add([]byte{byte(pvrdma.OpCreateBind), byte(pvrdma.OpDestroyBind), byte(pvrdma.OpQueryPKey), byte(pvrdma.OpCreateUC)},
-		uint32(3), uint32(0), uint32(1), uint32(2), uint64(0), uint64(0), uint32(0), uint8(pvrdma.GIDTypeFlagRoCEv2))
+		uint32(3), uint32(0), uint32(2), uint32(1), uint64(0), uint64(0), uint32(0), uint8(pvrdma.GIDTypeFlagRoCEv2))
 	f.Fuzz(func(t *testing.T, ops []byte, handle, handle2, count, count2 uint32, addr, length uint64, mask uint32, small uint8) {
 		fd := newFuzzDevice(t)
 		v := typedFields{Handle: handle, Handle2: handle2, Count: count, Count2: count2, Addr: addr, Length: length, Mask: mask, Small: small}
@@ -212,10 +215,10 @@ func (fd *fuzzDevice) typedCommand(t *testing.T, live *liveObjects, op pvrdma.Op
 			SQSigAll: v.Small >> 7, QPType: v.Small & 7, IsSRQ: (v.Small >> 3) & 1}, &pvrdma.CmdCreateQPResp{}
 	case pvrdma.OpModifyQP:
 		a := pvrdma.QPAttr{State: v.Count % 8, CurState: v.Count2 % 8, PathMTU: v.Count2, QKey: v.Handle2,
-			RQPSN: uint32(v.Addr), SQPSN: uint32(v.Addr >> 32), DestQPN: v.Handle2, AccessFlags: uint32(v.Length),
-			PortNum: v.Small, Timeout: v.Small, RetryCnt: v.Small, RNRRetry: v.Small, MinRNRTimer: v.Small,
+			RQPSN: uint32(v.Addr), SQPSN: uint32(v.Addr >> 32), DestQPN: v.Handle2, AccessFlags: uint32(v.Addr >> 56),
+			PortNum: v.Small >> 4, Timeout: v.Small, RetryCnt: v.Small & 15, RNRRetry: v.Small & 15, MinRNRTimer: v.Small,
 			MaxRdAtomic: v.Small, MaxDestRdAtomic: v.Small, EnSQDAsyncNotify: v.Small & 1}
-		a.AH.SGIDIndex, a.AH.AHFlags, a.AH.PortNum = v.Small, pvrdma.AHFlagGRH, 1
+		a.AH.SGIDIndex, a.AH.AHFlags, a.AH.PortNum = v.Small&15, pvrdma.AHFlagGRH, 1
 		req = &pvrdma.CmdModifyQP{QPHandle: live.pick(kindQP, v.Handle), AttrMask: v.Mask, Attrs: a}
 	case pvrdma.OpQueryQP:
 		req, rsp = &pvrdma.CmdQueryQP{QPHandle: live.pick(kindQP, v.Handle), AttrMask: v.Mask}, &pvrdma.CmdQueryQPResp{}
