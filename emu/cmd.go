@@ -37,9 +37,9 @@ func fail(errno uint32, format string, args ...any) *cmdErr {
 // returns the response body (nil: the header alone).
 type cmdHandler func(d *Device, slot []byte) (pvrdma.Response, *cmdErr)
 
-// handle adapts a handler of one typed request: the request is decoded
+// addHandler installs the handler of one typed request: the request is decoded
 // from the slot once, and the handler sees only the decoded value.
-func handle[T any, P interface {
+func addHandler[T any, P interface {
 	*T
 	pvrdma.Request
 }](t *[pvrdma.NumOpcodes]cmdHandler, fn func(*Device, *T) (pvrdma.Response, *cmdErr)) {
@@ -53,27 +53,27 @@ func handle[T any, P interface {
 // cmdTable maps each opcode to its handler; the request type names the
 // opcode, so the two cannot disagree.
 var cmdTable = func() (t [pvrdma.NumOpcodes]cmdHandler) {
-	handle(&t, (*Device).cmdQueryPort)
-	handle(&t, (*Device).cmdQueryPKey)
-	handle(&t, (*Device).cmdCreatePD)
-	handle(&t, (*Device).cmdDestroyPD)
-	handle(&t, (*Device).cmdCreateMR)
-	handle(&t, (*Device).cmdDestroyMR)
-	handle(&t, (*Device).cmdCreateCQ)
-	handle(&t, (*Device).cmdResizeCQ)
-	handle(&t, (*Device).cmdDestroyCQ)
-	handle(&t, (*Device).cmdCreateQP)
-	handle(&t, (*Device).cmdModifyQP)
-	handle(&t, (*Device).cmdQueryQP)
-	handle(&t, (*Device).cmdDestroyQP)
-	handle(&t, (*Device).cmdCreateUC)
-	handle(&t, (*Device).cmdDestroyUC)
-	handle(&t, (*Device).cmdCreateBind)
-	handle(&t, (*Device).cmdDestroyBind)
-	handle(&t, (*Device).cmdCreateSRQ)
-	handle(&t, (*Device).cmdModifySRQ)
-	handle(&t, (*Device).cmdQuerySRQ)
-	handle(&t, (*Device).cmdDestroySRQ)
+	addHandler(&t, (*Device).cmdQueryPort)
+	addHandler(&t, (*Device).cmdQueryPKey)
+	addHandler(&t, (*Device).cmdCreatePD)
+	addHandler(&t, (*Device).cmdDestroyPD)
+	addHandler(&t, (*Device).cmdCreateMR)
+	addHandler(&t, (*Device).cmdDestroyMR)
+	addHandler(&t, (*Device).cmdCreateCQ)
+	addHandler(&t, (*Device).cmdResizeCQ)
+	addHandler(&t, (*Device).cmdDestroyCQ)
+	addHandler(&t, (*Device).cmdCreateQP)
+	addHandler(&t, (*Device).cmdModifyQP)
+	addHandler(&t, (*Device).cmdQueryQP)
+	addHandler(&t, (*Device).cmdDestroyQP)
+	addHandler(&t, (*Device).cmdCreateUC)
+	addHandler(&t, (*Device).cmdDestroyUC)
+	addHandler(&t, (*Device).cmdCreateBind)
+	addHandler(&t, (*Device).cmdDestroyBind)
+	addHandler(&t, (*Device).cmdCreateSRQ)
+	addHandler(&t, (*Device).cmdModifySRQ)
+	addHandler(&t, (*Device).cmdQuerySRQ)
+	addHandler(&t, (*Device).cmdDestroySRQ)
 	return t
 }()
 
