@@ -4,7 +4,9 @@
 // register file, BAR2 UAR doorbell pages), the device shared region (DSR)
 // with its capability block, command channel and device rings, the resource
 // tables (contexts, PDs, MRs, CQs, QPs, SRQs, the GID table) and the QP state
-// machine.
+// machine. The layouts it exchanges with the driver (registers, DSR, caps,
+// command requests and responses) are the structs of package emu/pvrdma; this
+// package decides what they mean.
 //
 // The device knows nothing of sockets: it sees guest memory as a dma.Memory,
 // raises MSI-X vectors through a function, and is driven by region reads and

@@ -53,17 +53,31 @@ const (
 	AtomicOpMaskFetchAdd = 1 << 3
 )
 
-// DeviceCaps.BMMEFlags bits (PVRDMA_BMME_FLAG_*).
+// DeviceCaps.BMMEFlags bits (PVRDMA_BMME_FLAG_*); all three make the driver
+// report the memory management extensions.
 const (
 	BMMEFlagLocalInv  = 1 << 0
 	BMMEFlagRemoteInv = 1 << 1
 	BMMEFlagFastRegWR = 1 << 2
-	MaxFastRegPages   = 128 // PVRDMA_MAX_FAST_REG_PAGES
-	PageDirMaxPages   = 512 * 512
-	GIDTypeFlagRoCEv1 = 1 << 0 // PVRDMA_GID_TYPE_FLAG_ROCE_V1: caps.gid_types, CREATE_BIND gid_type
-	GIDTypeFlagRoCEv2 = 1 << 1 // PVRDMA_GID_TYPE_FLAG_ROCE_V2
-	MRFlagDMA         = 1 << 0 // PVRDMA_MR_FLAG_DMA: CREATE_MR of the kernel's DMA MR
-	MRFlagFRMR        = 1 << 1 // PVRDMA_MR_FLAG_FRMR: CREATE_MR of a fast-register MR
+)
+
+// GID type flags (PVRDMA_GID_TYPE_FLAG_*): DeviceCaps.GIDTypes and the
+// gid_type of CREATE_BIND.
+const (
+	GIDTypeFlagRoCEv1 = 1 << 0
+	GIDTypeFlagRoCEv2 = 1 << 1
+)
+
+// CREATE_MR flags (PVRDMA_MR_FLAG_*).
+const (
+	MRFlagDMA  = 1 << 0 // the kernel's DMA MR (local DMA lkey)
+	MRFlagFRMR = 1 << 1 // a fast-register MR
+)
+
+// Page directory limits.
+const (
+	PageDirMaxPages = 1 * 512 * 512 // PVRDMA_PAGE_DIR_MAX_PAGES: one directory of 512 tables
+	MaxFastRegPages = 128           // PVRDMA_MAX_FAST_REG_PAGES
 )
 
 // Async event types (enum pvrdma_eqe_type), the type of an async ring entry.
