@@ -24,6 +24,7 @@ import (
 	"github.com/hcaemu/hcaemu/emu"
 	"github.com/hcaemu/hcaemu/emu/emutest"
 	"github.com/hcaemu/hcaemu/emu/fabric"
+	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/uverbs"
 )
 
@@ -77,10 +78,10 @@ func newBenchHost(tb testing.TB, sw *fabric.Switch, k int) *benchHost {
 	}
 	v4 := h.ip.As16()
 	v4[10], v4[11] = 0xff, 0xff
-	must(drv.MustCmd(emu.CmdCreateBind, emutest.NewBody(48).U32(24, 1).Bytes(28, v4[:]).U8(44, 2)))
-	r, err := drv.MustCmd(emu.CmdCreatePD, emutest.NewBody(24))
-	must(r, err)
-	h.pd = le.Uint32(r[16:])
+	must(nil, drv.BindGID(1, v4))
+	pd, err := drv.CreatePD(0)
+	must(nil, err)
+	h.pd = pd
 	if h.cq, err = drv.CreateCQ(0, benchCQ); err != nil {
 		tb.Fatal(err)
 	}
@@ -98,12 +99,12 @@ func (h *benchHost) ackCQNotifications() {
 func (h *benchHost) buffer(tb testing.TB, n int) (addr uint64, lkey, rkey uint32) {
 	tb.Helper()
 	pages, dir := h.Buffer((n + 4095) / 4096)
-	r, err := h.MustCmd(emu.CmdCreateMR, emutest.NewBody(56).U64(16, pages[0]).U64(24, uint64(n)).U64(32, dir).
-		U32(40, h.pd).U32(44, allAccess).U32(52, uint32(len(pages))))
+	mr, err := h.CreateMR(pvrdma.CmdCreateMR{Start: pages[0], Length: uint64(n), PdirDMA: dir,
+		PDHandle: h.pd, AccessFlags: allAccess, NChunks: uint32(len(pages))})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return pages[0], le.Uint32(r[20:]), le.Uint32(r[24:])
+	return pages[0], mr.LKey, mr.RKey
 }
 
 // benchPair connects an RC QP on a to one on b (the same attributes as
@@ -111,7 +112,7 @@ func (h *benchHost) buffer(tb testing.TB, n int) (addr uint64, lkey, rkey uint32
 func benchPair(tb testing.TB, a, b *benchHost) (qa, qb *emutest.QP) {
 	tb.Helper()
 	mk := func(h *benchHost) *emutest.QP {
-		q, err := h.CreateQP(emutest.QPSpec{PD: h.pd, SendCQ: h.cq, RecvCQ: h.cq, Type: emu.QPTypeRC,
+		q, err := h.CreateQP(emutest.QPSpec{PD: h.pd, SendCQ: h.cq, RecvCQ: h.cq, Type: pvrdma.QPTypeRC,
 			SendWR: benchSQ, RecvWR: benchRQ, SendSGE: 1, RecvSGE: 1})
 		if err != nil {
 			tb.Fatal(err)
@@ -120,19 +121,19 @@ func benchPair(tb testing.TB, a, b *benchHost) (qa, qb *emutest.QP) {
 	}
 	qa, qb = mk(a), mk(b)
 	up := func(h *benchHost, q *emutest.QP, p *benchHost, peer *emutest.QP) {
-		if err := q.Modify(emu.AttrState|emu.AttrPKeyIndex|emu.AttrPort|emu.AttrAccessFlags,
-			emu.QPAttr{State: emu.StateInit, PortNum: 1, AccessFlags: allAccess}); err != nil {
+		if err := q.Modify(pvrdma.AttrState|pvrdma.AttrPKeyIndex|pvrdma.AttrPort|pvrdma.AttrAccessFlags,
+			pvrdma.QPAttr{State: pvrdma.QPStateInit, PortNum: 1, AccessFlags: allAccess}); err != nil {
 			tb.Fatal(err)
 		}
-		rtr := emu.QPAttr{State: emu.StateRTR, PathMTU: benchMTU, DestQPN: peer.QPN, RQPSN: 0x100 + peer.QPN, MaxDestRdAtomic: 16, MinRNRTimer: 1}
+		rtr := pvrdma.QPAttr{State: pvrdma.QPStateRTR, PathMTU: benchMTU, DestQPN: peer.QPN, RQPSN: 0x100 + peer.QPN, MaxDestRdAtomic: 16, MinRNRTimer: 1}
 		rtr.AH.DGID = p.ip.As16()
 		rtr.AH.DGID[10], rtr.AH.DGID[11] = 0xff, 0xff
-		rtr.AH.SGIDIndex, rtr.AH.HopLimit, rtr.AH.Flags, rtr.AH.PortNum, rtr.AH.DMAC = 1, 64, 1, 1, p.mac
-		if err := q.Modify(emu.AttrState|emu.AttrAV|emu.AttrPathMTU|emu.AttrDestQPN|emu.AttrRQPSN|emu.AttrMaxDestRdAtomic|emu.AttrMinRNRTimer, rtr); err != nil {
+		rtr.AH.SGIDIndex, rtr.AH.HopLimit, rtr.AH.AHFlags, rtr.AH.PortNum, rtr.AH.DMAC = 1, 64, 1, 1, p.mac
+		if err := q.Modify(pvrdma.AttrState|pvrdma.AttrAV|pvrdma.AttrPathMTU|pvrdma.AttrDestQPN|pvrdma.AttrRQPSN|pvrdma.AttrMaxDestRdAtomic|pvrdma.AttrMinRNRTimer, rtr); err != nil {
 			tb.Fatal(err)
 		}
-		rts := emu.QPAttr{State: emu.StateRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, SQPSN: 0x100 + q.QPN, MaxRdAtomic: 16}
-		if err := q.Modify(emu.AttrState|emu.AttrTimeout|emu.AttrRetryCnt|emu.AttrRNRRetry|emu.AttrSQPSN|emu.AttrMaxQPRdAtomic, rts); err != nil {
+		rts := pvrdma.QPAttr{State: pvrdma.QPStateRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, SQPSN: 0x100 + q.QPN, MaxRdAtomic: 16}
+		if err := q.Modify(pvrdma.AttrState|pvrdma.AttrTimeout|pvrdma.AttrRetryCnt|pvrdma.AttrRNRRetry|pvrdma.AttrSQPSN|pvrdma.AttrMaxQPRdAtomic, rts); err != nil {
 			tb.Fatal(err)
 		}
 	}

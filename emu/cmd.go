@@ -5,39 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-)
 
-// Command channel (pvrdma.md §7).
-const (
-	cmdReqSize  = 184 // the driver copies the whole request union
-	cmdRespSize = 176
-	ackBase     = 0x80000000
-)
-
-// Opcodes.
-const (
-	CmdQueryPort = iota
-	CmdQueryPKey
-	CmdCreatePD
-	CmdDestroyPD
-	CmdCreateMR
-	CmdDestroyMR
-	CmdCreateCQ
-	CmdResizeCQ
-	CmdDestroyCQ
-	CmdCreateQP
-	CmdModifyQP
-	CmdQueryQP
-	CmdDestroyQP
-	CmdCreateUC
-	CmdDestroyUC
-	CmdCreateBind
-	CmdDestroyBind
-	CmdCreateSRQ
-	CmdModifySRQ
-	CmdQuerySRQ
-	CmdDestroySRQ
-	numCmds
+	"github.com/hcaemu/hcaemu/emu/pvrdma"
 )
 
 // Errno values reported in ERR and the response's err byte.
@@ -52,13 +21,6 @@ const (
 	errNotSup = 95
 )
 
-var cmdNames = [numCmds]string{
-	"QUERY_PORT", "QUERY_PKEY", "CREATE_PD", "DESTROY_PD", "CREATE_MR", "DESTROY_MR",
-	"CREATE_CQ", "RESIZE_CQ", "DESTROY_CQ", "CREATE_QP", "MODIFY_QP", "QUERY_QP",
-	"DESTROY_QP", "CREATE_UC", "DESTROY_UC", "CREATE_BIND", "DESTROY_BIND",
-	"CREATE_SRQ", "MODIFY_SRQ", "QUERY_SRQ", "DESTROY_SRQ",
-}
-
 // cmdErr is a command failure: the errno the driver sees and why.
 type cmdErr struct {
 	errno uint32
@@ -71,44 +33,49 @@ func fail(errno uint32, format string, args ...any) *cmdErr {
 	return &cmdErr{errno: errno, msg: fmt.Sprintf(format, args...)}
 }
 
-// req is a private copy of one command request; resp is the response being
-// built. Handlers read only their command's own bytes.
-type req [cmdReqSize]byte
-type resp [cmdRespSize]byte
+// cmdHandler runs one command on its private copy of the request slot and
+// returns the response body (nil: the header alone).
+type cmdHandler func(d *Device, slot []byte) (pvrdma.Response, *cmdErr)
 
-func (r *req) u8(off int) uint8   { return r[off] }
-func (r *req) u16(off int) uint16 { return binary.LittleEndian.Uint16(r[off:]) }
-func (r *req) u32(off int) uint32 { return binary.LittleEndian.Uint32(r[off:]) }
-func (r *req) u64(off int) uint64 { return binary.LittleEndian.Uint64(r[off:]) }
-
-func (r *resp) put16(off int, v uint16) { binary.LittleEndian.PutUint16(r[off:], v) }
-func (r *resp) put32(off int, v uint32) { binary.LittleEndian.PutUint32(r[off:], v) }
-
-type cmdHandler func(d *Device, q *req, p *resp) *cmdErr
-
-var cmdTable = [numCmds]cmdHandler{
-	CmdQueryPort:   (*Device).cmdQueryPort,
-	CmdQueryPKey:   (*Device).cmdQueryPKey,
-	CmdCreatePD:    (*Device).cmdCreatePD,
-	CmdDestroyPD:   (*Device).cmdDestroyPD,
-	CmdCreateMR:    (*Device).cmdCreateMR,
-	CmdDestroyMR:   (*Device).cmdDestroyMR,
-	CmdCreateCQ:    (*Device).cmdCreateCQ,
-	CmdResizeCQ:    (*Device).cmdResizeCQ,
-	CmdDestroyCQ:   (*Device).cmdDestroyCQ,
-	CmdCreateQP:    (*Device).cmdCreateQP,
-	CmdModifyQP:    (*Device).cmdModifyQP,
-	CmdQueryQP:     (*Device).cmdQueryQP,
-	CmdDestroyQP:   (*Device).cmdDestroyQP,
-	CmdCreateUC:    (*Device).cmdCreateUC,
-	CmdDestroyUC:   (*Device).cmdDestroyUC,
-	CmdCreateBind:  (*Device).cmdCreateBind,
-	CmdDestroyBind: (*Device).cmdDestroyBind,
-	CmdCreateSRQ:   (*Device).cmdCreateSRQ,
-	CmdModifySRQ:   (*Device).cmdModifySRQ,
-	CmdQuerySRQ:    (*Device).cmdQuerySRQ,
-	CmdDestroySRQ:  (*Device).cmdDestroySRQ,
+// addHandler installs the handler of one typed request: the request is decoded
+// from the slot once, and the handler sees only the decoded value.
+func addHandler[T any, P interface {
+	*T
+	pvrdma.Request
+}](t *[pvrdma.NumOpcodes]cmdHandler, fn func(*Device, *T) (pvrdma.Response, *cmdErr)) {
+	t[P(new(T)).Opcode()] = func(d *Device, slot []byte) (pvrdma.Response, *cmdErr) {
+		var r T
+		P(&r).Decode(slot)
+		return fn(d, &r)
+	}
 }
+
+// cmdTable maps each opcode to its handler; the request type names the
+// opcode, so the two cannot disagree.
+var cmdTable = func() (t [pvrdma.NumOpcodes]cmdHandler) {
+	addHandler(&t, (*Device).cmdQueryPort)
+	addHandler(&t, (*Device).cmdQueryPKey)
+	addHandler(&t, (*Device).cmdCreatePD)
+	addHandler(&t, (*Device).cmdDestroyPD)
+	addHandler(&t, (*Device).cmdCreateMR)
+	addHandler(&t, (*Device).cmdDestroyMR)
+	addHandler(&t, (*Device).cmdCreateCQ)
+	addHandler(&t, (*Device).cmdResizeCQ)
+	addHandler(&t, (*Device).cmdDestroyCQ)
+	addHandler(&t, (*Device).cmdCreateQP)
+	addHandler(&t, (*Device).cmdModifyQP)
+	addHandler(&t, (*Device).cmdQueryQP)
+	addHandler(&t, (*Device).cmdDestroyQP)
+	addHandler(&t, (*Device).cmdCreateUC)
+	addHandler(&t, (*Device).cmdDestroyUC)
+	addHandler(&t, (*Device).cmdCreateBind)
+	addHandler(&t, (*Device).cmdDestroyBind)
+	addHandler(&t, (*Device).cmdCreateSRQ)
+	addHandler(&t, (*Device).cmdModifySRQ)
+	addHandler(&t, (*Device).cmdQuerySRQ)
+	addHandler(&t, (*Device).cmdDestroySRQ)
+	return t
+}()
 
 // request executes the command in the command slot, synchronously inside the
 // REQUEST write: the driver reads ERR right after it.
@@ -118,37 +85,39 @@ func (d *Device) request() {
 		d.errReg = errInval
 		return
 	}
-	var q req
-	if err := d.mem.ReadAt(q[:], d.dsr.cmdSlot); err != nil {
+	var slot [pvrdma.CmdReqSize]byte
+	if err := d.mem.ReadAt(slot[:], d.dsr.cmdSlot); err != nil {
 		d.log.Warn("command slot unreadable", "err", err)
 		d.errReg = errFault
 		return
 	}
-	op := q.u32(8)
-	var p resp
-	copy(p[0:8], q[0:8]) // echo the response key
-	if op >= numCmds {
-		d.log.Warn("unknown command opcode", "opcode", op)
+	var hdr pvrdma.CmdHdr
+	hdr.Decode(slot[:])
+	rspHdr := pvrdma.CmdRespHdr{Response: hdr.Response, Ack: hdr.Cmd.Ack()}
+	var rsp pvrdma.Response
+	if hdr.Cmd >= pvrdma.NumOpcodes {
+		d.log.Warn("unknown command opcode", "opcode", uint32(hdr.Cmd))
 		d.errReg = errInval
-		p.put32(8, ackBase+op)
-		p[12] = errInval
-		d.respond(&p)
-		return
-	}
-	p.put32(8, ackBase+op)
-	if e := cmdTable[op](d, &q, &p); e != nil {
-		d.log.Warn("command failed", "cmd", cmdNames[op], "errno", e.errno, "why", e.msg)
+		rspHdr.Err = errInval
+	} else if r, e := cmdTable[hdr.Cmd](d, slot[:]); e != nil {
+		d.log.Warn("command failed", "cmd", hdr.Cmd.String(), "errno", e.errno, "why", e.msg)
 		d.errReg = e.errno
-		p[12] = uint8(e.errno)
+		rspHdr.Err = uint8(e.errno)
 	} else {
-		d.log.Debug("command", "cmd", cmdNames[op])
+		d.log.Debug("command", "cmd", hdr.Cmd.String())
 		d.errReg = 0
+		rsp = r
 	}
-	d.respond(&p)
+	var out [pvrdma.CmdRespSize]byte
+	if rsp != nil {
+		rsp.Encode(out[:])
+	}
+	rspHdr.Encode(out[:])
+	d.respond(out[:])
 }
 
-func (d *Device) respond(p *resp) {
-	if err := d.mem.WriteAt(p[:], d.dsr.respSlot); err != nil {
+func (d *Device) respond(out []byte) {
+	if err := d.mem.WriteAt(out, d.dsr.respSlot); err != nil {
 		d.log.Warn("response slot unwritable", "err", err)
 		d.errReg = errFault
 	}
@@ -157,15 +126,6 @@ func (d *Device) respond(p *resp) {
 
 // --- port, P_Key, GID table ---------------------------------------------------
 
-// Port attribute values (pvrdma_port_attr).
-const (
-	portStateActive = 4
-	portStateDown   = 1
-	mtu1024         = 3
-	mtu4096         = 5
-	physStateLinkUp = 5
-)
-
 func (d *Device) checkPort(port uint8) *cmdErr {
 	if port < 1 || port > d.caps.PhysPortCnt {
 		return fail(errInval, "port %d outside 1..%d", port, d.caps.PhysPortCnt)
@@ -173,53 +133,45 @@ func (d *Device) checkPort(port uint8) *cmdErr {
 	return nil
 }
 
-func (d *Device) cmdQueryPort(q *req, p *resp) *cmdErr {
-	if e := d.checkPort(q.u8(16)); e != nil {
-		return e
+func (d *Device) cmdQueryPort(req *pvrdma.CmdQueryPort) (pvrdma.Response, *cmdErr) {
+	if e := d.checkPort(req.PortNum); e != nil {
+		return nil, e
 	}
-	p.put32(16, portStateActive)
-	p.put32(20, mtu4096)
-	p.put32(24, mtu1024) // 1500-byte Ethernet: largest IB MTU that fits
-	p.put32(28, d.caps.GIDTblLen)
-	p.put32(32, 0)
-	p.put32(36, 0x80000000)
-	p.put32(44, d.res.qkeyViolations)
-	p.put16(48, d.caps.MaxPKeys)
-	p[55] = 1  // max_vl_num
-	p[59] = 1  // width 1X
-	p[60] = 32 // EDR: 25 Gb/s per lane
-	p[61] = physStateLinkUp
-	return nil
+	return &pvrdma.CmdQueryPortResp{Attrs: pvrdma.PortAttr{
+		State:        pvrdma.PortStateActive,
+		MaxMTU:       pvrdma.MTU4096,
+		ActiveMTU:    pvrdma.MTU1024, // 1500-byte Ethernet: largest IB MTU that fits
+		GIDTblLen:    d.caps.GIDTblLen,
+		MaxMsgSz:     0x80000000,
+		QKeyViolCntr: d.res.qkeyViolations,
+		PKeyTblLen:   d.caps.MaxPKeys,
+		MaxVLNum:     1,
+		ActiveWidth:  pvrdma.Width1X,
+		ActiveSpeed:  pvrdma.SpeedEDR, // 25 Gb/s per lane
+		PhysState:    pvrdma.PhysStateLinkUp,
+	}}, nil
 }
 
-func (d *Device) cmdQueryPKey(q *req, p *resp) *cmdErr {
-	if e := d.checkPort(q.u8(16)); e != nil {
-		return e
+func (d *Device) cmdQueryPKey(req *pvrdma.CmdQueryPKey) (pvrdma.Response, *cmdErr) {
+	if e := d.checkPort(req.PortNum); e != nil {
+		return nil, e
 	}
-	if idx := q.u8(17); uint16(idx) >= d.caps.MaxPKeys {
-		return fail(errInval, "P_Key index %d >= %d", idx, d.caps.MaxPKeys)
+	if uint16(req.Index) >= d.caps.MaxPKeys {
+		return nil, fail(errInval, "P_Key index %d >= %d", req.Index, d.caps.MaxPKeys)
 	}
-	p.put16(16, 0xFFFF)
-	return nil
+	return &pvrdma.CmdQueryPKeyResp{PKey: 0xFFFF}, nil
 }
 
-// GID types in CREATE_BIND.
-const (
-	gidTypeV1 = 0x1
-	gidTypeV2 = 0x2
-)
-
-func (d *Device) cmdCreateBind(q *req, p *resp) *cmdErr {
-	idx := q.u32(24)
+func (d *Device) cmdCreateBind(req *pvrdma.CmdCreateBind) (pvrdma.Response, *cmdErr) {
+	idx := req.Index
 	if idx >= d.caps.GIDTblLen {
-		return fail(errInval, "GID index %d >= %d", idx, d.caps.GIDTblLen)
+		return nil, fail(errInval, "GID index %d >= %d", idx, d.caps.GIDTblLen)
 	}
-	typ := q.u8(44)
-	if typ != gidTypeV1 && typ != gidTypeV2 {
-		return fail(errInval, "GID type %#x", typ)
+	typ := req.GIDType
+	if typ != pvrdma.GIDTypeFlagRoCEv1 && typ != pvrdma.GIDTypeFlagRoCEv2 {
+		return nil, fail(errInval, "GID type %#x", typ)
 	}
-	var g GIDEntry
-	copy(g.GID[:], q[28:44])
+	g := GIDEntry{GID: req.NewGID}
 	g.Type = typ
 	g.Valid = true
 	d.res.gids[idx] = g
@@ -231,20 +183,20 @@ func (d *Device) cmdCreateBind(q *req, p *resp) *cmdErr {
 		d.log.Info("source MAC from the default GID", "mac", net.HardwareAddr(mac[:]).String())
 	}
 	d.announce()
-	return nil
+	return nil, nil
 }
 
-func (d *Device) cmdDestroyBind(q *req, p *resp) *cmdErr {
-	idx := q.u32(16)
+func (d *Device) cmdDestroyBind(req *pvrdma.CmdDestroyBind) (pvrdma.Response, *cmdErr) {
+	idx := req.Index
 	if idx >= d.caps.GIDTblLen {
-		return fail(errInval, "GID index %d >= %d", idx, d.caps.GIDTblLen)
+		return nil, fail(errInval, "GID index %d >= %d", idx, d.caps.GIDTblLen)
 	}
 	if !d.res.gids[idx].Valid {
-		return fail(errInval, "GID index %d not bound", idx)
+		return nil, fail(errInval, "GID index %d not bound", idx)
 	}
 	d.res.gids[idx] = GIDEntry{}
 	d.announce()
-	return nil
+	return nil, nil
 }
 
 // macFromLinkLocal inverts the EUI-64 of a link-local GID fe80::/64
@@ -272,28 +224,27 @@ func (d *Device) announce() {
 
 // --- user contexts ---------------------------------------------------------------
 
-func (d *Device) cmdCreateUC(q *req, p *resp) *cmdErr {
-	pfn := q.u64(16)
+func (d *Device) cmdCreateUC(req *pvrdma.CmdCreateUC) (pvrdma.Response, *cmdErr) {
+	pfn := req.PFN64
 	// BAR2 is naturally aligned to its size, so the low bits of the PFN are
 	// the UAR index; the high bits must name BAR2 where the guest put it.
 	idx := uint32(pfn & uint64(d.caps.MaxUAR-1))
 	if bar := d.uarBase(); bar != 0 && pfn-uint64(idx) != bar>>12 {
-		return fail(errInval, "UAR PFN %#x is not in BAR2 at %#x", pfn, bar)
+		return nil, fail(errInval, "UAR PFN %#x is not in BAR2 at %#x", pfn, bar)
 	}
 	if idx == 0 {
-		return fail(errInval, "UAR PFN %#x names the kernel's page 0", pfn)
+		return nil, fail(errInval, "UAR PFN %#x names the kernel's page 0", pfn)
 	}
 	for _, h := range d.res.uc.handles() {
 		if d.res.uc.get(h).uar == idx {
-			return fail(errBusy, "UAR page %d already has a context", idx)
+			return nil, fail(errBusy, "UAR page %d already has a context", idx)
 		}
 	}
 	h, e := d.res.uc.add(&ucontext{uar: idx})
 	if e != nil {
-		return e
+		return nil, e
 	}
-	p.put32(16, h)
-	return nil
+	return &pvrdma.CmdCreateUCResp{CtxHandle: h}, nil
 }
 
 // uarBase is BAR2's guest-physical base as the guest last programmed it.
@@ -303,12 +254,12 @@ func (d *Device) uarBase() uint64 {
 	return uint64(binary.LittleEndian.Uint32(b[:]) &^ 0xF)
 }
 
-func (d *Device) cmdDestroyUC(q *req, p *resp) *cmdErr {
-	h := q.u32(16)
+func (d *Device) cmdDestroyUC(req *pvrdma.CmdDestroyUC) (pvrdma.Response, *cmdErr) {
+	h := req.CtxHandle
 	if d.res.uc.get(h) == nil {
-		return fail(errInval, "no context %d", h)
+		return nil, fail(errInval, "no context %d", h)
 	}
 	d.destroyContextObjects(h)
 	d.res.uc.del(h)
-	return nil
+	return nil, nil
 }

@@ -2,6 +2,7 @@ package emu
 
 import (
 	"github.com/hcaemu/hcaemu/dma"
+	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/uverbs"
 )
 
@@ -23,49 +24,47 @@ const (
 	armSolicited = 2
 )
 
-func (d *Device) cmdCreateCQ(q *req, p *resp) *cmdErr {
-	pdir, ctx, n, nchunks := q.u64(16), q.u32(24), q.u32(28), q.u32(32)
+func (d *Device) cmdCreateCQ(req *pvrdma.CmdCreateCQ) (pvrdma.Response, *cmdErr) {
+	pdir, ctx, n, nchunks := req.PdirDMA, req.CtxHandle, req.CQE, req.NChunks
 	if e := d.checkCtx(ctx); e != nil {
-		return e
+		return nil, e
 	}
 	if !uverbs.IsPow2(n) || n > d.caps.MaxCQE {
-		return fail(errInval, "CQ size %d not a power of two in 1..%d", n, d.caps.MaxCQE)
+		return nil, fail(errInval, "CQ size %d not a power of two in 1..%d", n, d.caps.MaxCQE)
 	}
 	need := 1 + (uint64(n)*uverbs.CQESize+dma.PageSize-1)/dma.PageSize
 	if uint64(nchunks) < need || nchunks > dma.MaxDirPages {
-		return fail(errInval, "CQ of %d entries needs %d pages, got %d", n, need, nchunks)
+		return nil, fail(errInval, "CQ of %d entries needs %d pages, got %d", n, need, nchunks)
 	}
 	pages, e := d.pinPages("CQ", pdir, nchunks)
 	if e != nil {
-		return e
+		return nil, e
 	}
 	c := &cq{ctx: ctx, pages: pages, ring: uverbs.Ring{N: n}}
 	h, e := d.res.cq.add(c)
 	if e != nil {
 		d.res.unpin(int(nchunks))
-		return e
+		return nil, e
 	}
 	c.handle = h
-	p.put32(16, h)
-	p.put32(20, n)
-	return nil
+	return &pvrdma.CmdCreateCQResp{CQHandle: h, CQE: n}, nil
 }
 
-func (d *Device) cmdResizeCQ(q *req, p *resp) *cmdErr {
-	return fail(errNotSup, "RESIZE_CQ is not supported")
+func (d *Device) cmdResizeCQ(*pvrdma.CmdResizeCQ) (pvrdma.Response, *cmdErr) {
+	return nil, fail(errNotSup, "RESIZE_CQ is not supported")
 }
 
-func (d *Device) cmdDestroyCQ(q *req, p *resp) *cmdErr {
-	h := q.u32(16)
+func (d *Device) cmdDestroyCQ(req *pvrdma.CmdDestroyCQ) (pvrdma.Response, *cmdErr) {
+	h := req.CQHandle
 	c := d.res.cq.get(h)
 	if c == nil {
-		return fail(errInval, "no CQ %d", h)
+		return nil, fail(errInval, "no CQ %d", h)
 	}
 	if c.refs > 0 {
-		return fail(errBusy, "CQ %d still used by %d QPs/SRQs", h, c.refs)
+		return nil, fail(errBusy, "CQ %d still used by %d QPs/SRQs", h, c.refs)
 	}
 	d.destroyCQ(h, c)
-	return nil
+	return nil, nil
 }
 
 func (d *Device) destroyCQ(h uint32, c *cq) {

@@ -4,7 +4,9 @@
 // register file, BAR2 UAR doorbell pages), the device shared region (DSR)
 // with its capability block, command channel and device rings, the resource
 // tables (contexts, PDs, MRs, CQs, QPs, SRQs, the GID table) and the QP state
-// machine.
+// machine. The layouts it exchanges with the driver (registers, DSR, caps,
+// command requests and responses) are the structs of package emu/pvrdma; this
+// package decides what they mean.
 //
 // The device knows nothing of sockets: it sees guest memory as a dma.Memory,
 // raises MSI-X vectors through a function, and is driven by region reads and
@@ -19,6 +21,7 @@ import (
 	"sync/atomic"
 
 	"github.com/hcaemu/hcaemu/dma"
+	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/ratelog"
 	"github.com/hcaemu/hcaemu/mmio"
 )
@@ -35,35 +38,14 @@ const (
 
 	// Version is the device interface version reported in VERSION
 	// (QPHANDLE: CREATE_QP v2 response, 64-bit PFNs).
-	Version = 20
+	Version = pvrdma.VersionQPHandle
 )
 
 // Interrupt causes = MSI-X vectors.
 const (
-	IntrResponse = 0
-	IntrAsync    = 1
-	IntrCQ       = 2
-)
-
-// Register offsets in BAR1.
-const (
-	RegVersion = 0x00
-	RegDSRLow  = 0x04
-	RegDSRHigh = 0x08
-	RegCtl     = 0x0C
-	RegRequest = 0x10
-	RegErr     = 0x14
-	RegICR     = 0x18
-	RegIMR     = 0x1C
-	RegMACL    = 0x20
-	RegMACH    = 0x24
-)
-
-// CTL values.
-const (
-	CtlActivate  = 0
-	CtlUnquiesce = 1
-	CtlReset     = 2
+	IntrResponse = pvrdma.IntrVectorResponse
+	IntrAsync    = pvrdma.IntrVectorAsync
+	IntrCQ       = pvrdma.IntrVectorCQ
 )
 
 // Config configures one emulated HCA.
@@ -337,21 +319,21 @@ func (d *Device) resetLocked(why string) {
 // readReg reads a BAR1 register without the device lock.
 func (d *Device) readReg(reg uint64) uint32 {
 	switch reg {
-	case RegVersion:
+	case pvrdma.RegVersion:
 		return Version
-	case RegDSRLow:
+	case pvrdma.RegDSRLow:
 		return d.dsrLow.Load()
-	case RegDSRHigh:
+	case pvrdma.RegDSRHigh:
 		return d.dsrHigh.Load()
-	case RegErr:
+	case pvrdma.RegErr:
 		return d.errShadow.Load()
-	case RegICR:
+	case pvrdma.RegICR:
 		return d.icr.Swap(0)
-	case RegIMR:
+	case pvrdma.RegIMR:
 		return d.imr.Load()
-	case RegMACL:
+	case pvrdma.RegMACL:
 		return d.macl.Load()
-	case RegMACH:
+	case pvrdma.RegMACH:
 		return d.mach.Load()
 	}
 	return 0
@@ -362,16 +344,16 @@ func (d *Device) readReg(reg uint64) uint32 {
 // done, so the driver's read right after it sees the command's status.
 func (d *Device) writeReg(reg uint64, v uint32) {
 	switch reg {
-	case RegDSRLow:
+	case pvrdma.RegDSRLow:
 		d.dsrLow.Store(v)
 		return
-	case RegIMR:
+	case pvrdma.RegIMR:
 		d.imr.Store(v)
 		return
-	case RegMACL:
+	case pvrdma.RegMACL:
 		d.macl.Store(v)
 		return
-	case RegMACH:
+	case pvrdma.RegMACH:
 		d.mach.Store(v)
 		return
 	}
@@ -379,12 +361,12 @@ func (d *Device) writeReg(reg uint64, v uint32) {
 	defer d.unlock()
 	defer func() { d.errShadow.Store(d.errReg) }()
 	switch reg {
-	case RegDSRHigh:
+	case pvrdma.RegDSRHigh:
 		d.dsrHigh.Store(v)
 		d.loadDSR(uint64(v)<<32 | uint64(d.dsrLow.Load()))
-	case RegCtl:
+	case pvrdma.RegCtl:
 		d.ctl(v)
-	case RegRequest:
+	case pvrdma.RegRequest:
 		if v != 0 {
 			return
 		}
@@ -396,7 +378,7 @@ func (d *Device) writeReg(reg uint64, v uint32) {
 
 func (d *Device) ctl(v uint32) {
 	switch v {
-	case CtlActivate:
+	case pvrdma.CtlActivate:
 		if d.dsr == nil {
 			d.log.Warn("CTL=ACTIVATE without a loaded DSR")
 			d.errReg = errInval
@@ -405,13 +387,13 @@ func (d *Device) ctl(v uint32) {
 		d.active = true
 		d.errReg = 0
 		d.log.Info("activated")
-	case CtlUnquiesce:
+	case pvrdma.CtlUnquiesce:
 		if !d.active {
 			d.errReg = errInval
 			return
 		}
 		d.errReg = 0
-	case CtlReset:
+	case pvrdma.CtlReset:
 		d.resetLocked("CTL=RESET")
 		d.errReg = 0
 	default:

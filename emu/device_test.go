@@ -10,6 +10,7 @@ import (
 
 	"github.com/hcaemu/hcaemu/emu"
 	"github.com/hcaemu/hcaemu/emu/emutest"
+	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/uverbs"
 )
 
@@ -73,29 +74,31 @@ func probed(t *testing.T, caps *emu.Caps) *rig {
 // core's registration commands and the MAD layer's GSI QP.
 func TestProbe(t *testing.T) {
 	r := probed(t, nil)
-	if got := r.Cap32(188); got != 512 {
+	caps := r.Caps()
+	if got := caps.MaxUAR; got != 512 {
 		t.Errorf("max_uar = %d", got)
 	}
-	if r.Caps[203] != 2 || r.Caps[199] != 1 || r.Caps[200] != 0 {
-		t.Errorf("gid_types %#x phys_port_cnt %d mode %d", r.Caps[203], r.Caps[199], r.Caps[200])
+	if caps.GIDTypes != 2 || caps.PhysPortCnt != 1 || caps.Mode != 0 {
+		t.Errorf("gid_types %#x phys_port_cnt %d mode %d", caps.GIDTypes, caps.PhysPortCnt, caps.Mode)
 	}
-	wantGUID := []byte{0x02, 0x50, 0x56, 0xff, 0xfe, 0x01, 0x02, 0x03}
-	if string(r.Caps[8:16]) != string(wantGUID) {
-		t.Errorf("node_guid % x", r.Caps[8:16])
+	wantGUID := [8]byte{0x02, 0x50, 0x56, 0xff, 0xfe, 0x01, 0x02, 0x03}
+	if caps.NodeGUID != wantGUID {
+		t.Errorf("node_guid % x", caps.NodeGUID)
 	}
-	resp, err := r.MustCmd(emu.CmdQueryPort, emutest.NewBody(24).U8(16, 1))
+	port, err := r.QueryPort(1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st, gl, pk := le.Uint32(resp[16:]), le.Uint32(resp[28:]), le.Uint16(resp[48:]); st != 4 || gl != r.Cap32(192) || pk != 1 {
+	if st, gl, pk := port.State, port.GIDTblLen, port.PKeyTblLen; st != 4 || gl != caps.GIDTblLen || pk != 1 {
 		t.Errorf("QUERY_PORT state %d gid_tbl_len %d pkey_tbl_len %d", st, gl, pk)
 	}
-	resp, err = r.MustCmd(emu.CmdQueryPKey, emutest.NewBody(24).U8(16, 1))
-	if err != nil || le.Uint16(resp[16:]) != 0xFFFF {
-		t.Fatalf("QUERY_PKEY: %v %#x", err, le.Uint16(resp[16:]))
+	var pkey pvrdma.CmdQueryPKeyResp
+	err = r.MustCmd(&pvrdma.CmdQueryPKey{PortNum: 1}, &pkey)
+	if err != nil || pkey.PKey != 0xFFFF {
+		t.Fatalf("QUERY_PKEY: %v %#x", err, pkey.PKey)
 	}
-	gid := []byte{0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x02, 0x50, 0x56, 0xff, 0xfe, 0x01, 0x02, 0x03}
-	if _, err := r.MustCmd(emu.CmdCreateBind, emutest.NewBody(48).U32(16, 1024).U32(20, 0xfff).U32(24, 0).Bytes(28, gid).U8(44, 2)); err != nil {
+	gid := [16]byte{0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x02, 0x50, 0x56, 0xff, 0xfe, 0x01, 0x02, 0x03}
+	if err := r.MustCmd(&pvrdma.CmdCreateBind{MTU: 1024, VLAN: 0xfff, Index: 0, NewGID: gid, GIDType: 2}, nil); err != nil {
 		t.Fatal(err)
 	}
 	_, _, cq, qp, err := r.KernelGSI()
@@ -120,35 +123,33 @@ func TestProbe(t *testing.T) {
 // TestUserVerbs builds what ibv_rc_pingpong builds, then tears it down.
 func TestUserVerbs(t *testing.T) {
 	r := probed(t, nil)
-	gid := make([]byte, 16)
+	var gid [16]byte
 	gid[10], gid[11], gid[12], gid[15] = 0xff, 0xff, 10, 1
-	if _, err := r.MustCmd(emu.CmdCreateBind, emutest.NewBody(48).U32(24, 1).Bytes(28, gid).U8(44, 2)); err != nil {
+	if err := r.BindGID(1, gid); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := r.MustCmd(emu.CmdCreateUC, emutest.NewBody(24).U64(16, r.BAR2>>12+1))
+	ctx, err := r.CreateUC(1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := le.Uint32(resp[16:])
 	if ctx == 0 {
 		t.Fatal("context handle 0")
 	}
-	resp, _ = r.MustCmd(emu.CmdCreatePD, emutest.NewBody(24).U32(16, ctx))
-	pd := le.Uint32(resp[16:])
+	pd, _ := r.CreatePD(ctx)
 	// A 4096-byte buffer starting mid-page spans two pages.
 	pages, dir := r.Buffer(2)
 	start := uint64(0x7f0000000800)
-	resp, err = r.MustCmd(emu.CmdCreateMR, emutest.NewBody(56).U64(16, start).U64(24, 4096).U64(32, dir).U32(40, pd).U32(44, 1).U32(52, 2))
+	mr, err := r.CreateMR(pvrdma.CmdCreateMR{Start: start, Length: 4096, PdirDMA: dir, PDHandle: pd, AccessFlags: 1, NChunks: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mrh := le.Uint32(resp[16:])
+	mrh := mr.MRHandle
 	_ = pages
 	cq, err := r.CreateCQ(ctx, 512)
 	if err != nil {
 		t.Fatal(err)
 	}
-	qp, err := r.CreateQP(emutest.QPSpec{Ctx: ctx, PD: pd, SendCQ: cq, RecvCQ: cq, Type: emu.QPTypeRC,
+	qp, err := r.CreateQP(emutest.QPSpec{Ctx: ctx, PD: pd, SendCQ: cq, RecvCQ: cq, Type: pvrdma.QPTypeRC,
 		SendWR: 1, RecvWR: 512, SendSGE: 1, RecvSGE: 1, UAR: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -156,32 +157,31 @@ func TestUserVerbs(t *testing.T) {
 	if qp.Handle < 2 || qp.QPN != qp.Handle {
 		t.Errorf("RC QP handle %d qpn %d", qp.Handle, qp.QPN)
 	}
-	init := emu.QPAttr{State: emu.StateInit, PortNum: 1, AccessFlags: 0}
-	if err := qp.Modify(emu.AttrState|emu.AttrPKeyIndex|emu.AttrPort|emu.AttrAccessFlags, init); err != nil {
+	init := pvrdma.QPAttr{State: pvrdma.QPStateInit, PortNum: 1, AccessFlags: 0}
+	if err := qp.Modify(pvrdma.AttrState|pvrdma.AttrPKeyIndex|pvrdma.AttrPort|pvrdma.AttrAccessFlags, init); err != nil {
 		t.Fatal(err)
 	}
-	rtr := emu.QPAttr{State: emu.StateRTR, PathMTU: 3, DestQPN: 0x99, RQPSN: 0x123456, MaxDestRdAtomic: 1, MinRNRTimer: 12}
-	rtr.AH.SGIDIndex, rtr.AH.HopLimit, rtr.AH.Flags = 1, 1, 1
-	if err := qp.Modify(emu.AttrState|emu.AttrAV|emu.AttrPathMTU|emu.AttrDestQPN|emu.AttrRQPSN|emu.AttrMaxDestRdAtomic|emu.AttrMinRNRTimer, rtr); err != nil {
+	rtr := pvrdma.QPAttr{State: pvrdma.QPStateRTR, PathMTU: 3, DestQPN: 0x99, RQPSN: 0x123456, MaxDestRdAtomic: 1, MinRNRTimer: 12}
+	rtr.AH.SGIDIndex, rtr.AH.HopLimit, rtr.AH.AHFlags = 1, 1, pvrdma.AHFlagGRH
+	if err := qp.Modify(pvrdma.AttrState|pvrdma.AttrAV|pvrdma.AttrPathMTU|pvrdma.AttrDestQPN|pvrdma.AttrRQPSN|pvrdma.AttrMaxDestRdAtomic|pvrdma.AttrMinRNRTimer, rtr); err != nil {
 		t.Fatal(err)
 	}
-	rts := emu.QPAttr{State: emu.StateRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, SQPSN: 0x654321, MaxRdAtomic: 1}
-	if err := qp.Modify(emu.AttrState|emu.AttrTimeout|emu.AttrRetryCnt|emu.AttrRNRRetry|emu.AttrSQPSN|emu.AttrMaxQPRdAtomic, rts); err != nil {
+	rts := pvrdma.QPAttr{State: pvrdma.QPStateRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, SQPSN: 0x654321, MaxRdAtomic: 1}
+	if err := qp.Modify(pvrdma.AttrState|pvrdma.AttrTimeout|pvrdma.AttrRetryCnt|pvrdma.AttrRNRRetry|pvrdma.AttrSQPSN|pvrdma.AttrMaxQPRdAtomic, rts); err != nil {
 		t.Fatal(err)
 	}
-	resp, err = r.MustCmd(emu.CmdQueryQP, emutest.NewBody(24).U32(16, qp.Handle))
+	a, err := qp.Query()
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := emu.DecodeQPAttr(resp[16:176])
-	if a.State != emu.StateRTS || a.DestQPN != 0x99 || a.RQPSN != 0x123456 || a.SQPSN != 0x654321 || a.PathMTU != 3 || a.Cap[1] != 512 {
+	if a.State != pvrdma.QPStateRTS || a.DestQPN != 0x99 || a.RQPSN != 0x123456 || a.SQPSN != 0x654321 || a.PathMTU != 3 || a.Cap.MaxRecvWR != 512 {
 		t.Errorf("QUERY_QP: %+v", a)
 	}
-	for _, c := range []struct {
-		op uint32
-		h  uint32
-	}{{emu.CmdDestroyQP, qp.Handle}, {emu.CmdDestroyCQ, cq.Handle}, {emu.CmdDestroyMR, mrh}, {emu.CmdDestroyPD, pd}, {emu.CmdDestroyUC, ctx}} {
-		if _, err := r.MustCmd(c.op, emutest.NewBody(24).U32(16, c.h)); err != nil {
+	for _, req := range []pvrdma.Request{
+		&pvrdma.CmdDestroyQP{QPHandle: qp.Handle}, &pvrdma.CmdDestroyCQ{CQHandle: cq.Handle}, &pvrdma.CmdDestroyMR{MRHandle: mrh},
+		&pvrdma.CmdDestroyPD{PDHandle: pd}, &pvrdma.CmdDestroyUC{CtxHandle: ctx},
+	} {
+		if err := r.MustCmd(req, nil); err != nil {
 			t.Errorf("destroy: %v", err)
 		}
 	}
@@ -192,16 +192,16 @@ func TestUserVerbs(t *testing.T) {
 func TestBeforeActivation(t *testing.T) {
 	r := newRig(t, nil)
 	r.EnablePCI()
-	r.WriteReg(emu.RegRequest, 0)
-	if r.ReadReg(emu.RegErr) == 0 {
+	r.WriteReg(pvrdma.RegRequest, 0)
+	if r.ReadReg(pvrdma.RegErr) == 0 {
 		t.Error("REQUEST before DSR: ERR = 0")
 	}
-	r.WriteReg(emu.RegCtl, emu.CtlActivate)
-	if r.ReadReg(emu.RegErr) == 0 {
+	r.WriteReg(pvrdma.RegCtl, pvrdma.CtlActivate)
+	if r.ReadReg(pvrdma.RegErr) == 0 {
 		t.Error("ACTIVATE before DSR: ERR = 0")
 	}
-	r.WriteReg(emu.RegCtl, emu.CtlUnquiesce)
-	if r.ReadReg(emu.RegErr) == 0 {
+	r.WriteReg(pvrdma.RegCtl, pvrdma.CtlUnquiesce)
+	if r.ReadReg(pvrdma.RegErr) == 0 {
 		t.Error("UNQUIESCE before activation: ERR = 0")
 	}
 	r.Doorbell(0, 0, 1|1<<30)
@@ -211,14 +211,14 @@ func TestBeforeActivation(t *testing.T) {
 	}
 	// A loaded but not activated device refuses commands too.
 	r.LoadDSR(4, 4)
-	r.WriteReg(emu.RegRequest, 0)
-	if r.ReadReg(emu.RegErr) == 0 {
+	r.WriteReg(pvrdma.RegRequest, 0)
+	if r.ReadReg(pvrdma.RegErr) == 0 {
 		t.Error("REQUEST before ACTIVATE: ERR = 0")
 	}
 	// Bus mastering off: the DSR cannot be read, so no caps.
 	r2 := newRig(t, nil)
 	r2.LoadDSR(4, 4)
-	if r2.Cap32(188) != 0 {
+	if r2.Caps().MaxUAR != 0 {
 		t.Error("caps written with bus mastering disabled")
 	}
 }
@@ -237,19 +237,17 @@ func TestDSRRejected(t *testing.T) {
 		{"cq num_pages 513", func(r *rig) uint64 { return dsrWith(r, 4, 513, nil) }},
 		{"cq num_pages max", func(r *rig) uint64 { return dsrWith(r, 4, 0xFFFFFFFF, nil) }},
 		{"cmd slot outside RAM", func(r *rig) uint64 {
-			return dsrWith(r, 4, 4, func(dsr uint64) { r.Put64(dsr+16, 0x7fff00000000) })
+			return dsrWith(r, 4, 4, func(dsr *pvrdma.DSR) { dsr.CmdSlotDMA = 0x7fff00000000 })
 		}},
 		{"ring page table zero entry", func(r *rig) uint64 {
-			return dsrWith(r, 4, 4, func(dsr uint64) {
-				dir := r.Get64(dsr + 40)
-				tbl := r.Get64(dir)
+			return dsrWith(r, 4, 4, func(dsr *pvrdma.DSR) {
+				tbl := r.Get64(dsr.AsyncRingPages.PdirDMA)
 				r.Put64(tbl+8, 0)
 			})
 		}},
 		{"ring page outside RAM", func(r *rig) uint64 {
-			return dsrWith(r, 4, 4, func(dsr uint64) {
-				dir := r.Get64(dsr + 56)
-				tbl := r.Get64(dir)
+			return dsrWith(r, 4, 4, func(dsr *pvrdma.DSR) {
+				tbl := r.Get64(dsr.CQRingPages.PdirDMA)
 				r.Put64(tbl+16, 0x7fff00000000)
 			})
 		}},
@@ -259,13 +257,17 @@ func TestDSRRejected(t *testing.T) {
 			r := newRig(t, nil)
 			r.EnablePCI()
 			dsr := c.setup(r)
-			r.WriteReg(emu.RegDSRLow, uint32(dsr))
-			r.WriteReg(emu.RegDSRHigh, uint32(dsr>>32))
-			if dsr+72+208 <= uint64(len(r.RAM.Mem)) && le.Uint32(r.RAM.Mem[dsr+72+188:]) != 0 {
-				t.Error("caps written for a bad DSR")
+			r.WriteReg(pvrdma.RegDSRLow, uint32(dsr))
+			r.WriteReg(pvrdma.RegDSRHigh, uint32(dsr>>32))
+			if dsr+pvrdma.DSRSize <= uint64(len(r.RAM.Mem)) {
+				var caps pvrdma.DeviceCaps
+				caps.Decode(r.RAM.Mem[dsr+pvrdma.DSRCapsOffset:])
+				if caps.MaxUAR != 0 {
+					t.Error("caps written for a bad DSR")
+				}
 			}
-			r.WriteReg(emu.RegCtl, emu.CtlActivate)
-			if r.ReadReg(emu.RegErr) == 0 {
+			r.WriteReg(pvrdma.RegCtl, pvrdma.CtlActivate)
+			if r.ReadReg(pvrdma.RegErr) == 0 {
 				t.Error("activated with a bad DSR")
 			}
 			if err := r.Probe(); err != nil {
@@ -276,22 +278,23 @@ func TestDSRRejected(t *testing.T) {
 }
 
 // dsrWith builds a DSR with the given ring page counts (rings get 4 real
-// pages each) and lets edit change it.
-func dsrWith(r *rig, asyncPages, cqPages uint32, edit func(dsr uint64)) uint64 {
-	dsr := r.AllocPages(1)
+// pages each) and lets edit change it before it is written.
+func dsrWith(r *rig, asyncPages, cqPages uint32, edit func(dsr *pvrdma.DSR)) uint64 {
+	addr := r.AllocPages(1)
 	_, adir := r.Buffer(4)
 	_, cdir := r.Buffer(4)
-	r.Put32(dsr, 20)
-	r.Put64(dsr+16, r.AllocPages(1))
-	r.Put64(dsr+24, r.AllocPages(1))
-	r.Put32(dsr+32, asyncPages)
-	r.Put64(dsr+40, adir)
-	r.Put32(dsr+48, cqPages)
-	r.Put64(dsr+56, cdir)
-	if edit != nil {
-		edit(dsr)
+	dsr := pvrdma.DSR{
+		DriverVersion:  pvrdma.VersionQPHandle,
+		CmdSlotDMA:     r.AllocPages(1),
+		RespSlotDMA:    r.AllocPages(1),
+		AsyncRingPages: pvrdma.RingPageInfo{NumPages: asyncPages, PdirDMA: adir},
+		CQRingPages:    pvrdma.RingPageInfo{NumPages: cqPages, PdirDMA: cdir},
 	}
-	return dsr
+	if edit != nil {
+		edit(&dsr)
+	}
+	dsr.EncodeDriver(r.RAM.Mem[addr:])
+	return addr
 }
 
 // TestCommandErrors: every bad command fails with ERR != 0 as the driver
@@ -303,12 +306,10 @@ func TestCommandErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = lkey
-	resp, _ := r.MustCmd(emu.CmdCreateUC, emutest.NewBody(24).U64(16, r.BAR2>>12+1))
-	ctx1 := le.Uint32(resp[16:])
-	resp, _ = r.MustCmd(emu.CmdCreateUC, emutest.NewBody(24).U64(16, r.BAR2>>12+2))
-	ctx2 := le.Uint32(resp[16:])
-	resp, _ = r.MustCmd(emu.CmdCreatePD, emutest.NewBody(24).U32(16, ctx1))
-	pd1 := le.Uint32(resp[16:])
+	ctx1, _ := r.CreateUC(1)
+	ctx2, _ := r.CreateUC(2)
+	pd1, _ := r.CreatePD(ctx1)
+	pfn := func(page uint64) uint64 { return r.BAR2>>12 + page }
 	cq2, err := r.CreateCQ(ctx2, 64)
 	if err != nil {
 		t.Fatal(err)
@@ -316,103 +317,110 @@ func TestCommandErrors(t *testing.T) {
 	_, dir1 := r.Buffer(1)
 	_, dir4 := r.Buffer(4)
 
+	type mr = pvrdma.CmdCreateMR
+	type cq = pvrdma.CmdCreateCQ
+	type srq = pvrdma.CmdCreateSRQ
+	type srqAttr = pvrdma.SRQAttr
 	cases := []struct {
 		name string
-		op   uint32
-		body emutest.B
+		op   pvrdma.Opcode // 0: the request's own
+		req  pvrdma.Request
 	}{
-		{"opcode 21", 21, emutest.NewBody(24)},
-		{"opcode max", 0xFFFFFFFF, emutest.NewBody(24)},
-		{"RESIZE_CQ", emu.CmdResizeCQ, emutest.NewBody(24).U32(16, kcq.Handle).U32(20, 2048)},
-		{"QUERY_PORT port 2", emu.CmdQueryPort, emutest.NewBody(24).U8(16, 2)},
-		{"QUERY_PKEY index 1", emu.CmdQueryPKey, emutest.NewBody(24).U8(16, 1).U8(17, 1)},
-		{"CREATE_PD unknown ctx", emu.CmdCreatePD, emutest.NewBody(24).U32(16, 77)},
-		{"DESTROY_PD unknown", emu.CmdDestroyPD, emutest.NewBody(24).U32(16, 999)},
-		{"DESTROY_PD in use", emu.CmdDestroyPD, emutest.NewBody(24).U32(16, 1)},
-		{"CREATE_MR no PD", emu.CmdCreateMR, emutest.NewBody(56).U64(16, 0x1000).U64(24, 4096).U64(32, dir1).U32(40, 999).U32(44, 1).U32(52, 1)},
-		{"CREATE_MR length 0", emu.CmdCreateMR, emutest.NewBody(56).U64(16, 0x1000).U64(32, dir1).U32(40, pd1).U32(44, 1).U32(52, 1)},
-		{"CREATE_MR nchunks mismatch", emu.CmdCreateMR, emutest.NewBody(56).U64(16, 0x1800).U64(24, 4096).U64(32, dir1).U32(40, pd1).U32(44, 1).U32(52, 1)},
-		{"CREATE_MR too long", emu.CmdCreateMR, emutest.NewBody(56).U64(16, 0).U64(24, 1<<31).U64(32, dir1).U32(40, pd1).U32(44, 1).U32(52, 1<<19)},
-		{"CREATE_MR nchunks huge", emu.CmdCreateMR, emutest.NewBody(56).U64(16, 0).U64(24, 0xFFFFFFFF000).U64(32, dir1).U32(40, pd1).U32(44, 1).U32(52, 0xFFFFFFFF)},
-		{"CREATE_MR overflow", emu.CmdCreateMR, emutest.NewBody(56).U64(16, 0xFFFFFFFFFFFFF000).U64(24, 0x2000).U64(32, dir1).U32(40, pd1).U32(44, 1).U32(52, 2)},
-		{"CREATE_MR remote write w/o local", emu.CmdCreateMR, emutest.NewBody(56).U64(16, 0x1000).U64(24, 4096).U64(32, dir1).U32(40, pd1).U32(44, 2).U32(52, 1)},
-		{"CREATE_MR dir outside RAM", emu.CmdCreateMR, emutest.NewBody(56).U64(16, 0x1000).U64(24, 4096).U64(32, 0x7fff00000000).U32(40, pd1).U32(44, 1).U32(52, 1)},
-		{"CREATE_MR DMA on user PD", emu.CmdCreateMR, emutest.NewBody(56).U32(40, pd1).U32(44, 1).U32(48, 1)},
-		{"CREATE_MR FRMR 0 pages", emu.CmdCreateMR, emutest.NewBody(56).U32(40, pd1).U32(48, 2)},
-		{"CREATE_MR bad flags", emu.CmdCreateMR, emutest.NewBody(56).U32(40, pd1).U32(48, 4)},
-		{"CREATE_CQ 0 pages", emu.CmdCreateCQ, emutest.NewBody(40).U64(16, dir1).U32(28, 64)},
-		{"CREATE_CQ too few pages", emu.CmdCreateCQ, emutest.NewBody(40).U64(16, dir1).U32(28, 1024).U32(32, 1)},
-		{"CREATE_CQ huge pages", emu.CmdCreateCQ, emutest.NewBody(40).U64(16, dir1).U32(28, 64).U32(32, 0xFFFFFFFF)},
-		{"CREATE_CQ not pow2", emu.CmdCreateCQ, emutest.NewBody(40).U64(16, dir4).U32(28, 100).U32(32, 4)},
-		{"CREATE_CQ cqe 0", emu.CmdCreateCQ, emutest.NewBody(40).U64(16, dir4).U32(28, 0).U32(32, 4)},
-		{"CREATE_CQ too big", emu.CmdCreateCQ, emutest.NewBody(40).U64(16, dir4).U32(28, 1<<20).U32(32, 4)},
-		{"CREATE_CQ unknown ctx", emu.CmdCreateCQ, emutest.NewBody(40).U64(16, dir4).U32(24, 99).U32(28, 16).U32(32, 2)},
-		{"DESTROY_CQ in use", emu.CmdDestroyCQ, emutest.NewBody(24).U32(16, kcq.Handle)},
-		{"DESTROY_CQ unknown", emu.CmdDestroyCQ, emutest.NewBody(24).U32(16, 4000)},
-		{"CREATE_QP foreign CQ", emu.CmdCreateQP, qpBody(dir4, pd1, cq2.Handle, cq2.Handle, 4, 4, 4, 1, 1)},
-		{"CREATE_QP kernel CQ on user PD", emu.CmdCreateQP, qpBody(dir4, pd1, kcq.Handle, kcq.Handle, 4, 4, 4, 1, 1)},
-		{"CREATE_QP no PD", emu.CmdCreateQP, qpBody(dir4, 999, kcq.Handle, kcq.Handle, 4, 4, 4, 1, 1)},
-		{"CREATE_QP second GSI", emu.CmdCreateQP, qpBodyType(dir4, 1, kcq.Handle, 4, 4, 1, 1, emu.QPTypeGSI)},
-		{"CREATE_QP UC", emu.CmdCreateQP, qpBodyType(dir4, 1, kcq.Handle, 4, 4, 1, 1, emu.QPTypeUC)},
-		{"CREATE_QP type 9", emu.CmdCreateQP, qpBodyType(dir4, 1, kcq.Handle, 4, 4, 1, 1, 9)},
-		{"CREATE_QP wr not pow2", emu.CmdCreateQP, qpBodyType(dir4, 1, kcq.Handle, 3, 4, 1, 1, emu.QPTypeRC)},
-		{"CREATE_QP wr too big", emu.CmdCreateQP, qpBodyType(dir4, 1, kcq.Handle, 1<<20, 4, 1, 1, emu.QPTypeRC)},
-		{"CREATE_QP sge too big", emu.CmdCreateQP, qpBodyType(dir4, 1, kcq.Handle, 4, 4, 64, 1, emu.QPTypeRC)},
-		{"CREATE_QP pages too few", emu.CmdCreateQP, qpBodyType(dir4, 1, kcq.Handle, 1024, 1024, 1, 1, emu.QPTypeRC)},
-		{"CREATE_QP total < send", emu.CmdCreateQP, qpBody(dir4, 1, kcq.Handle, kcq.Handle, 4, 4, 1, 1, 2)},
-		{"MODIFY_QP unknown", emu.CmdModifyQP, emutest.NewBody(184).U32(16, 777).U32(20, 1)},
-		{"QUERY_QP unknown", emu.CmdQueryQP, emutest.NewBody(24).U32(16, 777)},
-		{"DESTROY_QP unknown", emu.CmdDestroyQP, emutest.NewBody(24).U32(16, 777)},
-		{"CREATE_UC page 0", emu.CmdCreateUC, emutest.NewBody(24).U64(16, r.BAR2>>12)},
-		{"CREATE_UC page in use", emu.CmdCreateUC, emutest.NewBody(24).U64(16, r.BAR2>>12+1)},
-		{"CREATE_UC not BAR2", emu.CmdCreateUC, emutest.NewBody(24).U64(16, 0x12345)},
-		{"DESTROY_UC unknown", emu.CmdDestroyUC, emutest.NewBody(24).U32(16, 300)},
-		{"CREATE_BIND index 16", emu.CmdCreateBind, emutest.NewBody(48).U32(24, 16).U8(44, 2)},
-		{"CREATE_BIND type 3", emu.CmdCreateBind, emutest.NewBody(48).U32(24, 1).U8(44, 3)},
-		{"DESTROY_BIND unbound", emu.CmdDestroyBind, emutest.NewBody(40).U32(16, 5)},
-		{"CREATE_SRQ not pow2", emu.CmdCreateSRQ, emutest.NewBody(56).U64(16, dir4).U32(24, pd1).U32(28, 4).U32(32, 3).U32(36, 1)},
-		{"CREATE_SRQ too few pages", emu.CmdCreateSRQ, emutest.NewBody(56).U64(16, dir4).U32(24, pd1).U32(28, 2).U32(32, 1024).U32(36, 1)},
-		{"CREATE_SRQ type 1", emu.CmdCreateSRQ, emutest.NewBody(56).U64(16, dir4).U32(24, pd1).U32(28, 4).U32(32, 4).U32(36, 1).U8(48, 1)},
-		{"MODIFY_SRQ unknown", emu.CmdModifySRQ, emutest.NewBody(40).U32(16, 5).U32(20, 2)},
-		{"QUERY_SRQ unknown", emu.CmdQuerySRQ, emutest.NewBody(24).U32(16, 5)},
-		{"DESTROY_SRQ unknown", emu.CmdDestroySRQ, emutest.NewBody(24).U32(16, 5)},
+		{"opcode 21", 21, &pvrdma.CmdCreatePD{}},
+		{"opcode max", 0xFFFFFFFF, &pvrdma.CmdCreatePD{}},
+		{"RESIZE_CQ", 0, &pvrdma.CmdResizeCQ{CQHandle: kcq.Handle, CQE: 2048}},
+		{"QUERY_PORT port 2", 0, &pvrdma.CmdQueryPort{PortNum: 2}},
+		{"QUERY_PKEY index 1", 0, &pvrdma.CmdQueryPKey{PortNum: 1, Index: 1}},
+		{"CREATE_PD unknown ctx", 0, &pvrdma.CmdCreatePD{CtxHandle: 77}},
+		{"DESTROY_PD unknown", 0, &pvrdma.CmdDestroyPD{PDHandle: 999}},
+		{"DESTROY_PD in use", 0, &pvrdma.CmdDestroyPD{PDHandle: 1}},
+		{"CREATE_MR no PD", 0, &mr{Start: 0x1000, Length: 4096, PdirDMA: dir1, PDHandle: 999, AccessFlags: 1, NChunks: 1}},
+		{"CREATE_MR length 0", 0, &mr{Start: 0x1000, PdirDMA: dir1, PDHandle: pd1, AccessFlags: 1, NChunks: 1}},
+		{"CREATE_MR nchunks mismatch", 0, &mr{Start: 0x1800, Length: 4096, PdirDMA: dir1, PDHandle: pd1, AccessFlags: 1, NChunks: 1}},
+		{"CREATE_MR too long", 0, &mr{Start: 0, Length: 1 << 31, PdirDMA: dir1, PDHandle: pd1, AccessFlags: 1, NChunks: 1 << 19}},
+		{"CREATE_MR nchunks huge", 0, &mr{Start: 0, Length: 0xFFFFFFFF000, PdirDMA: dir1, PDHandle: pd1, AccessFlags: 1, NChunks: 0xFFFFFFFF}},
+		{"CREATE_MR overflow", 0, &mr{Start: 0xFFFFFFFFFFFFF000, Length: 0x2000, PdirDMA: dir1, PDHandle: pd1, AccessFlags: 1, NChunks: 2}},
+		{"CREATE_MR remote write w/o local", 0, &mr{Start: 0x1000, Length: 4096, PdirDMA: dir1, PDHandle: pd1, AccessFlags: 2, NChunks: 1}},
+		{"CREATE_MR dir outside RAM", 0, &mr{Start: 0x1000, Length: 4096, PdirDMA: 0x7fff00000000, PDHandle: pd1, AccessFlags: 1, NChunks: 1}},
+		{"CREATE_MR DMA on user PD", 0, &mr{PDHandle: pd1, AccessFlags: 1, Flags: pvrdma.MRFlagDMA}},
+		{"CREATE_MR FRMR 0 pages", 0, &mr{PDHandle: pd1, Flags: pvrdma.MRFlagFRMR}},
+		{"CREATE_MR bad flags", 0, &mr{PDHandle: pd1, Flags: 4}},
+		{"CREATE_CQ 0 pages", 0, &cq{PdirDMA: dir1, CQE: 64}},
+		{"CREATE_CQ too few pages", 0, &cq{PdirDMA: dir1, CQE: 1024, NChunks: 1}},
+		{"CREATE_CQ huge pages", 0, &cq{PdirDMA: dir1, CQE: 64, NChunks: 0xFFFFFFFF}},
+		{"CREATE_CQ not pow2", 0, &cq{PdirDMA: dir4, CQE: 100, NChunks: 4}},
+		{"CREATE_CQ cqe 0", 0, &cq{PdirDMA: dir4, CQE: 0, NChunks: 4}},
+		{"CREATE_CQ too big", 0, &cq{PdirDMA: dir4, CQE: 1 << 20, NChunks: 4}},
+		{"CREATE_CQ unknown ctx", 0, &cq{PdirDMA: dir4, CtxHandle: 99, CQE: 16, NChunks: 2}},
+		{"DESTROY_CQ in use", 0, &pvrdma.CmdDestroyCQ{CQHandle: kcq.Handle}},
+		{"DESTROY_CQ unknown", 0, &pvrdma.CmdDestroyCQ{CQHandle: 4000}},
+		{"CREATE_QP foreign CQ", 0, qpReq(dir4, pd1, cq2.Handle, cq2.Handle, 4, 4, 4, 1, 1)},
+		{"CREATE_QP kernel CQ on user PD", 0, qpReq(dir4, pd1, kcq.Handle, kcq.Handle, 4, 4, 4, 1, 1)},
+		{"CREATE_QP no PD", 0, qpReq(dir4, 999, kcq.Handle, kcq.Handle, 4, 4, 4, 1, 1)},
+		{"CREATE_QP second GSI", 0, qpReqType(dir4, 1, kcq.Handle, 4, 4, 1, pvrdma.QPTypeGSI)},
+		{"CREATE_QP UC", 0, qpReqType(dir4, 1, kcq.Handle, 4, 4, 1, pvrdma.QPTypeUC)},
+		{"CREATE_QP type 9", 0, qpReqType(dir4, 1, kcq.Handle, 4, 4, 1, 9)},
+		{"CREATE_QP wr not pow2", 0, qpReqType(dir4, 1, kcq.Handle, 3, 4, 1, pvrdma.QPTypeRC)},
+		{"CREATE_QP wr too big", 0, qpReqType(dir4, 1, kcq.Handle, 1<<20, 4, 1, pvrdma.QPTypeRC)},
+		{"CREATE_QP sge too big", 0, qpReqType(dir4, 1, kcq.Handle, 4, 4, 64, pvrdma.QPTypeRC)},
+		{"CREATE_QP pages too few", 0, qpReqType(dir4, 1, kcq.Handle, 1024, 1024, 1, pvrdma.QPTypeRC)},
+		{"CREATE_QP total < send", 0, qpReq(dir4, 1, kcq.Handle, kcq.Handle, 4, 4, 1, 1, 2)},
+		{"MODIFY_QP unknown", 0, &pvrdma.CmdModifyQP{QPHandle: 777, AttrMask: pvrdma.AttrState}},
+		{"QUERY_QP unknown", 0, &pvrdma.CmdQueryQP{QPHandle: 777}},
+		{"DESTROY_QP unknown", 0, &pvrdma.CmdDestroyQP{QPHandle: 777}},
+		{"CREATE_UC page 0", 0, &pvrdma.CmdCreateUC{PFN64: pfn(0)}},
+		{"CREATE_UC page in use", 0, &pvrdma.CmdCreateUC{PFN64: pfn(1)}},
+		{"CREATE_UC not BAR2", 0, &pvrdma.CmdCreateUC{PFN64: 0x12345}},
+		{"DESTROY_UC unknown", 0, &pvrdma.CmdDestroyUC{CtxHandle: 300}},
+		{"CREATE_BIND index 16", 0, &pvrdma.CmdCreateBind{Index: 16, GIDType: 2}},
+		{"CREATE_BIND type 3", 0, &pvrdma.CmdCreateBind{Index: 1, GIDType: 3}},
+		{"DESTROY_BIND unbound", 0, &pvrdma.CmdDestroyBind{Index: 5}},
+		{"CREATE_SRQ not pow2", 0, &srq{PdirDMA: dir4, PDHandle: pd1, NChunks: 4, Attrs: srqAttr{MaxWR: 3, MaxSGE: 1}}},
+		{"CREATE_SRQ too few pages", 0, &srq{PdirDMA: dir4, PDHandle: pd1, NChunks: 2, Attrs: srqAttr{MaxWR: 1024, MaxSGE: 1}}},
+		{"CREATE_SRQ type 1", 0, &srq{PdirDMA: dir4, PDHandle: pd1, NChunks: 4, Attrs: srqAttr{MaxWR: 4, MaxSGE: 1}, SRQType: 1}},
+		{"MODIFY_SRQ unknown", 0, &pvrdma.CmdModifySRQ{SRQHandle: 5, AttrMask: pvrdma.SRQAttrLimit}},
+		{"QUERY_SRQ unknown", 0, &pvrdma.CmdQuerySRQ{SRQHandle: 5}},
+		{"DESTROY_SRQ unknown", 0, &pvrdma.CmdDestroySRQ{SRQHandle: 5}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			e, resp := r.Cmd(c.op, c.body)
+			op := c.req.Opcode()
+			if c.op != 0 {
+				op = c.op
+			}
+			e, hdr := r.CmdAs(op, c.req, nil)
 			if e == 0 {
 				t.Fatalf("ERR = 0, want a failure")
 			}
-			if c.op < 21 && resp[12] == 0 {
+			if op < pvrdma.NumOpcodes && hdr.Err == 0 {
 				t.Errorf("response err byte 0")
 			}
-			if _, err := r.MustCmd(emu.CmdQueryPort, emutest.NewBody(24).U8(16, 1)); err != nil {
+			if hdr.Ack != op.Ack() {
+				t.Errorf("ack %#x, want %#x", hdr.Ack, op.Ack())
+			}
+			if _, err := r.QueryPort(1); err != nil {
 				t.Fatalf("device stopped serving: %v", err)
 			}
 		})
 	}
 }
 
-func qpBody(dir uint64, pd, scq, rcq, swr, rwr uint32, total, send uint16, typ uint8) emutest.B {
-	return emutest.NewBody(80).U64(16, dir).U32(24, pd).U32(28, scq).U32(32, rcq).U32(40, swr).U32(44, rwr).
-		U32(48, 1).U32(52, 1).U16(68, total).U16(70, send).U8(75, typ)
+func qpReq(dir uint64, pd, scq, rcq, swr, rwr uint32, total, send uint16, typ uint8) *pvrdma.CmdCreateQP {
+	return &pvrdma.CmdCreateQP{PdirDMA: dir, PDHandle: pd, SendCQHandle: scq, RecvCQHandle: rcq, MaxSendWR: swr, MaxRecvWR: rwr,
+		MaxSendSGE: 1, MaxRecvSGE: 1, TotalChunks: total, SendChunks: send, QPType: typ}
 }
 
-func qpBodyType(dir uint64, pd, cq, swr, rwr, sge, _ uint32, typ uint8) emutest.B {
-	return emutest.NewBody(80).U64(16, dir).U32(24, pd).U32(28, cq).U32(32, cq).U32(40, swr).U32(44, rwr).
-		U32(48, sge).U32(52, sge).U16(68, 4).U16(70, 1).U8(75, typ)
+func qpReqType(dir uint64, pd, cq, swr, rwr, sge uint32, typ uint8) *pvrdma.CmdCreateQP {
+	return &pvrdma.CmdCreateQP{PdirDMA: dir, PDHandle: pd, SendCQHandle: cq, RecvCQHandle: cq, MaxSendWR: swr, MaxRecvWR: rwr,
+		MaxSendSGE: sge, MaxRecvSGE: sge, TotalChunks: 4, SendChunks: 1, QPType: typ}
 }
 
 // TestModifyQPTransitions checks the IB state table: legal edges succeed,
 // illegal ones fail with the response err byte set and leave the state.
 func TestModifyQPTransitions(t *testing.T) {
 	r := probed(t, nil)
-	gid := make([]byte, 16)
-	gid[0] = 0xfe
-	gid[1] = 0x80
-	r.MustCmd(emu.CmdCreateBind, emutest.NewBody(48).U32(24, 0).Bytes(28, gid).U8(44, 2))
-	resp, _ := r.MustCmd(emu.CmdCreatePD, emutest.NewBody(24))
-	pd := le.Uint32(resp[16:])
+	r.BindGID(0, [16]byte{0xfe, 0x80})
+	pd, _ := r.CreatePD(0)
 	cq, _ := r.CreateCQ(0, 64)
 	mk := func(typ uint8) *emutest.QP {
 		q, err := r.CreateQP(emutest.QPSpec{PD: pd, SendCQ: cq, RecvCQ: cq, Type: typ, SendWR: 4, RecvWR: 4, SendSGE: 1, RecvSGE: 1})
@@ -422,19 +430,19 @@ func TestModifyQPTransitions(t *testing.T) {
 		return q
 	}
 	const (
-		rcInit = emu.AttrState | emu.AttrPKeyIndex | emu.AttrPort | emu.AttrAccessFlags
-		rcRTR  = emu.AttrState | emu.AttrAV | emu.AttrPathMTU | emu.AttrDestQPN | emu.AttrRQPSN | emu.AttrMaxDestRdAtomic | emu.AttrMinRNRTimer
-		rcRTS  = emu.AttrState | emu.AttrSQPSN | emu.AttrTimeout | emu.AttrRetryCnt | emu.AttrRNRRetry | emu.AttrMaxQPRdAtomic
-		udInit = emu.AttrState | emu.AttrPKeyIndex | emu.AttrPort | emu.AttrQKey
+		rcInit = pvrdma.AttrState | pvrdma.AttrPKeyIndex | pvrdma.AttrPort | pvrdma.AttrAccessFlags
+		rcRTR  = pvrdma.AttrState | pvrdma.AttrAV | pvrdma.AttrPathMTU | pvrdma.AttrDestQPN | pvrdma.AttrRQPSN | pvrdma.AttrMaxDestRdAtomic | pvrdma.AttrMinRNRTimer
+		rcRTS  = pvrdma.AttrState | pvrdma.AttrSQPSN | pvrdma.AttrTimeout | pvrdma.AttrRetryCnt | pvrdma.AttrRNRRetry | pvrdma.AttrMaxQPRdAtomic
+		udInit = pvrdma.AttrState | pvrdma.AttrPKeyIndex | pvrdma.AttrPort | pvrdma.AttrQKey
 	)
-	st := func(s uint32) emu.QPAttr {
-		a := emu.QPAttr{State: s, PortNum: 1, PathMTU: 3}
-		a.AH.Flags = 1
+	st := func(s uint32) pvrdma.QPAttr {
+		a := pvrdma.QPAttr{State: s, PortNum: 1, PathMTU: 3}
+		a.AH.AHFlags = pvrdma.AHFlagGRH
 		return a
 	}
 	type step struct {
 		mask uint32
-		a    emu.QPAttr
+		a    pvrdma.QPAttr
 		ok   bool
 	}
 	cases := []struct {
@@ -442,25 +450,25 @@ func TestModifyQPTransitions(t *testing.T) {
 		typ   uint8
 		steps []step
 	}{
-		{"RC happy path", emu.QPTypeRC, []step{{rcInit, st(1), true}, {rcRTR, st(2), true}, {rcRTS, st(3), true},
-			{emu.AttrState, st(4), true}, {emu.AttrState, st(3), true}, {emu.AttrState, st(6), true}, {emu.AttrState, st(0), true}}},
-		{"RC RESET->RTS", emu.QPTypeRC, []step{{rcRTS, st(3), false}}},
-		{"RC RESET->RTR", emu.QPTypeRC, []step{{rcRTR, st(2), false}}},
-		{"RC INIT missing attrs", emu.QPTypeRC, []step{{emu.AttrState, st(1), false}}},
-		{"RC INIT with QKEY", emu.QPTypeRC, []step{{rcInit | emu.AttrQKey, st(1), false}}},
-		{"RC RTR missing AV", emu.QPTypeRC, []step{{rcInit, st(1), true}, {rcRTR &^ emu.AttrAV, st(2), false}}},
-		{"RC RTR unbound sgid", emu.QPTypeRC, []step{{rcInit, st(1), true}, {rcRTR, func() emu.QPAttr { a := st(2); a.AH.SGIDIndex = 5; return a }(), false}}},
-		{"RC RTR path_mtu 6", emu.QPTypeRC, []step{{rcInit, st(1), true}, {rcRTR, func() emu.QPAttr { a := st(2); a.PathMTU = 6; return a }(), false}}},
-		{"RC INIT->RTS", emu.QPTypeRC, []step{{rcInit, st(1), true}, {rcRTS, st(3), false}}},
-		{"RC ERR->RTS", emu.QPTypeRC, []step{{emu.AttrState, st(6), true}, {rcRTS, st(3), false}}},
-		{"RC bad state 7", emu.QPTypeRC, []step{{emu.AttrState, st(7), false}}},
-		{"RC unknown mask bit", emu.QPTypeRC, []step{{rcInit | 1<<21, st(1), false}}},
-		{"RC cur_state mismatch", emu.QPTypeRC, []step{{rcInit | emu.AttrCurState, func() emu.QPAttr { a := st(1); a.CurState = 3; return a }(), false}}},
-		{"RC port 2", emu.QPTypeRC, []step{{rcInit, func() emu.QPAttr { a := st(1); a.PortNum = 2; return a }(), false}}},
-		{"RC retry_cnt 8", emu.QPTypeRC, []step{{rcInit, st(1), true}, {rcRTR, st(2), true}, {rcRTS, func() emu.QPAttr { a := st(3); a.RetryCnt = 8; return a }(), false}}},
-		{"UD happy path", emu.QPTypeUD, []step{{udInit, st(1), true}, {emu.AttrState, st(2), true}, {emu.AttrState | emu.AttrSQPSN, st(3), true}, {emu.AttrState | emu.AttrQKey, st(3), true}}},
-		{"UD RTR with AV", emu.QPTypeUD, []step{{udInit, st(1), true}, {emu.AttrState | emu.AttrAV, st(2), false}}},
-		{"UD RTS without SQ_PSN", emu.QPTypeUD, []step{{udInit, st(1), true}, {emu.AttrState, st(2), true}, {emu.AttrState, st(3), false}}},
+		{"RC happy path", pvrdma.QPTypeRC, []step{{rcInit, st(1), true}, {rcRTR, st(2), true}, {rcRTS, st(3), true},
+			{pvrdma.AttrState, st(4), true}, {pvrdma.AttrState, st(3), true}, {pvrdma.AttrState, st(6), true}, {pvrdma.AttrState, st(0), true}}},
+		{"RC RESET->RTS", pvrdma.QPTypeRC, []step{{rcRTS, st(3), false}}},
+		{"RC RESET->RTR", pvrdma.QPTypeRC, []step{{rcRTR, st(2), false}}},
+		{"RC INIT missing attrs", pvrdma.QPTypeRC, []step{{pvrdma.AttrState, st(1), false}}},
+		{"RC INIT with QKEY", pvrdma.QPTypeRC, []step{{rcInit | pvrdma.AttrQKey, st(1), false}}},
+		{"RC RTR missing AV", pvrdma.QPTypeRC, []step{{rcInit, st(1), true}, {rcRTR &^ pvrdma.AttrAV, st(2), false}}},
+		{"RC RTR unbound sgid", pvrdma.QPTypeRC, []step{{rcInit, st(1), true}, {rcRTR, func() pvrdma.QPAttr { a := st(2); a.AH.SGIDIndex = 5; return a }(), false}}},
+		{"RC RTR path_mtu 6", pvrdma.QPTypeRC, []step{{rcInit, st(1), true}, {rcRTR, func() pvrdma.QPAttr { a := st(2); a.PathMTU = 6; return a }(), false}}},
+		{"RC INIT->RTS", pvrdma.QPTypeRC, []step{{rcInit, st(1), true}, {rcRTS, st(3), false}}},
+		{"RC ERR->RTS", pvrdma.QPTypeRC, []step{{pvrdma.AttrState, st(6), true}, {rcRTS, st(3), false}}},
+		{"RC bad state 7", pvrdma.QPTypeRC, []step{{pvrdma.AttrState, st(7), false}}},
+		{"RC unknown mask bit", pvrdma.QPTypeRC, []step{{rcInit | 1<<21, st(1), false}}},
+		{"RC cur_state mismatch", pvrdma.QPTypeRC, []step{{rcInit | pvrdma.AttrCurState, func() pvrdma.QPAttr { a := st(1); a.CurState = 3; return a }(), false}}},
+		{"RC port 2", pvrdma.QPTypeRC, []step{{rcInit, func() pvrdma.QPAttr { a := st(1); a.PortNum = 2; return a }(), false}}},
+		{"RC retry_cnt 8", pvrdma.QPTypeRC, []step{{rcInit, st(1), true}, {rcRTR, st(2), true}, {rcRTS, func() pvrdma.QPAttr { a := st(3); a.RetryCnt = 8; return a }(), false}}},
+		{"UD happy path", pvrdma.QPTypeUD, []step{{udInit, st(1), true}, {pvrdma.AttrState, st(2), true}, {pvrdma.AttrState | pvrdma.AttrSQPSN, st(3), true}, {pvrdma.AttrState | pvrdma.AttrQKey, st(3), true}}},
+		{"UD RTR with AV", pvrdma.QPTypeUD, []step{{udInit, st(1), true}, {pvrdma.AttrState | pvrdma.AttrAV, st(2), false}}},
+		{"UD RTS without SQ_PSN", pvrdma.QPTypeUD, []step{{udInit, st(1), true}, {pvrdma.AttrState, st(2), true}, {pvrdma.AttrState, st(3), false}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -471,14 +479,14 @@ func TestModifyQPTransitions(t *testing.T) {
 				if (err == nil) != s.ok {
 					t.Fatalf("step %d: err = %v, want ok=%v", i, err, s.ok)
 				}
-				if err == nil && s.mask&emu.AttrState != 0 {
+				if err == nil && s.mask&pvrdma.AttrState != 0 {
 					state = s.a.State
 				}
-				resp, qerr := r.MustCmd(emu.CmdQueryQP, emutest.NewBody(24).U32(16, q.Handle))
+				a, qerr := q.Query()
 				if qerr != nil {
 					t.Fatal(qerr)
 				}
-				if got := le.Uint32(resp[16:]); got != state {
+				if got := a.State; got != state {
 					t.Fatalf("step %d: state %d, want %d", i, got, state)
 				}
 			}
@@ -493,11 +501,11 @@ func TestResourceLimits(t *testing.T) {
 	caps.MaxPD, caps.MaxCQ, caps.MaxQP, caps.MaxMR, caps.MaxSRQ, caps.MaxUAR = 3, 3, 4, 3, 3, 4
 	r := probed(t, &caps)
 	for i := 0; i < 3; i++ {
-		if _, err := r.MustCmd(emu.CmdCreatePD, emutest.NewBody(24)); err != nil {
+		if _, err := r.CreatePD(0); err != nil {
 			t.Fatalf("PD %d: %v", i, err)
 		}
 	}
-	if e, _ := r.Cmd(emu.CmdCreatePD, emutest.NewBody(24)); e != 12 {
+	if e, _ := r.Cmd(&pvrdma.CmdCreatePD{}, nil); e != 12 {
 		t.Errorf("PD past max_pd: ERR %d, want ENOMEM", e)
 	}
 	// CQ handles must stay < max_cq.
@@ -516,12 +524,12 @@ func TestResourceLimits(t *testing.T) {
 		t.Error("CQ past max_cq succeeded")
 	}
 	for i := 1; i < 4; i++ {
-		if _, err := r.MustCmd(emu.CmdCreateUC, emutest.NewBody(24).U64(16, r.BAR2>>12+uint64(i))); err != nil {
+		if _, err := r.CreateUC(uint32(i)); err != nil {
 			t.Fatalf("UC %d: %v", i, err)
 		}
 	}
 	// UAR pages beyond max_uar wrap into BAR2's low bits: page 4 = page 0.
-	if e, _ := r.Cmd(emu.CmdCreateUC, emutest.NewBody(24).U64(16, r.BAR2>>12+4)); e == 0 {
+	if e, _ := r.Cmd(&pvrdma.CmdCreateUC{PFN64: r.BAR2>>12 + 4}, nil); e == 0 {
 		t.Error("UC past max_uar succeeded")
 	}
 }
@@ -551,17 +559,17 @@ func TestRegisterAccess(t *testing.T) {
 			}
 		}
 	}
-	if v := r.ReadReg(emu.RegVersion); v != emu.Version {
+	if v := r.ReadReg(pvrdma.RegVersion); v != emu.Version {
 		t.Errorf("VERSION %d", v)
 	}
-	r.WriteReg(emu.RegVersion, 5)
-	if v := r.ReadReg(emu.RegVersion); v != emu.Version {
+	r.WriteReg(pvrdma.RegVersion, 5)
+	if v := r.ReadReg(pvrdma.RegVersion); v != emu.Version {
 		t.Errorf("VERSION writable: %d", v)
 	}
-	if mac := r.ReadReg(emu.RegMACL); mac != 0x01565000 {
+	if mac := r.ReadReg(pvrdma.RegMACL); mac != 0x01565000 {
 		t.Errorf("MACL %#x", mac)
 	}
-	if _, err := r.MustCmd(emu.CmdQueryPort, emutest.NewBody(24).U8(16, 1)); err != nil {
+	if _, err := r.QueryPort(1); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -575,15 +583,15 @@ func TestResetFreesEverything(t *testing.T) {
 			t.Fatalf("round %d: %v", round, err)
 		}
 		if round%2 == 0 {
-			r.WriteReg(emu.RegCtl, emu.CtlReset)
-			if r.ReadReg(emu.RegErr) != 0 {
+			r.WriteReg(pvrdma.RegCtl, pvrdma.CtlReset)
+			if r.ReadReg(pvrdma.RegErr) != 0 {
 				t.Fatal("RESET failed")
 			}
 		} else {
 			r.dev.Reset()
 		}
-		r.WriteReg(emu.RegRequest, 0)
-		if r.ReadReg(emu.RegErr) == 0 {
+		r.WriteReg(pvrdma.RegRequest, 0)
+		if r.ReadReg(pvrdma.RegErr) == 0 {
 			t.Fatal("command accepted after reset")
 		}
 		if err := r.Probe(); err != nil {
@@ -596,19 +604,17 @@ func TestResetFreesEverything(t *testing.T) {
 // another context's objects do nothing.
 func TestDoorbellIsolation(t *testing.T) {
 	r := probed(t, nil)
-	resp, _ := r.MustCmd(emu.CmdCreateUC, emutest.NewBody(24).U64(16, r.BAR2>>12+1))
-	ctx := le.Uint32(resp[16:])
-	resp, _ = r.MustCmd(emu.CmdCreatePD, emutest.NewBody(24).U32(16, ctx))
-	pd := le.Uint32(resp[16:])
+	ctx, _ := r.CreateUC(1)
+	pd, _ := r.CreatePD(ctx)
 	cq, _ := r.CreateCQ(ctx, 16)
 	cq.UAR = 1
-	qp, err := r.CreateQP(emutest.QPSpec{Ctx: ctx, PD: pd, SendCQ: cq, RecvCQ: cq, Type: emu.QPTypeUD,
+	qp, err := r.CreateQP(emutest.QPSpec{Ctx: ctx, PD: pd, SendCQ: cq, RecvCQ: cq, Type: pvrdma.QPTypeUD,
 		SendWR: 4, RecvWR: 4, SendSGE: 1, RecvSGE: 1, UAR: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Into ERR so that a doorbell would flush and produce CQEs.
-	if err := qp.Modify(emu.AttrState, emu.QPAttr{State: emu.StateErr}); err != nil {
+	if err := qp.Modify(pvrdma.AttrState, pvrdma.QPAttr{State: pvrdma.QPStateErr}); err != nil {
 		t.Fatal(err)
 	}
 	qp.PostSend(uverbs.SendWQE{WRID: 7, Opcode: uverbs.OpSend}) // rung on page 2: not the QP's page

@@ -1,21 +1,16 @@
 package emu
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math/bits"
 
 	"github.com/hcaemu/hcaemu/dma"
+	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/uverbs"
 )
 
-// DSR layout (pvrdma.md §5.1).
-const (
-	dsrDriverBytes = 72 // fields the driver writes; latched once
-	dsrCapsOff     = 72
-	DSRSize        = dsrDriverBytes + CapsSize
-	maxRingPages   = 512 // device rings: CVE-2021-3607 / CVE-2023-1544 bounds
-)
+// maxRingPages bounds the device rings (CVE-2021-3607 / CVE-2023-1544).
+const maxRingPages = 512
 
 // dsrState is what the device latched from the DSR when it was loaded.
 type dsrState struct {
@@ -39,9 +34,9 @@ func (d *Device) loadDSR(addr uint64) {
 		d.log.Warn("DSR rejected", "addr", fmt.Sprintf("%#x", addr), "err", err)
 		return
 	}
-	var caps [CapsSize]byte
+	var caps [pvrdma.DeviceCapsSize]byte
 	d.caps.Encode(caps[:])
-	if err := d.mem.WriteAt(caps[:], addr+dsrCapsOff); err != nil {
+	if err := d.mem.WriteAt(caps[:], addr+pvrdma.DSRCapsOffset); err != nil {
 		d.log.Warn("DSR rejected: caps not writable", "addr", fmt.Sprintf("%#x", addr), "err", err)
 		return
 	}
@@ -53,18 +48,20 @@ func (d *Device) parseDSR(addr uint64) (*dsrState, error) {
 	if addr == 0 || addr%dma.PageSize != 0 {
 		return nil, fmt.Errorf("DSR address not page aligned")
 	}
-	var b [dsrDriverBytes]byte
+	// Only the driver's part is read, once; the device owns the caps.
+	var b [pvrdma.DSRCapsOffset]byte
 	if err := d.mem.ReadAt(b[:], addr); err != nil {
 		return nil, err
 	}
-	le := binary.LittleEndian
+	var dsr pvrdma.DSR
+	dsr.DecodeDriver(b[:])
 	st := &dsrState{
 		addr:     addr,
-		cmdSlot:  le.Uint64(b[16:]),
-		respSlot: le.Uint64(b[24:]),
-		uarPFN:   le.Uint64(b[64:]),
+		cmdSlot:  dsr.CmdSlotDMA,
+		respSlot: dsr.RespSlotDMA,
+		uarPFN:   dsr.UARPFN,
 	}
-	if drv := le.Uint32(b[0:]); drv == 0 {
+	if dsr.DriverVersion == 0 {
 		d.log.Warn("DSR driver_version is 0: guest RAM may not be shared with hcaemu (memory-backend share=on?)")
 	}
 	for _, s := range []struct {
@@ -79,10 +76,10 @@ func (d *Device) parseDSR(addr uint64) (*dsrState, error) {
 		}
 	}
 	var err error
-	if st.async, err = d.mapDevRing("async ring", le.Uint32(b[32:]), le.Uint64(b[40:]), uverbs.EQESize); err != nil {
+	if st.async, err = d.mapDevRing("async ring", dsr.AsyncRingPages.NumPages, dsr.AsyncRingPages.PdirDMA, pvrdma.EQESize); err != nil {
 		return nil, err
 	}
-	if st.cqNotify, err = d.mapDevRing("CQ notification ring", le.Uint32(b[48:]), le.Uint64(b[56:]), uverbs.CQNESize); err != nil {
+	if st.cqNotify, err = d.mapDevRing("CQ notification ring", dsr.CQRingPages.NumPages, dsr.CQRingPages.PdirDMA, pvrdma.CQNESize); err != nil {
 		return nil, err
 	}
 	return st, nil
@@ -152,20 +149,20 @@ func (d *Device) push(r *devRing, entry []byte) bool {
 	return true
 }
 
-// Async event types (pvrdma_eqe_type).
+// Async event types (pvrdma.Event*) under the names the transport code uses.
 const (
-	EvCQErr            = 0
-	EvQPFatal          = 1
-	EvQPReqErr         = 2
-	EvQPAccessErr      = 3
-	EvCommEst          = 4
-	EvSQDrained        = 5
-	EvDeviceFatal      = 8
-	EvPortActive       = 9
-	EvPortErr          = 10
-	EvSRQErr           = 14
-	EvSRQLimitReached  = 15
-	EvQPLastWQEReached = 16
+	EvCQErr            = pvrdma.EventCQErr
+	EvQPFatal          = pvrdma.EventQPFatal
+	EvQPReqErr         = pvrdma.EventQPReqErr
+	EvQPAccessErr      = pvrdma.EventQPAccessErr
+	EvCommEst          = pvrdma.EventCommEst
+	EvSQDrained        = pvrdma.EventSQDrained
+	EvDeviceFatal      = pvrdma.EventDeviceFatal
+	EvPortActive       = pvrdma.EventPortActive
+	EvPortErr          = pvrdma.EventPortErr
+	EvSRQErr           = pvrdma.EventSRQErr
+	EvSRQLimitReached  = pvrdma.EventSRQLimitReached
+	EvQPLastWQEReached = pvrdma.EventQPLastWQEReached
 )
 
 // event posts an async event and raises vector 1.
@@ -173,9 +170,9 @@ func (d *Device) event(typ, info uint32) {
 	if d.dsr == nil {
 		return
 	}
-	var e [uverbs.EQESize]byte
-	binary.LittleEndian.PutUint32(e[0:], typ)
-	binary.LittleEndian.PutUint32(e[4:], info)
+	var e [pvrdma.EQESize]byte
+	eqe := pvrdma.EQE{Type: typ, Info: info}
+	eqe.Encode(e[:])
 	if d.push(&d.dsr.async, e[:]) {
 		d.raise(IntrAsync)
 	}
@@ -186,8 +183,9 @@ func (d *Device) notifyCQ(handle uint32) bool {
 	if d.dsr == nil {
 		return false
 	}
-	var e [uverbs.CQNESize]byte
-	binary.LittleEndian.PutUint32(e[:], handle)
+	var e [pvrdma.CQNESize]byte
+	cqne := pvrdma.CQNE{Info: handle}
+	cqne.Encode(e[:])
 	if d.push(&d.dsr.cqNotify, e[:]) {
 		d.raise(IntrCQ)
 		return true

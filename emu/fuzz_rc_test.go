@@ -5,8 +5,6 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/hcaemu/hcaemu/emu"
-	"github.com/hcaemu/hcaemu/emu/emutest"
 	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/roce"
 	"github.com/hcaemu/hcaemu/uverbs"
@@ -77,7 +75,7 @@ func FuzzRCPackets(f *testing.F) {
 			a.dev.Sync()
 			b.dev.Sync()
 		}
-		if _, err := b.MustCmd(emu.CmdQueryPort, emutest.NewBody(24).U8(16, 1)); err != nil {
+		if _, err := b.QueryPort(1); err != nil {
 			t.Fatalf("device stopped serving: %v", err)
 		}
 		_ = qa

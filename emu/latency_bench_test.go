@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hcaemu/hcaemu/emu"
+	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/uverbs"
 )
 
@@ -84,7 +84,7 @@ func BenchmarkLatencyRegisterReadUnderLoad(b *testing.B) {
 			runtime.Gosched()
 		}
 		start := time.Now()
-		if err := s.a.dev.ReadRegion(1, emu.RegErr, reg); err != nil {
+		if err := s.a.dev.ReadRegion(1, pvrdma.RegErr, reg); err != nil {
 			b.Fatal(err)
 		}
 		samples = append(samples, time.Since(start))

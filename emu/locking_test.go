@@ -11,6 +11,7 @@ import (
 	"github.com/hcaemu/hcaemu/doorbell"
 	"github.com/hcaemu/hcaemu/emu"
 	"github.com/hcaemu/hcaemu/emu/emutest"
+	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/ratelog"
 )
 
@@ -35,12 +36,12 @@ func TestRegisterReadDoesNotWaitForDeviceLock(t *testing.T) {
 		go func() {
 			defer close(done)
 			buf := make([]byte, 4)
-			for _, reg := range []uint64{emu.RegVersion, emu.RegDSRLow, emu.RegDSRHigh, emu.RegErr, emu.RegICR, emu.RegIMR, emu.RegMACL, emu.RegMACH} {
+			for _, reg := range []uint64{pvrdma.RegVersion, pvrdma.RegDSRLow, pvrdma.RegDSRHigh, pvrdma.RegErr, pvrdma.RegICR, pvrdma.RegIMR, pvrdma.RegMACL, pvrdma.RegMACH} {
 				if err := r.dev.ReadRegion(1, reg, buf); err != nil {
 					t.Errorf("read %#x: %v", reg, err)
 				}
 			}
-			if err := r.dev.ReadRegion(1, emu.RegVersion, buf); err != nil || binary.LittleEndian.Uint32(buf) != emu.Version {
+			if err := r.dev.ReadRegion(1, pvrdma.RegVersion, buf); err != nil || binary.LittleEndian.Uint32(buf) != emu.Version {
 				t.Errorf("VERSION %d, %v", binary.LittleEndian.Uint32(buf), err)
 			}
 		}()
@@ -105,7 +106,7 @@ func TestGuestTriggeredLogsAreBounded(t *testing.T) {
 	dev := emu.New(emu.Config{Name: "t", Mem: drv.RAM, Log: slog.New(slog.NewTextHandler(&lines, nil))})
 	t.Cleanup(dev.Close)
 	for range 100000 {
-		if err := dev.WriteRegion(1, emu.RegRequest, []byte{0, 0, 0, 0}); err != nil {
+		if err := dev.WriteRegion(1, pvrdma.RegRequest, []byte{0, 0, 0, 0}); err != nil {
 			t.Fatal(err)
 		}
 	}

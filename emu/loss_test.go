@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/hcaemu/hcaemu/emu"
-	"github.com/hcaemu/hcaemu/emu/emutest"
 	"github.com/hcaemu/hcaemu/emu/fabric"
+	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/uverbs"
 )
 
@@ -115,17 +115,17 @@ func TestRemoteOperationalError(t *testing.T) {
 	sw := fabric.NewSwitch()
 	a, b := newHost(t, sw, 1), newHost(t, sw, 2)
 	src, lkA, _ := a.mr(t, 4096, allAccess)
-	r, err := b.MustCmd(emu.CmdCreatePD, emutest.NewBody(24))
+	otherPD, err := b.CreatePD(0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	otherPD := le.Uint32(r[16:])
 	pages, dir := b.Buffer(1)
-	r, err = b.MustCmd(emu.CmdCreateMR, emutest.NewBody(56).U64(16, pages[0]).U64(24, 4096).U64(32, dir).U32(40, otherPD).U32(44, 1).U32(52, 1))
+	mr, err := b.CreateMR(pvrdma.CmdCreateMR{Start: pages[0], Length: 4096, PdirDMA: dir, PDHandle: otherPD,
+		AccessFlags: pvrdma.AccessLocalWrite, NChunks: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	foreign := le.Uint32(r[20:])
+	foreign := mr.LKey
 	qa, qb := pairRC(t, a, b, defaultRC(), defaultRC())
 	qb.PostRecv(uverbs.RecvWQE{WRID: 1, SGE: []uverbs.SGE{{Addr: pages[0], Length: 100, LKey: foreign}}})
 	qa.PostSend(send(uverbs.OpSend, 2, 0, uverbs.SGE{Addr: src, Length: 10, LKey: lkA}))

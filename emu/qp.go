@@ -1,59 +1,30 @@
 package emu
 
 import (
-	"encoding/binary"
-
 	"github.com/hcaemu/hcaemu/dma"
+	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/uverbs"
 )
 
-// QP types (pvrdma_qp_type).
+// QP types and states under the names the transport code uses; the values
+// are the ABI's (pvrdma.QPType*, pvrdma.QPState*).
 const (
-	QPTypeGSI = 1
-	QPTypeRC  = 2
-	QPTypeUC  = 3
-	QPTypeUD  = 4
-)
+	QPTypeGSI = pvrdma.QPTypeGSI
+	QPTypeRC  = pvrdma.QPTypeRC
+	QPTypeUC  = pvrdma.QPTypeUC
+	QPTypeUD  = pvrdma.QPTypeUD
 
-// QP states (pvrdma_qp_state).
-const (
-	StateReset = iota
-	StateInit
-	StateRTR
-	StateRTS
-	StateSQD
-	StateSQE
-	StateErr
-	numStates
+	StateReset = pvrdma.QPStateReset
+	StateInit  = pvrdma.QPStateInit
+	StateRTR   = pvrdma.QPStateRTR
+	StateRTS   = pvrdma.QPStateRTS
+	StateSQD   = pvrdma.QPStateSQD
+	StateSQE   = pvrdma.QPStateSQE
+	StateErr   = pvrdma.QPStateErr
+	numStates  = pvrdma.NumQPStates
 )
 
 var stateNames = [numStates]string{"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"}
-
-// MODIFY_QP attribute mask bits (IB).
-const (
-	AttrState           = 1 << 0
-	AttrCurState        = 1 << 1
-	AttrEnSQDAsync      = 1 << 2
-	AttrAccessFlags     = 1 << 3
-	AttrPKeyIndex       = 1 << 4
-	AttrPort            = 1 << 5
-	AttrQKey            = 1 << 6
-	AttrAV              = 1 << 7
-	AttrPathMTU         = 1 << 8
-	AttrTimeout         = 1 << 9
-	AttrRetryCnt        = 1 << 10
-	AttrRNRRetry        = 1 << 11
-	AttrRQPSN           = 1 << 12
-	AttrMaxQPRdAtomic   = 1 << 13
-	AttrAltPath         = 1 << 14
-	AttrMinRNRTimer     = 1 << 15
-	AttrSQPSN           = 1 << 16
-	AttrMaxDestRdAtomic = 1 << 17
-	AttrPathMigState    = 1 << 18
-	AttrCap             = 1 << 19
-	AttrDestQPN         = 1 << 20
-	attrAll             = 1<<21 - 1
-)
 
 // wq is one work queue (SQ, RQ or SRQ) in a guest ring.
 type wq struct {
@@ -64,107 +35,6 @@ type wq struct {
 	prodOff uint64 // ring-state offsets in page 0
 	consOff uint64
 	cons    uint32 // device-owned consumer index (authoritative)
-}
-
-// AH is a primary or alternate path (pvrdma_ah_attr).
-type AH struct {
-	DGID         [16]byte
-	FlowLabel    uint32
-	SGIDIndex    uint8
-	HopLimit     uint8
-	TrafficClass uint8
-	DLID         uint16
-	VLAN         uint16
-	SL           uint8
-	SrcPathBits  uint8
-	StaticRate   uint8
-	Flags        uint8
-	PortNum      uint8
-	DMAC         [6]byte
-}
-
-func decodeAH(b []byte) AH {
-	le := binary.LittleEndian
-	var a AH
-	copy(a.DGID[:], b[0:16])
-	a.FlowLabel = le.Uint32(b[16:])
-	a.SGIDIndex, a.HopLimit, a.TrafficClass = b[20], b[21], b[22]
-	a.DLID, a.VLAN = le.Uint16(b[24:]), le.Uint16(b[26:])
-	a.SL, a.SrcPathBits, a.StaticRate, a.Flags, a.PortNum = b[28], b[29], b[30], b[31], b[32]
-	copy(a.DMAC[:], b[33:39])
-	return a
-}
-
-func (a *AH) encode(b []byte) {
-	le := binary.LittleEndian
-	copy(b[0:16], a.DGID[:])
-	le.PutUint32(b[16:], a.FlowLabel)
-	b[20], b[21], b[22] = a.SGIDIndex, a.HopLimit, a.TrafficClass
-	le.PutUint16(b[24:], a.DLID)
-	le.PutUint16(b[26:], a.VLAN)
-	b[28], b[29], b[30], b[31], b[32] = a.SL, a.SrcPathBits, a.StaticRate, a.Flags, a.PortNum
-	copy(b[33:39], a.DMAC[:])
-}
-
-// QPAttr is pvrdma_qp_attr (160 bytes).
-type QPAttr struct {
-	State, CurState, PathMTU, PathMigState uint32
-	QKey, RQPSN, SQPSN, DestQPN            uint32
-	AccessFlags                            uint32
-	PKeyIndex, AltPKeyIndex                uint16
-	EnSQDAsyncNotify, SQDraining           uint8
-	MaxRdAtomic, MaxDestRdAtomic           uint8
-	MinRNRTimer, PortNum, Timeout          uint8
-	RetryCnt, RNRRetry, AltPortNum         uint8
-	AltTimeout                             uint8
-	Cap                                    [5]uint32
-	AH, AltAH                              AH
-}
-
-// QPAttrSize is the size of pvrdma_qp_attr.
-const QPAttrSize = 160
-
-// DecodeQPAttr decodes a 160-byte pvrdma_qp_attr.
-func DecodeQPAttr(b []byte) QPAttr {
-	le := binary.LittleEndian
-	var a QPAttr
-	a.State, a.CurState, a.PathMTU, a.PathMigState = le.Uint32(b[0:]), le.Uint32(b[4:]), le.Uint32(b[8:]), le.Uint32(b[12:])
-	a.QKey, a.RQPSN, a.SQPSN, a.DestQPN = le.Uint32(b[16:]), le.Uint32(b[20:]), le.Uint32(b[24:]), le.Uint32(b[28:])
-	a.AccessFlags = le.Uint32(b[32:])
-	a.PKeyIndex, a.AltPKeyIndex = le.Uint16(b[36:]), le.Uint16(b[38:])
-	a.EnSQDAsyncNotify, a.SQDraining, a.MaxRdAtomic, a.MaxDestRdAtomic = b[40], b[41], b[42], b[43]
-	a.MinRNRTimer, a.PortNum, a.Timeout, a.RetryCnt, a.RNRRetry = b[44], b[45], b[46], b[47], b[48]
-	a.AltPortNum, a.AltTimeout = b[49], b[50]
-	for i := range a.Cap {
-		a.Cap[i] = le.Uint32(b[56+4*i:])
-	}
-	a.AH = decodeAH(b[80:120])
-	a.AltAH = decodeAH(b[120:160])
-	return a
-}
-
-// Encode writes the 160-byte pvrdma_qp_attr.
-func (a *QPAttr) Encode(b []byte) {
-	le := binary.LittleEndian
-	le.PutUint32(b[0:], a.State)
-	le.PutUint32(b[4:], a.CurState)
-	le.PutUint32(b[8:], a.PathMTU)
-	le.PutUint32(b[12:], a.PathMigState)
-	le.PutUint32(b[16:], a.QKey)
-	le.PutUint32(b[20:], a.RQPSN)
-	le.PutUint32(b[24:], a.SQPSN)
-	le.PutUint32(b[28:], a.DestQPN)
-	le.PutUint32(b[32:], a.AccessFlags)
-	le.PutUint16(b[36:], a.PKeyIndex)
-	le.PutUint16(b[38:], a.AltPKeyIndex)
-	b[40], b[41], b[42], b[43] = a.EnSQDAsyncNotify, a.SQDraining, a.MaxRdAtomic, a.MaxDestRdAtomic
-	b[44], b[45], b[46], b[47], b[48] = a.MinRNRTimer, a.PortNum, a.Timeout, a.RetryCnt, a.RNRRetry
-	b[49], b[50] = a.AltPortNum, a.AltTimeout
-	for i, v := range a.Cap {
-		le.PutUint32(b[56+4*i:], v)
-	}
-	a.AH.encode(b[80:120])
-	a.AltAH.encode(b[120:160])
 }
 
 // qp is a queue pair.
@@ -180,7 +50,7 @@ type qp struct {
 	pages       dma.Pages
 	sq, rq      wq
 	state       uint8
-	attr        QPAttr
+	attr        pvrdma.QPAttr
 	rc          rcState
 	udPSN       uint32
 }
@@ -205,46 +75,46 @@ var qpTransitions = func() (t [numStates][numStates]*transition) {
 		set(s, StateErr, 0, 0, 0, 0)
 	}
 	set(StateReset, StateInit,
-		AttrPKeyIndex|AttrPort|AttrAccessFlags, 0,
-		AttrPKeyIndex|AttrPort|AttrQKey, 0)
+		pvrdma.AttrPKeyIndex|pvrdma.AttrPort|pvrdma.AttrAccessFlags, 0,
+		pvrdma.AttrPKeyIndex|pvrdma.AttrPort|pvrdma.AttrQKey, 0)
 	set(StateInit, StateInit,
-		0, AttrPKeyIndex|AttrPort|AttrAccessFlags,
-		0, AttrPKeyIndex|AttrPort|AttrQKey)
+		0, pvrdma.AttrPKeyIndex|pvrdma.AttrPort|pvrdma.AttrAccessFlags,
+		0, pvrdma.AttrPKeyIndex|pvrdma.AttrPort|pvrdma.AttrQKey)
 	set(StateInit, StateRTR,
-		AttrAV|AttrPathMTU|AttrDestQPN|AttrRQPSN|AttrMaxDestRdAtomic|AttrMinRNRTimer,
-		AttrAltPath|AttrAccessFlags|AttrPKeyIndex,
-		0, AttrPKeyIndex|AttrQKey)
+		pvrdma.AttrAV|pvrdma.AttrPathMTU|pvrdma.AttrDestQPN|pvrdma.AttrRQPSN|pvrdma.AttrMaxDestRdAtomic|pvrdma.AttrMinRNRTimer,
+		pvrdma.AttrAltPath|pvrdma.AttrAccessFlags|pvrdma.AttrPKeyIndex,
+		0, pvrdma.AttrPKeyIndex|pvrdma.AttrQKey)
 	set(StateRTR, StateRTS,
-		AttrSQPSN|AttrTimeout|AttrRetryCnt|AttrRNRRetry|AttrMaxQPRdAtomic,
-		AttrCurState|AttrAltPath|AttrAccessFlags|AttrMinRNRTimer|AttrPathMigState,
-		AttrSQPSN, AttrCurState|AttrQKey)
-	rtsOpt := uint32(AttrCurState | AttrAccessFlags | AttrAltPath | AttrPathMigState | AttrMinRNRTimer)
-	set(StateRTS, StateRTS, 0, rtsOpt, 0, AttrCurState|AttrQKey)
-	set(StateRTS, StateSQD, 0, AttrEnSQDAsync, 0, AttrEnSQDAsync)
-	set(StateSQD, StateRTS, 0, rtsOpt, 0, AttrCurState|AttrQKey)
+		pvrdma.AttrSQPSN|pvrdma.AttrTimeout|pvrdma.AttrRetryCnt|pvrdma.AttrRNRRetry|pvrdma.AttrMaxQPRdAtomic,
+		pvrdma.AttrCurState|pvrdma.AttrAltPath|pvrdma.AttrAccessFlags|pvrdma.AttrMinRNRTimer|pvrdma.AttrPathMigState,
+		pvrdma.AttrSQPSN, pvrdma.AttrCurState|pvrdma.AttrQKey)
+	rtsOpt := uint32(pvrdma.AttrCurState | pvrdma.AttrAccessFlags | pvrdma.AttrAltPath | pvrdma.AttrPathMigState | pvrdma.AttrMinRNRTimer)
+	set(StateRTS, StateRTS, 0, rtsOpt, 0, pvrdma.AttrCurState|pvrdma.AttrQKey)
+	set(StateRTS, StateSQD, 0, pvrdma.AttrEnSQDAsync, 0, pvrdma.AttrEnSQDAsync)
+	set(StateSQD, StateRTS, 0, rtsOpt, 0, pvrdma.AttrCurState|pvrdma.AttrQKey)
 	set(StateSQD, StateSQD, 0,
-		AttrAV|AttrPathMTU|AttrTimeout|AttrRetryCnt|AttrRNRRetry|AttrMaxQPRdAtomic|
-			AttrMaxDestRdAtomic|AttrAltPath|AttrAccessFlags|AttrPKeyIndex|AttrMinRNRTimer|AttrPathMigState,
-		0, AttrPKeyIndex|AttrQKey)
-	set(StateSQE, StateRTS, ^uint32(0), 0, 0, AttrCurState|AttrQKey) // RC has no SQE state
+		pvrdma.AttrAV|pvrdma.AttrPathMTU|pvrdma.AttrTimeout|pvrdma.AttrRetryCnt|pvrdma.AttrRNRRetry|pvrdma.AttrMaxQPRdAtomic|
+			pvrdma.AttrMaxDestRdAtomic|pvrdma.AttrAltPath|pvrdma.AttrAccessFlags|pvrdma.AttrPKeyIndex|pvrdma.AttrMinRNRTimer|pvrdma.AttrPathMigState,
+		0, pvrdma.AttrPKeyIndex|pvrdma.AttrQKey)
+	set(StateSQE, StateRTS, ^uint32(0), 0, 0, pvrdma.AttrCurState|pvrdma.AttrQKey) // RC has no SQE state
 	return t
 }()
 
 // checkModify validates a MODIFY_QP against the state table and the device
 // limits. It returns the target state.
-func (d *Device) checkModify(q *qp, mask uint32, a *QPAttr) (uint8, *cmdErr) {
-	if mask&^attrAll != 0 {
-		return 0, fail(errInval, "QP %d: unknown attribute bits %#x", q.handle, mask&^attrAll)
+func (d *Device) checkModify(q *qp, mask uint32, a *pvrdma.QPAttr) (uint8, *cmdErr) {
+	if mask&^pvrdma.AttrMaskAll != 0 {
+		return 0, fail(errInval, "QP %d: unknown attribute bits %#x", q.handle, mask&^pvrdma.AttrMaskAll)
 	}
 	cur := q.state
-	if mask&AttrCurState != 0 && a.CurState != uint32(cur) {
+	if mask&pvrdma.AttrCurState != 0 && a.CurState != uint32(cur) {
 		if a.CurState >= numStates {
 			return 0, fail(errInval, "QP %d: cur_qp_state %d", q.handle, a.CurState)
 		}
 		return 0, fail(errInval, "QP %d: cur_qp_state %s, but the QP is in %s", q.handle, stateNames[a.CurState], stateNames[cur])
 	}
 	next := cur
-	if mask&AttrState != 0 {
+	if mask&pvrdma.AttrState != 0 {
 		if a.State >= numStates {
 			return 0, fail(errInval, "QP %d: qp_state %d", q.handle, a.State)
 		}
@@ -260,8 +130,8 @@ func (d *Device) checkModify(q *qp, mask uint32, a *QPAttr) (uint8, *cmdErr) {
 	}
 	req, opt := t.req[class], t.opt[class]
 	if q.typ == QPTypeGSI {
-		req &^= AttrPort // the MAD layer's RESET->INIT has no PORT
-		opt |= AttrPort
+		req &^= pvrdma.AttrPort // the MAD layer's RESET->INIT has no PORT
+		opt |= pvrdma.AttrPort
 	}
 	if req == ^uint32(0) {
 		return 0, fail(errInval, "QP %d: illegal transition %s -> %s for this QP type", q.handle, stateNames[cur], stateNames[next])
@@ -269,39 +139,39 @@ func (d *Device) checkModify(q *qp, mask uint32, a *QPAttr) (uint8, *cmdErr) {
 	if missing := req &^ mask; missing != 0 {
 		return 0, fail(errInval, "QP %d: %s -> %s lacks required attributes %#x", q.handle, stateNames[cur], stateNames[next], missing)
 	}
-	if extra := mask &^ (req | opt | AttrState | AttrCap); extra != 0 {
+	if extra := mask &^ (req | opt | pvrdma.AttrState | pvrdma.AttrCap); extra != 0 {
 		return 0, fail(errInval, "QP %d: %s -> %s does not take attributes %#x", q.handle, stateNames[cur], stateNames[next], extra)
 	}
-	if mask&AttrPKeyIndex != 0 && uint32(a.PKeyIndex) >= uint32(d.caps.MaxPKeys) {
+	if mask&pvrdma.AttrPKeyIndex != 0 && uint32(a.PKeyIndex) >= uint32(d.caps.MaxPKeys) {
 		return 0, fail(errInval, "QP %d: pkey_index %d", q.handle, a.PKeyIndex)
 	}
-	if mask&AttrPort != 0 {
+	if mask&pvrdma.AttrPort != 0 {
 		if e := d.checkPort(a.PortNum); e != nil {
 			return 0, e
 		}
 	}
-	if mask&AttrPathMTU != 0 && (a.PathMTU < 1 || a.PathMTU > mtu4096) {
+	if mask&pvrdma.AttrPathMTU != 0 && (a.PathMTU < 1 || a.PathMTU > pvrdma.MTU4096) {
 		return 0, fail(errInval, "QP %d: path_mtu %d", q.handle, a.PathMTU)
 	}
-	if mask&AttrDestQPN != 0 && a.DestQPN >= 1<<24 {
+	if mask&pvrdma.AttrDestQPN != 0 && a.DestQPN >= 1<<24 {
 		return 0, fail(errInval, "QP %d: dest_qp_num %#x", q.handle, a.DestQPN)
 	}
-	if mask&AttrMinRNRTimer != 0 && a.MinRNRTimer > 31 {
+	if mask&pvrdma.AttrMinRNRTimer != 0 && a.MinRNRTimer > 31 {
 		return 0, fail(errInval, "QP %d: min_rnr_timer %d", q.handle, a.MinRNRTimer)
 	}
-	if mask&AttrTimeout != 0 && a.Timeout > 31 {
+	if mask&pvrdma.AttrTimeout != 0 && a.Timeout > 31 {
 		return 0, fail(errInval, "QP %d: timeout %d", q.handle, a.Timeout)
 	}
-	if mask&AttrRetryCnt != 0 && a.RetryCnt > 7 {
+	if mask&pvrdma.AttrRetryCnt != 0 && a.RetryCnt > 7 {
 		return 0, fail(errInval, "QP %d: retry_cnt %d", q.handle, a.RetryCnt)
 	}
-	if mask&AttrRNRRetry != 0 && a.RNRRetry > 7 {
+	if mask&pvrdma.AttrRNRRetry != 0 && a.RNRRetry > 7 {
 		return 0, fail(errInval, "QP %d: rnr_retry %d", q.handle, a.RNRRetry)
 	}
-	if mask&AttrAccessFlags != 0 && a.AccessFlags&^(accLocalWrite|accRemoteWrite|accRemoteRead|accRemoteAtomic|accMWBind) != 0 {
+	if mask&pvrdma.AttrAccessFlags != 0 && a.AccessFlags&^(accLocalWrite|accRemoteWrite|accRemoteRead|accRemoteAtomic|accMWBind) != 0 {
 		return 0, fail(errInval, "QP %d: access flags %#x", q.handle, a.AccessFlags)
 	}
-	if mask&AttrAV != 0 {
+	if mask&pvrdma.AttrAV != 0 {
 		if uint32(a.AH.SGIDIndex) >= d.caps.GIDTblLen || !d.res.gids[a.AH.SGIDIndex].Valid {
 			return 0, fail(errInval, "QP %d: sgid_index %d is not a bound GID", q.handle, a.AH.SGIDIndex)
 		}
@@ -309,74 +179,74 @@ func (d *Device) checkModify(q *qp, mask uint32, a *QPAttr) (uint8, *cmdErr) {
 	return next, nil
 }
 
-func (d *Device) cmdModifyQP(q *req, p *resp) *cmdErr {
-	h, mask := q.u32(16), q.u32(20)
+func (d *Device) cmdModifyQP(req *pvrdma.CmdModifyQP) (pvrdma.Response, *cmdErr) {
+	h, mask := req.QPHandle, req.AttrMask
 	x := d.res.qp.get(h)
 	if x == nil {
-		return fail(errInval, "no QP %d", h)
+		return nil, fail(errInval, "no QP %d", h)
 	}
-	a := DecodeQPAttr(q[24 : 24+QPAttrSize])
-	next, e := d.checkModify(x, mask, &a)
+	a := &req.Attrs
+	next, e := d.checkModify(x, mask, a)
 	if e != nil {
-		return e
+		return nil, e
 	}
 	s := &x.attr
-	if mask&AttrEnSQDAsync != 0 {
+	if mask&pvrdma.AttrEnSQDAsync != 0 {
 		s.EnSQDAsyncNotify = a.EnSQDAsyncNotify
 	}
-	if mask&AttrAccessFlags != 0 {
+	if mask&pvrdma.AttrAccessFlags != 0 {
 		s.AccessFlags = a.AccessFlags
 	}
-	if mask&AttrPKeyIndex != 0 {
+	if mask&pvrdma.AttrPKeyIndex != 0 {
 		s.PKeyIndex = a.PKeyIndex
 	}
-	if mask&AttrPort != 0 {
+	if mask&pvrdma.AttrPort != 0 {
 		s.PortNum = a.PortNum
 	}
-	if mask&AttrQKey != 0 {
+	if mask&pvrdma.AttrQKey != 0 {
 		s.QKey = a.QKey
 	}
-	if mask&AttrAV != 0 {
+	if mask&pvrdma.AttrAV != 0 {
 		s.AH = a.AH
 	}
-	if mask&AttrPathMTU != 0 {
+	if mask&pvrdma.AttrPathMTU != 0 {
 		s.PathMTU = a.PathMTU
 	}
-	if mask&AttrTimeout != 0 {
+	if mask&pvrdma.AttrTimeout != 0 {
 		s.Timeout = a.Timeout
 	}
-	if mask&AttrRetryCnt != 0 {
+	if mask&pvrdma.AttrRetryCnt != 0 {
 		s.RetryCnt = a.RetryCnt
 	}
-	if mask&AttrRNRRetry != 0 {
+	if mask&pvrdma.AttrRNRRetry != 0 {
 		s.RNRRetry = a.RNRRetry
 	}
-	if mask&AttrRQPSN != 0 {
+	if mask&pvrdma.AttrRQPSN != 0 {
 		s.RQPSN = a.RQPSN & 0xFFFFFF
 	}
-	if mask&AttrMaxQPRdAtomic != 0 {
+	if mask&pvrdma.AttrMaxQPRdAtomic != 0 {
 		s.MaxRdAtomic = uint8(min(uint32(a.MaxRdAtomic), d.caps.MaxQPInitRdAtom))
 	}
-	if mask&AttrAltPath != 0 {
+	if mask&pvrdma.AttrAltPath != 0 {
 		s.AltAH, s.AltPortNum, s.AltTimeout, s.AltPKeyIndex = a.AltAH, a.AltPortNum, a.AltTimeout, a.AltPKeyIndex
 	}
-	if mask&AttrMinRNRTimer != 0 {
+	if mask&pvrdma.AttrMinRNRTimer != 0 {
 		s.MinRNRTimer = a.MinRNRTimer
 	}
-	if mask&AttrSQPSN != 0 {
+	if mask&pvrdma.AttrSQPSN != 0 {
 		s.SQPSN = a.SQPSN & 0xFFFFFF
 	}
-	if mask&AttrMaxDestRdAtomic != 0 {
+	if mask&pvrdma.AttrMaxDestRdAtomic != 0 {
 		s.MaxDestRdAtomic = uint8(min(uint32(a.MaxDestRdAtomic), d.caps.MaxQPRdAtom))
 	}
-	if mask&AttrPathMigState != 0 {
+	if mask&pvrdma.AttrPathMigState != 0 {
 		s.PathMigState = a.PathMigState
 	}
-	if mask&AttrDestQPN != 0 {
+	if mask&pvrdma.AttrDestQPN != 0 {
 		s.DestQPN = a.DestQPN
 	}
 	d.setState(x, next)
-	return nil
+	return nil, nil
 }
 
 // setState moves a QP to a new state with the state's side effects.
@@ -433,42 +303,42 @@ func (d *Device) qpError(x *qp, ev uint32) {
 	}
 }
 
-func (d *Device) cmdQueryQP(q *req, p *resp) *cmdErr {
-	h := q.u32(16)
+func (d *Device) cmdQueryQP(req *pvrdma.CmdQueryQP) (pvrdma.Response, *cmdErr) {
+	h := req.QPHandle
 	x := d.res.qp.get(h)
 	if x == nil {
-		return fail(errInval, "no QP %d", h)
+		return nil, fail(errInval, "no QP %d", h)
 	}
-	a := x.attr
+	rsp := &pvrdma.CmdQueryQPResp{Attrs: x.attr}
+	a := &rsp.Attrs
 	a.State, a.CurState = uint32(x.state), uint32(x.state)
-	a.Cap = [5]uint32{x.sq.ring.N, x.rq.ring.N, x.sq.maxSGE, x.rq.maxSGE, 0}
-	a.Encode(p[16 : 16+QPAttrSize])
-	return nil
+	a.Cap = pvrdma.QPCap{MaxSendWR: x.sq.ring.N, MaxRecvWR: x.rq.ring.N, MaxSendSGE: x.sq.maxSGE, MaxRecvSGE: x.rq.maxSGE}
+	return rsp, nil
 }
 
-func (d *Device) cmdCreateQP(q *req, p *resp) *cmdErr {
-	pdir := q.u64(16)
-	pdh, scqh, rcqh, srqh := q.u32(24), q.u32(28), q.u32(32), q.u32(36)
-	sWR, rWR, sSGE, rSGE, inline := q.u32(40), q.u32(44), q.u32(48), q.u32(52), q.u32(56)
-	total, sendChunks := uint32(q.u16(68)), uint32(q.u16(70))
-	sigAll, typ, isSRQ := q.u8(74) != 0, q.u8(75), q.u8(76) != 0
+func (d *Device) cmdCreateQP(req *pvrdma.CmdCreateQP) (pvrdma.Response, *cmdErr) {
+	pdir := req.PdirDMA
+	pdh, scqh, rcqh, srqh := req.PDHandle, req.SendCQHandle, req.RecvCQHandle, req.SRQHandle
+	sWR, rWR, sSGE, rSGE, inline := req.MaxSendWR, req.MaxRecvWR, req.MaxSendSGE, req.MaxRecvSGE, req.MaxInlineData
+	total, sendChunks := uint32(req.TotalChunks), uint32(req.SendChunks)
+	sigAll, typ, isSRQ := req.SQSigAll != 0, req.QPType, req.IsSRQ != 0
 
 	x := d.res.pd.get(pdh)
 	if x == nil {
-		return fail(errInval, "no PD %d", pdh)
+		return nil, fail(errInval, "no PD %d", pdh)
 	}
 	ctx := x.ctx
 	scq, rcq := d.res.cq.get(scqh), d.res.cq.get(rcqh)
 	if scq == nil || rcq == nil {
-		return fail(errInval, "no CQ %d/%d", scqh, rcqh)
+		return nil, fail(errInval, "no CQ %d/%d", scqh, rcqh)
 	}
 	if scq.ctx != ctx || rcq.ctx != ctx {
-		return fail(errInval, "CQs %d/%d belong to another context", scqh, rcqh)
+		return nil, fail(errInval, "CQs %d/%d belong to another context", scqh, rcqh)
 	}
 	var s *srq
 	if isSRQ {
 		if s = d.res.srq.get(srqh); s == nil || s.ctx != ctx {
-			return fail(errInval, "no SRQ %d in this context", srqh)
+			return nil, fail(errInval, "no SRQ %d in this context", srqh)
 		}
 		rWR, rSGE = 0, 0
 	}
@@ -476,25 +346,25 @@ func (d *Device) cmdCreateQP(q *req, p *resp) *cmdErr {
 	case QPTypeRC, QPTypeUD:
 	case QPTypeGSI:
 		if ctx != 0 {
-			return fail(errInval, "GSI QP from user space")
+			return nil, fail(errInval, "GSI QP from user space")
 		}
 		if d.res.qp.get(1) != nil {
-			return fail(errBusy, "port 1 already has a GSI QP")
+			return nil, fail(errBusy, "port 1 already has a GSI QP")
 		}
 	default:
-		return fail(errNotSup, "QP type %d", typ)
+		return nil, fail(errNotSup, "QP type %d", typ)
 	}
 	if !uverbs.IsPow2(sWR) || sWR > d.caps.MaxQPWR {
-		return fail(errInval, "max_send_wr %d not a power of two in 1..%d", sWR, d.caps.MaxQPWR)
+		return nil, fail(errInval, "max_send_wr %d not a power of two in 1..%d", sWR, d.caps.MaxQPWR)
 	}
 	if !isSRQ && (!uverbs.IsPow2(rWR) || rWR > d.caps.MaxQPWR) {
-		return fail(errInval, "max_recv_wr %d not a power of two in 1..%d", rWR, d.caps.MaxQPWR)
+		return nil, fail(errInval, "max_recv_wr %d not a power of two in 1..%d", rWR, d.caps.MaxQPWR)
 	}
 	if sSGE == 0 || sSGE > d.caps.MaxSGE || (!isSRQ && (rSGE == 0 || rSGE > d.caps.MaxSGE)) {
-		return fail(errInval, "SGE counts %d/%d outside 1..%d", sSGE, rSGE, d.caps.MaxSGE)
+		return nil, fail(errInval, "SGE counts %d/%d outside 1..%d", sSGE, rSGE, d.caps.MaxSGE)
 	}
 	if inline != 0 {
-		return fail(errInval, "max_inline_data %d: inline data is not supported", inline)
+		return nil, fail(errInval, "max_inline_data %d: inline data is not supported", inline)
 	}
 	sStride, rStride := uverbs.SQStride(sSGE), uverbs.RQStride(rSGE)
 	sPages := (uint64(sWR)*uint64(sStride) + dma.PageSize - 1) / dma.PageSize
@@ -503,11 +373,11 @@ func (d *Device) cmdCreateQP(q *req, p *resp) *cmdErr {
 		rPages = (uint64(rWR)*uint64(rStride) + dma.PageSize - 1) / dma.PageSize
 	}
 	if uint64(sendChunks) < sPages || uint64(total) < 1+uint64(sendChunks)+rPages {
-		return fail(errInval, "QP pages %d (send %d) too few for SQ %dx%d and RQ %dx%d", total, sendChunks, sWR, sStride, rWR, rStride)
+		return nil, fail(errInval, "QP pages %d (send %d) too few for SQ %dx%d and RQ %dx%d", total, sendChunks, sWR, sStride, rWR, rStride)
 	}
 	pages, e := d.pinPages("QP", pdir, total)
 	if e != nil {
-		return e
+		return nil, e
 	}
 	n := &qp{
 		typ: typ, ctx: ctx, pd: pdh, sendCQ: scqh, recvCQ: rcqh, sigAll: sigAll, pages: pages,
@@ -527,7 +397,7 @@ func (d *Device) cmdCreateQP(q *req, p *resp) *cmdErr {
 	}
 	if e != nil {
 		d.res.unpin(int(total))
-		return e
+		return nil, e
 	}
 	n.handle, n.qpn = h, h
 	x.refs++
@@ -536,25 +406,18 @@ func (d *Device) cmdCreateQP(q *req, p *resp) *cmdErr {
 	if s != nil {
 		s.refs++
 	}
-	p.put32(16, n.qpn)
-	p.put32(20, n.handle)
-	p.put32(24, sWR)
-	p.put32(28, rWR)
-	p.put32(32, sSGE)
-	p.put32(36, rSGE)
-	p.put32(40, 0)
-	return nil
+	return &pvrdma.CmdCreateQPResp{QPN: n.qpn, QPHandle: n.handle,
+		MaxSendWR: sWR, MaxRecvWR: rWR, MaxSendSGE: sSGE, MaxRecvSGE: rSGE}, nil
 }
 
-func (d *Device) cmdDestroyQP(q *req, p *resp) *cmdErr {
-	h := q.u32(16)
+func (d *Device) cmdDestroyQP(req *pvrdma.CmdDestroyQP) (pvrdma.Response, *cmdErr) {
+	h := req.QPHandle
 	x := d.res.qp.get(h)
 	if x == nil {
-		return fail(errInval, "no QP %d", h)
+		return nil, fail(errInval, "no QP %d", h)
 	}
 	d.destroyQP(h, x)
-	p.put32(16, 0)
-	return nil
+	return &pvrdma.CmdDestroyQPResp{}, nil
 }
 
 // destroyQP discards the QP and its outstanding WQEs without completions.
@@ -589,33 +452,33 @@ type srq struct {
 	refs   int
 }
 
-func (d *Device) cmdCreateSRQ(q *req, p *resp) *cmdErr {
-	pdir, pdh, nchunks := q.u64(16), q.u32(24), q.u32(28)
-	maxWR, maxSGE, limit, typ := q.u32(32), q.u32(36), q.u32(40), q.u8(48)
+func (d *Device) cmdCreateSRQ(req *pvrdma.CmdCreateSRQ) (pvrdma.Response, *cmdErr) {
+	pdir, pdh, nchunks := req.PdirDMA, req.PDHandle, req.NChunks
+	maxWR, maxSGE, limit, typ := req.Attrs.MaxWR, req.Attrs.MaxSGE, req.Attrs.SRQLimit, req.SRQType
 	x := d.res.pd.get(pdh)
 	if x == nil {
-		return fail(errInval, "no PD %d", pdh)
+		return nil, fail(errInval, "no PD %d", pdh)
 	}
-	if typ != 0 {
-		return fail(errInval, "SRQ type %d", typ)
+	if typ != pvrdma.SRQTypeBasic {
+		return nil, fail(errInval, "SRQ type %d", typ)
 	}
 	if !uverbs.IsPow2(maxWR) || maxWR > d.caps.MaxSRQWR {
-		return fail(errInval, "SRQ max_wr %d not a power of two in 1..%d", maxWR, d.caps.MaxSRQWR)
+		return nil, fail(errInval, "SRQ max_wr %d not a power of two in 1..%d", maxWR, d.caps.MaxSRQWR)
 	}
 	if maxSGE == 0 || maxSGE > d.caps.MaxSRQSGE {
-		return fail(errInval, "SRQ max_sge %d outside 1..%d", maxSGE, d.caps.MaxSRQSGE)
+		return nil, fail(errInval, "SRQ max_sge %d outside 1..%d", maxSGE, d.caps.MaxSRQSGE)
 	}
 	if limit > maxWR {
-		return fail(errInval, "SRQ limit %d > max_wr %d", limit, maxWR)
+		return nil, fail(errInval, "SRQ limit %d > max_wr %d", limit, maxWR)
 	}
 	stride := uverbs.RQStride(maxSGE)
 	need := 1 + (uint64(maxWR)*uint64(stride)+dma.PageSize-1)/dma.PageSize
 	if uint64(nchunks) < need || nchunks > dma.MaxDirPages {
-		return fail(errInval, "SRQ of %dx%d needs %d pages, got %d", maxWR, stride, need, nchunks)
+		return nil, fail(errInval, "SRQ of %dx%d needs %d pages, got %d", maxWR, stride, need, nchunks)
 	}
 	pages, e := d.pinPages("SRQ", pdir, nchunks)
 	if e != nil {
-		return e
+		return nil, e
 	}
 	s := &srq{ctx: x.ctx, pd: pdh, pages: pages, limit: limit,
 		q: wq{ring: uverbs.Ring{N: maxWR}, stride: stride, maxSGE: maxSGE, base: dma.PageSize,
@@ -623,61 +486,52 @@ func (d *Device) cmdCreateSRQ(q *req, p *resp) *cmdErr {
 	h, e := d.res.srq.add(s)
 	if e != nil {
 		d.res.unpin(int(nchunks))
-		return e
+		return nil, e
 	}
 	s.handle = h
 	x.refs++
-	p.put32(16, h)
-	return nil
+	return &pvrdma.CmdCreateSRQResp{SRQN: h}, nil
 }
 
-const (
-	srqAttrMaxWR = 1
-	srqAttrLimit = 2
-)
-
-func (d *Device) cmdModifySRQ(q *req, p *resp) *cmdErr {
-	h, mask := q.u32(16), q.u32(20)
+func (d *Device) cmdModifySRQ(req *pvrdma.CmdModifySRQ) (pvrdma.Response, *cmdErr) {
+	h, mask := req.SRQHandle, req.AttrMask
 	s := d.res.srq.get(h)
 	if s == nil {
-		return fail(errInval, "no SRQ %d", h)
+		return nil, fail(errInval, "no SRQ %d", h)
 	}
-	if mask&^srqAttrLimit != 0 {
-		return fail(errInval, "SRQ %d: only the limit can be modified (mask %#x)", h, mask)
+	if mask&^pvrdma.SRQAttrLimit != 0 {
+		return nil, fail(errInval, "SRQ %d: only the limit can be modified (mask %#x)", h, mask)
 	}
-	if mask&srqAttrLimit != 0 {
-		limit := q.u32(32)
+	if mask&pvrdma.SRQAttrLimit != 0 {
+		limit := req.Attrs.SRQLimit
 		if limit > s.q.ring.N {
-			return fail(errInval, "SRQ %d: limit %d > max_wr %d", h, limit, s.q.ring.N)
+			return nil, fail(errInval, "SRQ %d: limit %d > max_wr %d", h, limit, s.q.ring.N)
 		}
 		s.limit = limit
 	}
-	return nil
+	return nil, nil
 }
 
-func (d *Device) cmdQuerySRQ(q *req, p *resp) *cmdErr {
-	h := q.u32(16)
+func (d *Device) cmdQuerySRQ(req *pvrdma.CmdQuerySRQ) (pvrdma.Response, *cmdErr) {
+	h := req.SRQHandle
 	s := d.res.srq.get(h)
 	if s == nil {
-		return fail(errInval, "no SRQ %d", h)
+		return nil, fail(errInval, "no SRQ %d", h)
 	}
-	p.put32(16, s.q.ring.N)
-	p.put32(20, s.q.maxSGE)
-	p.put32(24, s.limit)
-	return nil
+	return &pvrdma.CmdQuerySRQResp{Attrs: pvrdma.SRQAttr{MaxWR: s.q.ring.N, MaxSGE: s.q.maxSGE, SRQLimit: s.limit}}, nil
 }
 
-func (d *Device) cmdDestroySRQ(q *req, p *resp) *cmdErr {
-	h := q.u32(16)
+func (d *Device) cmdDestroySRQ(req *pvrdma.CmdDestroySRQ) (pvrdma.Response, *cmdErr) {
+	h := req.SRQHandle
 	s := d.res.srq.get(h)
 	if s == nil {
-		return fail(errInval, "no SRQ %d", h)
+		return nil, fail(errInval, "no SRQ %d", h)
 	}
 	if s.refs > 0 {
-		return fail(errBusy, "SRQ %d still used by %d QPs", h, s.refs)
+		return nil, fail(errBusy, "SRQ %d still used by %d QPs", h, s.refs)
 	}
 	d.destroySRQ(h, s)
-	return nil
+	return nil, nil
 }
 
 func (d *Device) destroySRQ(h uint32, s *srq) {

@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"github.com/hcaemu/hcaemu/dma"
+	"github.com/hcaemu/hcaemu/emu/pvrdma"
 )
 
 // table is a handle table: handles are small integers in [first, limit),
@@ -72,7 +73,7 @@ func (t *table[T]) handles() []uint32 {
 // GIDEntry is one entry of the port's GID table.
 type GIDEntry struct {
 	GID   [16]byte
-	Type  uint8 // gidTypeV1 or gidTypeV2
+	Type  uint8 // pvrdma.GIDTypeFlagRoCEv1 or pvrdma.GIDTypeFlagRoCEv2
 	Valid bool
 }
 
@@ -121,15 +122,14 @@ type resources struct {
 // so a guest cannot make the emulator allocate without limit.
 const maxPinnedPages = 4 << 20
 
-// Access flags (IB).
+// Access flags (pvrdma.Access*) under the names the transport code uses.
 const (
-	accLocalWrite   = 1
-	accRemoteWrite  = 2
-	accRemoteRead   = 4
-	accRemoteAtomic = 8
-	accMWBind       = 16
-	accZeroBased    = 32
-	accOnDemand     = 64
+	accLocalWrite   = pvrdma.AccessLocalWrite
+	accRemoteWrite  = pvrdma.AccessRemoteWrite
+	accRemoteRead   = pvrdma.AccessRemoteRead
+	accRemoteAtomic = pvrdma.AccessRemoteAtomic
+	accMWBind       = pvrdma.AccessMWBind
+	accZeroBased    = pvrdma.AccessZeroBased
 	accKnown        = accLocalWrite | accRemoteWrite | accRemoteRead | accRemoteAtomic | accMWBind | accZeroBased
 )
 
@@ -214,111 +214,104 @@ func (d *Device) checkCtx(ctx uint32) *cmdErr {
 	return nil
 }
 
-func (d *Device) cmdCreatePD(q *req, p *resp) *cmdErr {
-	ctx := q.u32(16)
+func (d *Device) cmdCreatePD(req *pvrdma.CmdCreatePD) (pvrdma.Response, *cmdErr) {
+	ctx := req.CtxHandle
 	if e := d.checkCtx(ctx); e != nil {
-		return e
+		return nil, e
 	}
 	h, e := d.res.pd.add(&pd{ctx: ctx})
 	if e != nil {
-		return e
+		return nil, e
 	}
-	p.put32(16, h)
-	return nil
+	return &pvrdma.CmdCreatePDResp{PDHandle: h}, nil
 }
 
-func (d *Device) cmdDestroyPD(q *req, p *resp) *cmdErr {
-	h := q.u32(16)
+func (d *Device) cmdDestroyPD(req *pvrdma.CmdDestroyPD) (pvrdma.Response, *cmdErr) {
+	h := req.PDHandle
 	x := d.res.pd.get(h)
 	if x == nil {
-		return fail(errInval, "no PD %d", h)
+		return nil, fail(errInval, "no PD %d", h)
 	}
 	if x.refs > 0 {
-		return fail(errBusy, "PD %d still used by %d objects", h, x.refs)
+		return nil, fail(errBusy, "PD %d still used by %d objects", h, x.refs)
 	}
 	d.res.pd.del(h)
-	return nil
+	return nil, nil
 }
 
 // --- MR ------------------------------------------------------------------------
 
-const (
-	mrFlagDMA    = 1 << 0
-	mrFlagFRMR   = 1 << 1
-	maxFRMRPages = 128
-)
+// maxFRMRPages is the largest fast-register page list (the driver's limit).
+const maxFRMRPages = pvrdma.MaxFastRegPages
 
-func (d *Device) cmdCreateMR(q *req, p *resp) *cmdErr {
-	start, length, pdir := q.u64(16), q.u64(24), q.u64(32)
-	pdh, access, flags, nchunks := q.u32(40), q.u32(44), q.u32(48), q.u32(52)
+func (d *Device) cmdCreateMR(req *pvrdma.CmdCreateMR) (pvrdma.Response, *cmdErr) {
+	start, length, pdir := req.Start, req.Length, req.PdirDMA
+	pdh, access, flags, nchunks := req.PDHandle, req.AccessFlags, req.Flags, req.NChunks
 	x := d.res.pd.get(pdh)
 	if x == nil {
-		return fail(errInval, "no PD %d", pdh)
+		return nil, fail(errInval, "no PD %d", pdh)
 	}
 	access &= 0xFFFFF // optional bits >= 20 (relaxed ordering...) are hints
 	if access&^accKnown != 0 {
-		return fail(errInval, "unsupported access flags %#x", access)
+		return nil, fail(errInval, "unsupported access flags %#x", access)
 	}
 	if access&(accRemoteWrite|accRemoteAtomic) != 0 && access&accLocalWrite == 0 {
-		return fail(errInval, "remote write/atomic access without local write")
+		return nil, fail(errInval, "remote write/atomic access without local write")
 	}
 	m := &mr{pd: pdh, ctx: x.ctx, access: access}
 	switch flags {
-	case mrFlagDMA:
+	case pvrdma.MRFlagDMA:
 		if x.ctx != 0 {
-			return fail(errPerm, "DMA MR on user PD %d", pdh)
+			return nil, fail(errPerm, "DMA MR on user PD %d", pdh)
 		}
 		if access != accLocalWrite {
-			return fail(errInval, "DMA MR access %#x, want LOCAL_WRITE only", access)
+			return nil, fail(errInval, "DMA MR access %#x, want LOCAL_WRITE only", access)
 		}
 		m.dmaMR, m.valid = true, true
-	case mrFlagFRMR:
+	case pvrdma.MRFlagFRMR:
 		if nchunks == 0 || nchunks > maxFRMRPages {
-			return fail(errInval, "FRMR with %d pages (1..%d)", nchunks, maxFRMRPages)
+			return nil, fail(errInval, "FRMR with %d pages (1..%d)", nchunks, maxFRMRPages)
 		}
 		m.frmr, m.maxPages = true, nchunks
 	case 0:
 		if length == 0 || length > d.caps.MaxMRSize {
-			return fail(errInval, "MR length %#x outside 1..%#x", length, d.caps.MaxMRSize)
+			return nil, fail(errInval, "MR length %#x outside 1..%#x", length, d.caps.MaxMRSize)
 		}
 		end, ok := dma.End(start, length)
 		if !ok {
-			return fail(errInval, "MR start %#x + length %#x overflows", start, length)
+			return nil, fail(errInval, "MR start %#x + length %#x overflows", start, length)
 		}
 		want := (end+dma.PageSize-1)/dma.PageSize - start/dma.PageSize
 		if uint64(nchunks) != want {
-			return fail(errInval, "MR nchunks %d, [%#x,+%#x) spans %d pages", nchunks, start, length, want)
+			return nil, fail(errInval, "MR nchunks %d, [%#x,+%#x) spans %d pages", nchunks, start, length, want)
 		}
 		pages, e := d.pinPages("MR", pdir, nchunks)
 		if e != nil {
-			return e
+			return nil, e
 		}
 		m.pages, m.start, m.length, m.valid = pages, start, length, true
 	default:
-		return fail(errInval, "MR flags %#x", flags)
+		return nil, fail(errInval, "MR flags %#x", flags)
 	}
 	h, e := d.res.mr.add(m)
 	if e != nil {
 		d.res.unpin(len(m.pages))
-		return e
+		return nil, e
 	}
 	m.lkey = h << 8
 	m.rkey = m.lkey
 	x.refs++
-	p.put32(16, h)
-	p.put32(20, m.lkey)
-	p.put32(24, m.rkey)
-	return nil
+	return &pvrdma.CmdCreateMRResp{MRHandle: h, LKey: m.lkey, RKey: m.rkey}, nil
 }
 
-func (d *Device) cmdDestroyMR(q *req, p *resp) *cmdErr {
-	h := q.u32(16)
+func (d *Device) cmdDestroyMR(req *pvrdma.CmdDestroyMR) (pvrdma.Response, *cmdErr) {
+	h := req.MRHandle
 	m := d.res.mr.get(h)
 	if m == nil {
-		return fail(errInval, "no MR %d", h)
+		return nil, fail(errInval, "no MR %d", h)
 	}
 	d.destroyMR(h, m)
-	return nil
+	return nil, nil
 }
 
 func (d *Device) destroyMR(h uint32, m *mr) {

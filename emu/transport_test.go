@@ -11,6 +11,7 @@ import (
 	"github.com/hcaemu/hcaemu/emu"
 	"github.com/hcaemu/hcaemu/emu/emutest"
 	"github.com/hcaemu/hcaemu/emu/fabric"
+	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/uverbs"
 )
 
@@ -51,24 +52,23 @@ func newHostRAM(t *testing.T, sw *fabric.Switch, k int, ram int) *host {
 	if err := drv.Probe(); err != nil {
 		t.Fatal(err)
 	}
-	ll := []byte{0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x02, 0x50, 0x56, 0xff, 0xfe, 0, 0, byte(k)}
+	ll := [16]byte{0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x02, 0x50, 0x56, 0xff, 0xfe, 0, 0, byte(k)}
 	v4 := h.ip.As16()
 	v4[10], v4[11] = 0xff, 0xff
-	for i, g := range [][]byte{ll, v4[:]} {
-		if _, err := drv.MustCmd(emu.CmdCreateBind, emutest.NewBody(48).U32(24, uint32(i)).Bytes(28, g).U8(44, 2)); err != nil {
+	for i, g := range [][16]byte{ll, v4} {
+		if err := drv.BindGID(uint32(i), g); err != nil {
 			t.Fatal(err)
 		}
 	}
-	r, err := drv.MustCmd(emu.CmdCreatePD, emutest.NewBody(24))
+	var err error
+	if h.pd, err = drv.CreatePD(0); err != nil {
+		t.Fatal(err)
+	}
+	mr, err := drv.CreateMR(pvrdma.CmdCreateMR{PDHandle: h.pd, AccessFlags: pvrdma.AccessLocalWrite, Flags: pvrdma.MRFlagDMA})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.pd = le.Uint32(r[16:])
-	r, err = drv.MustCmd(emu.CmdCreateMR, emutest.NewBody(56).U32(40, h.pd).U32(44, 1).U32(48, 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.lkey = le.Uint32(r[20:])
+	h.lkey = mr.LKey
 	if h.cq, err = drv.CreateCQ(0, 1024); err != nil {
 		t.Fatal(err)
 	}
@@ -81,12 +81,12 @@ func (h *host) mr(t *testing.T, n int, access uint32) (addr uint64, lkey, rkey u
 	t.Helper()
 	pages, dir := h.Buffer((n + 4095) / 4096)
 	addr = pages[0]
-	r, err := h.MustCmd(emu.CmdCreateMR, emutest.NewBody(56).U64(16, addr).U64(24, uint64(n)).U64(32, dir).
-		U32(40, h.pd).U32(44, access).U32(52, uint32(len(pages))))
+	mr, err := h.CreateMR(pvrdma.CmdCreateMR{Start: addr, Length: uint64(n), PdirDMA: dir,
+		PDHandle: h.pd, AccessFlags: access, NChunks: uint32(len(pages))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return addr, le.Uint32(r[20:]), le.Uint32(r[24:])
+	return addr, mr.LKey, mr.RKey
 }
 
 func (h *host) qp(t *testing.T, typ uint8, depth uint32) *emutest.QP {
@@ -118,26 +118,26 @@ func connect(t *testing.T, h *host, q *emutest.QP, p *host, peer *emutest.QP, o 
 	if o.destQPN != 0 {
 		dest = o.destQPN
 	}
-	if err := q.Modify(emu.AttrState|emu.AttrPKeyIndex|emu.AttrPort|emu.AttrAccessFlags,
-		emu.QPAttr{State: emu.StateInit, PortNum: 1, AccessFlags: o.access}); err != nil {
+	if err := q.Modify(pvrdma.AttrState|pvrdma.AttrPKeyIndex|pvrdma.AttrPort|pvrdma.AttrAccessFlags,
+		pvrdma.QPAttr{State: pvrdma.QPStateInit, PortNum: 1, AccessFlags: o.access}); err != nil {
 		t.Fatal(err)
 	}
-	rtr := emu.QPAttr{State: emu.StateRTR, PathMTU: 3, DestQPN: dest, RQPSN: 0x100 + peer.QPN, MaxDestRdAtomic: 16, MinRNRTimer: o.minRNR}
+	rtr := pvrdma.QPAttr{State: pvrdma.QPStateRTR, PathMTU: 3, DestQPN: dest, RQPSN: 0x100 + peer.QPN, MaxDestRdAtomic: 16, MinRNRTimer: o.minRNR}
 	rtr.AH.DGID = p.ip.As16()
 	rtr.AH.DGID[10], rtr.AH.DGID[11] = 0xff, 0xff
-	rtr.AH.SGIDIndex, rtr.AH.HopLimit, rtr.AH.Flags, rtr.AH.PortNum, rtr.AH.DMAC = 1, 64, 1, 1, p.mac
-	if err := q.Modify(emu.AttrState|emu.AttrAV|emu.AttrPathMTU|emu.AttrDestQPN|emu.AttrRQPSN|emu.AttrMaxDestRdAtomic|emu.AttrMinRNRTimer, rtr); err != nil {
+	rtr.AH.SGIDIndex, rtr.AH.HopLimit, rtr.AH.AHFlags, rtr.AH.PortNum, rtr.AH.DMAC = 1, 64, 1, 1, p.mac
+	if err := q.Modify(pvrdma.AttrState|pvrdma.AttrAV|pvrdma.AttrPathMTU|pvrdma.AttrDestQPN|pvrdma.AttrRQPSN|pvrdma.AttrMaxDestRdAtomic|pvrdma.AttrMinRNRTimer, rtr); err != nil {
 		t.Fatal(err)
 	}
-	rts := emu.QPAttr{State: emu.StateRTS, Timeout: o.timeout, RetryCnt: o.retryCnt, RNRRetry: o.rnrRetry, SQPSN: 0x100 + q.QPN, MaxRdAtomic: 16}
-	if err := q.Modify(emu.AttrState|emu.AttrTimeout|emu.AttrRetryCnt|emu.AttrRNRRetry|emu.AttrSQPSN|emu.AttrMaxQPRdAtomic, rts); err != nil {
+	rts := pvrdma.QPAttr{State: pvrdma.QPStateRTS, Timeout: o.timeout, RetryCnt: o.retryCnt, RNRRetry: o.rnrRetry, SQPSN: 0x100 + q.QPN, MaxRdAtomic: 16}
+	if err := q.Modify(pvrdma.AttrState|pvrdma.AttrTimeout|pvrdma.AttrRetryCnt|pvrdma.AttrRNRRetry|pvrdma.AttrSQPSN|pvrdma.AttrMaxQPRdAtomic, rts); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // pairRC connects a fresh RC QP on a with one on b.
 func pairRC(t *testing.T, a, b *host, oa, ob rcOpts) (*emutest.QP, *emutest.QP) {
-	qa, qb := a.qp(t, emu.QPTypeRC, 64), b.qp(t, emu.QPTypeRC, 64)
+	qa, qb := a.qp(t, pvrdma.QPTypeRC, 64), b.qp(t, pvrdma.QPTypeRC, 64)
 	connect(t, a, qa, b, qb, oa)
 	connect(t, b, qb, a, qa, ob)
 	return qa, qb
@@ -381,7 +381,7 @@ func TestRCErrors(t *testing.T) {
 	t.Run("retries exhausted", func(t *testing.T) {
 		o := defaultRC()
 		o.timeout, o.retryCnt, o.destQPN = 1, 2, 999 // nobody answers
-		qa := a.qp(t, emu.QPTypeRC, 4)
+		qa := a.qp(t, pvrdma.QPTypeRC, 4)
 		connect(t, a, qa, b, qa, o)
 		qa.PostSend(send(uverbs.OpSend, 10, 0, uverbs.SGE{Addr: srcA, Length: 10, LKey: lkA}))
 		expect(t, a, uverbs.WCRetryExcErr, a, b)
@@ -432,7 +432,7 @@ func TestRCErrors(t *testing.T) {
 		for i := 0; i < 3; i++ {
 			qb.PostRecv(uverbs.RecvWQE{WRID: 20 + uint64(i), SGE: []uverbs.SGE{{Addr: dstB, Length: 10, LKey: lkB}}})
 		}
-		if err := qb.Modify(emu.AttrState, emu.QPAttr{State: emu.StateErr}); err != nil {
+		if err := qb.Modify(pvrdma.AttrState, pvrdma.QPAttr{State: pvrdma.QPStateErr}); err != nil {
 			t.Fatal(err)
 		}
 		for i := 0; i < 3; i++ {
@@ -452,12 +452,12 @@ func TestUDAndGSI(t *testing.T) {
 	dstB, lkB, _ := b.mr(t, 4096, allAccess)
 	fill(a.RAM.Mem[srcA:srcA+4096], 5)
 	ud := func(h *host, qkey uint32) *emutest.QP {
-		q := h.qp(t, emu.QPTypeUD, 16)
-		if err := q.Modify(emu.AttrState|emu.AttrPKeyIndex|emu.AttrPort|emu.AttrQKey, emu.QPAttr{State: 1, PortNum: 1, QKey: qkey}); err != nil {
+		q := h.qp(t, pvrdma.QPTypeUD, 16)
+		if err := q.Modify(pvrdma.AttrState|pvrdma.AttrPKeyIndex|pvrdma.AttrPort|pvrdma.AttrQKey, pvrdma.QPAttr{State: 1, PortNum: 1, QKey: qkey}); err != nil {
 			t.Fatal(err)
 		}
-		q.Modify(emu.AttrState, emu.QPAttr{State: 2})
-		q.Modify(emu.AttrState|emu.AttrSQPSN, emu.QPAttr{State: 3})
+		q.Modify(pvrdma.AttrState, pvrdma.QPAttr{State: 2})
+		q.Modify(pvrdma.AttrState|pvrdma.AttrSQPSN, pvrdma.QPAttr{State: 3})
 		return q
 	}
 	qa, qb := ud(a, 0x1111), ud(b, 0x1111)

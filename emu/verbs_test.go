@@ -9,6 +9,7 @@ import (
 	"github.com/hcaemu/hcaemu/emu"
 	"github.com/hcaemu/hcaemu/emu/emutest"
 	"github.com/hcaemu/hcaemu/emu/fabric"
+	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/uverbs"
 )
 
@@ -32,8 +33,8 @@ func TestSRQ(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	qa := a.qp(t, emu.QPTypeRC, 16)
-	qb, err := b.CreateQP(emutest.QPSpec{PD: b.pd, SendCQ: b.cq, RecvCQ: b.cq, SRQ: srq.Handle, Type: emu.QPTypeRC, SendWR: 16, SendSGE: 2})
+	qa := a.qp(t, pvrdma.QPTypeRC, 16)
+	qb, err := b.CreateQP(emutest.QPSpec{PD: b.pd, SendCQ: b.cq, RecvCQ: b.cq, SRQ: srq.Handle, Type: pvrdma.QPTypeRC, SendWR: 16, SendSGE: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,12 +44,13 @@ func TestSRQ(t *testing.T) {
 		srq.PostRecv(uverbs.RecvWQE{WRID: 100 + uint64(i), SGE: []uverbs.SGE{{Addr: dst + uint64(i)*1000, Length: 1000, LKey: lkB}}})
 	}
 	// Arm the limit: fewer than 2 posted WQEs left raises SRQ_LIMIT_REACHED.
-	if _, err := b.MustCmd(emu.CmdModifySRQ, emutest.NewBody(40).U32(16, srq.Handle).U32(20, 2).U32(32, 2)); err != nil {
+	if err := b.MustCmd(&pvrdma.CmdModifySRQ{SRQHandle: srq.Handle, AttrMask: pvrdma.SRQAttrLimit, Attrs: pvrdma.SRQAttr{SRQLimit: 2}}, nil); err != nil {
 		t.Fatal(err)
 	}
-	r, _ := b.MustCmd(emu.CmdQuerySRQ, emutest.NewBody(24).U32(16, srq.Handle))
-	if le.Uint32(r[16:]) != 8 || le.Uint32(r[24:]) != 2 {
-		t.Fatalf("QUERY_SRQ % x", r[16:28])
+	var q pvrdma.CmdQuerySRQResp
+	b.MustCmd(&pvrdma.CmdQuerySRQ{SRQHandle: srq.Handle}, &q)
+	if q.Attrs.MaxWR != 8 || q.Attrs.SRQLimit != 2 {
+		t.Fatalf("QUERY_SRQ %+v", q.Attrs)
 	}
 	for i := 0; i < 2; i++ {
 		qa.PostSend(send(uverbs.OpSend, uint64(i), 0, uverbs.SGE{Addr: src, Length: 900, LKey: lkA}))
@@ -65,7 +67,7 @@ func TestSRQ(t *testing.T) {
 		t.Error("no SRQ_LIMIT_REACHED")
 	}
 	// An SRQ in use cannot be destroyed.
-	if e, _ := b.Cmd(emu.CmdDestroySRQ, emutest.NewBody(24).U32(16, srq.Handle)); e == 0 {
+	if e, _ := b.Cmd(&pvrdma.CmdDestroySRQ{SRQHandle: srq.Handle}, nil); e == 0 {
 		t.Error("destroyed an SRQ in use")
 	}
 }
@@ -78,11 +80,11 @@ func TestFastRegAndInvalidate(t *testing.T) {
 	fill(a.RAM.Mem[src:src+8192], 21)
 	qa, qb := pairRC(t, a, b, defaultRC(), defaultRC())
 	// An FRMR on b, registered by a FAST_REG_MR work request.
-	r, err := b.MustCmd(emu.CmdCreateMR, emutest.NewBody(56).U32(40, b.pd).U32(48, 2).U32(52, 4))
+	mr, err := b.CreateMR(pvrdma.CmdCreateMR{PDHandle: b.pd, Flags: pvrdma.MRFlagFRMR, NChunks: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := le.Uint32(r[24:])
+	key := mr.RKey
 	pages, pl := b.Buffer(2)
 	const iova = 0x7f0000001000
 	reg := func(k uint32) {
@@ -184,13 +186,13 @@ func TestCQOverrun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q, err := a.CreateQP(emutest.QPSpec{PD: a.pd, SendCQ: cq, RecvCQ: cq, Type: emu.QPTypeUD, SendWR: 8, RecvWR: 8, SendSGE: 1, RecvSGE: 1})
+	q, err := a.CreateQP(emutest.QPSpec{PD: a.pd, SendCQ: cq, RecvCQ: cq, Type: pvrdma.QPTypeUD, SendWR: 8, RecvWR: 8, SendSGE: 1, RecvSGE: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	q.Modify(emu.AttrState|emu.AttrPKeyIndex|emu.AttrPort|emu.AttrQKey, emu.QPAttr{State: 1, PortNum: 1, QKey: 1})
-	q.Modify(emu.AttrState, emu.QPAttr{State: 2})
-	q.Modify(emu.AttrState|emu.AttrSQPSN, emu.QPAttr{State: 3})
+	q.Modify(pvrdma.AttrState|pvrdma.AttrPKeyIndex|pvrdma.AttrPort|pvrdma.AttrQKey, pvrdma.QPAttr{State: 1, PortNum: 1, QKey: 1})
+	q.Modify(pvrdma.AttrState, pvrdma.QPAttr{State: 2})
+	q.Modify(pvrdma.AttrState|pvrdma.AttrSQPSN, pvrdma.QPAttr{State: 3})
 	av := uverbs.AV{GIDIndex: 1, DGID: [16]byte{10: 0xff, 11: 0xff, 12: 10, 15: 9}}
 	for i := 0; i < 5; i++ { // the guest never polls
 		w := send(uverbs.OpSend, uint64(i), 0, uverbs.SGE{Addr: src, Length: 10, LKey: lk})
@@ -215,7 +217,7 @@ func TestSQDrained(t *testing.T) {
 	sw := fabric.NewSwitch()
 	a, b := newHost(t, sw, 1), newHost(t, sw, 2)
 	qa, _ := pairRC(t, a, b, defaultRC(), defaultRC())
-	if err := qa.Modify(emu.AttrState|emu.AttrEnSQDAsync, emu.QPAttr{State: emu.StateSQD, EnSQDAsyncNotify: 1}); err != nil {
+	if err := qa.Modify(pvrdma.AttrState|pvrdma.AttrEnSQDAsync, pvrdma.QPAttr{State: pvrdma.QPStateSQD, EnSQDAsyncNotify: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if !hasEvent(a.AsyncEvents(), emu.EvSQDrained, qa.Handle) {
@@ -262,9 +264,8 @@ func TestWQEFetchedOnce(t *testing.T) {
 	a.ip = a.ip.Prev()
 	v4 := a.ip.As16()
 	v4[10], v4[11] = 0xff, 0xff
-	drv.MustCmd(emu.CmdCreateBind, emutest.NewBody(48).U32(24, 1).Bytes(28, v4[:]).U8(44, 2))
-	r, _ := drv.MustCmd(emu.CmdCreatePD, emutest.NewBody(24))
-	a.pd = le.Uint32(r[16:])
+	drv.BindGID(1, v4)
+	a.pd, _ = drv.CreatePD(0)
 	a.cq, _ = drv.CreateCQ(0, 64)
 	src, lkA, _ := a.mr(t, 4096, allAccess)
 	dst, lkB, _ := b.mr(t, 4096, allAccess)

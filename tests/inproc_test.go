@@ -14,6 +14,7 @@ import (
 	"github.com/hcaemu/hcaemu/dma"
 	"github.com/hcaemu/hcaemu/emu"
 	"github.com/hcaemu/hcaemu/emu/emutest"
+	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/vfio"
 	"github.com/hcaemu/hcaemu/vfio/vfiotest"
 )
@@ -132,9 +133,9 @@ func TestProbeOverVFIOUser(t *testing.T) {
 		if drv.IRQ.Count[0].Load() == 0 {
 			t.Fatal("no command interrupts arrived on the eventfd")
 		}
-		r, err := drv.MustCmd(emu.CmdQueryPort, emutest.NewBody(24).U8(16, 1))
-		if err != nil || binary.LittleEndian.Uint32(r[16:]) != 4 {
-			t.Fatalf("QUERY_PORT: %v state %d", err, binary.LittleEndian.Uint32(r[16:]))
+		port, err := drv.QueryPort(1)
+		if err != nil || port.State != pvrdma.PortStateActive {
+			t.Fatalf("QUERY_PORT: %v state %d", err, port.State)
 		}
 		// QEMU killed: the socket just closes.
 		c.Close()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hcaemu/hcaemu/dma"
 	"github.com/hcaemu/hcaemu/emu"
+	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/uverbs"
 )
 
@@ -44,10 +45,10 @@ type Driver struct {
 
 	DSR, CmdSlot, RespSlot uint64
 	AsyncRing, CQRing      []uint64 // ring pages (0 = ring state)
-	Caps                   []byte
 	BAR2                   uint64
 	asyncCons              uint32
 	cqnCons                uint32
+	cmdKey                 uint64 // response key of the last command
 }
 
 // New returns a driver with ramSize bytes of guest RAM at GPA 0 (page 0 is
@@ -149,110 +150,129 @@ func (d *Driver) LoadDSR(asyncPages, cqPages int) {
 	var asyncDir, cqDir uint64
 	d.AsyncRing, asyncDir = d.Buffer(asyncPages)
 	d.CQRing, cqDir = d.Buffer(cqPages)
-	d.Put32(d.DSR+0, emu.Version)
-	d.Put32(d.DSR+8, 0x46)
-	d.Put64(d.DSR+16, d.CmdSlot)
-	d.Put64(d.DSR+24, d.RespSlot)
-	d.Put32(d.DSR+32, uint32(asyncPages))
-	d.Put64(d.DSR+40, asyncDir)
-	d.Put32(d.DSR+48, uint32(cqPages))
-	d.Put64(d.DSR+56, cqDir)
-	d.Put64(d.DSR+64, d.BAR2>>12)
-	d.WriteReg(emu.RegDSRLow, uint32(d.DSR))
-	d.WriteReg(emu.RegDSRHigh, uint32(d.DSR>>32))
-	d.Caps = d.RAM.Mem[d.DSR+72 : d.DSR+72+emu.CapsSize]
+	dsr := pvrdma.DSR{
+		DriverVersion:  emu.Version,
+		GOSInfo:        0x46, // 64-bit Linux, version 1
+		CmdSlotDMA:     d.CmdSlot,
+		RespSlotDMA:    d.RespSlot,
+		AsyncRingPages: pvrdma.RingPageInfo{NumPages: uint32(asyncPages), PdirDMA: asyncDir},
+		CQRingPages:    pvrdma.RingPageInfo{NumPages: uint32(cqPages), PdirDMA: cqDir},
+		UARPFN:         d.BAR2 >> 12,
+	}
+	dsr.EncodeDriver(d.RAM.Mem[d.DSR : d.DSR+pvrdma.DSRCapsOffset])
+	d.WriteReg(pvrdma.RegDSRLow, uint32(d.DSR))
+	d.WriteReg(pvrdma.RegDSRHigh, uint32(d.DSR>>32))
 }
 
-// Cap32 reads a 32-bit caps field at its offset in the caps block.
-func (d *Driver) Cap32(off int) uint32 { return le.Uint32(d.Caps[off:]) }
+// Caps reads the capability block from the DSR, as the driver does each
+// time it needs a capability.
+func (d *Driver) Caps() pvrdma.DeviceCaps {
+	var c pvrdma.DeviceCaps
+	c.Decode(d.RAM.Mem[d.DSR+pvrdma.DSRCapsOffset : d.DSR+pvrdma.DSRSize])
+	return c
+}
 
 // Probe runs the driver's probe up to activation and returns an error where
 // the real driver would fail probe.
 func (d *Driver) Probe() error {
 	d.EnablePCI()
-	if v := d.ReadReg(emu.RegVersion); v < 17 {
+	if v := d.ReadReg(pvrdma.RegVersion); v < pvrdma.VersionRoCEv1 {
 		return fmt.Errorf("device version %d", v)
 	}
 	d.LoadDSR(4, 4)
-	if mode, gt := d.Caps[200], d.Caps[203]; mode != 0 || (gt != 1 && gt != 2) {
+	caps := d.Caps()
+	if mode, gt := caps.Mode, caps.GIDTypes; mode != pvrdma.DeviceModeRoCE || (gt != pvrdma.GIDTypeFlagRoCEv1 && gt != pvrdma.GIDTypeFlagRoCEv2) {
 		return fmt.Errorf("driver needs RoCE v1 or v2 support (mode %d gid_types %#x)", mode, gt)
 	}
-	if u := d.Cap32(188); !uverbs.IsPow2(u) {
+	if u := caps.MaxUAR; !uverbs.IsPow2(u) {
 		return fmt.Errorf("failed to allocate UAR table (max_uar %d)", u)
 	}
-	d.WriteReg(emu.RegIMR, 0)
-	d.WriteReg(emu.RegCtl, emu.CtlActivate)
-	if e := d.ReadReg(emu.RegErr); e != 0 {
+	d.WriteReg(pvrdma.RegIMR, 0)
+	d.WriteReg(pvrdma.RegCtl, pvrdma.CtlActivate)
+	if e := d.ReadReg(pvrdma.RegErr); e != 0 {
 		return fmt.Errorf("failed to activate device: ERR %d", e)
 	}
 	return nil
 }
 
-// Cmd posts a command: body is written at offset 16 of the request (the
-// header is filled in), REQUEST is written, ERR read. It returns ERR and
-// the response.
-func (d *Driver) Cmd(op uint32, body []byte) (errReg uint32, resp []byte) {
-	var q [184]byte
-	le.PutUint32(q[8:], op)
-	copy(q[16:], body)
+// CmdRaw posts the bytes of a command slot as they are (at most
+// pvrdma.CmdReqSize; the rest of the slot is zeroed), writes REQUEST and
+// reads ERR. It returns ERR and the response slot.
+func (d *Driver) CmdRaw(slot []byte) (errReg uint32, rsp [pvrdma.CmdRespSize]byte) {
+	var q [pvrdma.CmdReqSize]byte
+	copy(q[:], slot)
 	copy(d.RAM.Mem[d.CmdSlot:], q[:])
-	before := d.IRQ.Count[0].Load()
-	d.WriteReg(emu.RegRequest, 0)
-	errReg = d.ReadReg(emu.RegErr)
-	resp = make([]byte, 176)
-	copy(resp, d.RAM.Mem[d.RespSlot:])
-	if errReg == 0 && d.IRQ.Count[0].Load() == before {
+	before := d.IRQ.Count[pvrdma.IntrVectorResponse].Load()
+	d.WriteReg(pvrdma.RegRequest, 0)
+	errReg = d.ReadReg(pvrdma.RegErr)
+	copy(rsp[:], d.RAM.Mem[d.RespSlot:])
+	if errReg == 0 && d.IRQ.Count[pvrdma.IntrVectorResponse].Load() == before {
 		panic("emutest: command completed without the response interrupt")
 	}
-	return errReg, resp
+	return errReg, rsp
 }
 
-// MustCmd is Cmd that fails on ERR != 0 or a wrong ack, like the driver.
-func (d *Driver) MustCmd(op uint32, body []byte) ([]byte, error) {
-	e, r := d.Cmd(op, body)
-	if e != 0 {
-		return r, fmt.Errorf("command %d: ERR %d", op, e)
+// CmdAs posts req under opcode op (a test can send one command's body
+// under another opcode, or an opcode the ABI lacks), with a fresh response
+// key. It returns ERR and the response header, and decodes the response
+// slot into rsp when rsp is not nil.
+func (d *Driver) CmdAs(op pvrdma.Opcode, req pvrdma.Request, rsp pvrdma.Response) (errReg uint32, hdr pvrdma.CmdRespHdr) {
+	var slot [pvrdma.CmdReqSize]byte
+	req.Encode(slot[:])
+	d.cmdKey++
+	reqHdr := pvrdma.CmdHdr{Response: d.cmdKey, Cmd: op}
+	reqHdr.Encode(slot[:])
+	errReg, out := d.CmdRaw(slot[:])
+	hdr.Decode(out[:])
+	if rsp != nil {
+		rsp.Decode(out[:])
 	}
-	if ack := le.Uint32(r[8:]); ack != 0x80000000+op {
-		return r, fmt.Errorf("command %d: ack %#x", op, ack)
-	}
-	return r, nil
+	return errReg, hdr
 }
 
-// B builds a command body from little-endian fields laid at offsets
-// relative to the request start (offsets >= 16).
-type B []byte
+// Cmd posts req under its own opcode; see CmdAs.
+func (d *Driver) Cmd(req pvrdma.Request, rsp pvrdma.Response) (errReg uint32, hdr pvrdma.CmdRespHdr) {
+	return d.CmdAs(req.Opcode(), req, rsp)
+}
 
-// NewBody returns a zeroed body for a request of size bytes.
-func NewBody(size int) B { return make(B, size-16) }
-
-func (b B) U8(off int, v uint8) B   { b[off-16] = v; return b }
-func (b B) U16(off int, v uint16) B { le.PutUint16(b[off-16:], v); return b }
-func (b B) U32(off int, v uint32) B { le.PutUint32(b[off-16:], v); return b }
-func (b B) U64(off int, v uint64) B { le.PutUint64(b[off-16:], v); return b }
-func (b B) Bytes(off int, v []byte) B {
-	copy(b[off-16:], v)
-	return b
+// MustCmd is Cmd that fails as the driver does: on ERR != 0, a wrong ack,
+// a response key that is not the request's, or an err byte.
+func (d *Driver) MustCmd(req pvrdma.Request, rsp pvrdma.Response) error {
+	op := req.Opcode()
+	e, hdr := d.Cmd(req, rsp)
+	switch {
+	case e != 0:
+		return fmt.Errorf("command %v: ERR %d", op, e)
+	case hdr.Ack != op.Ack():
+		return fmt.Errorf("command %v: ack %#x", op, hdr.Ack)
+	case hdr.Response != d.cmdKey:
+		return fmt.Errorf("command %v: response key %#x, sent %#x", op, hdr.Response, d.cmdKey)
+	case hdr.Err != 0:
+		return fmt.Errorf("command %v: hdr.err %d", op, hdr.Err)
+	}
+	return nil
 }
 
 // AsyncEvents drains the async event ring as the driver's vector-1 handler
 // does and returns (type, info) pairs.
 func (d *Driver) AsyncEvents() [][2]uint32 {
 	st := d.AsyncRing[0]
-	n := uint32((len(d.AsyncRing) - 1) * 4096 / 8)
+	n := uint32((len(d.AsyncRing) - 1) * 4096 / pvrdma.EQESize)
 	r := uverbs.Ring{N: n}
 	var out [][2]uint32
 	for i := 0; i < 4096; i++ {
-		prod := d.Get32(st + 8)
+		prod := d.Get32(st + uverbs.RxProdTail)
 		if d.asyncCons == prod {
 			break
 		}
 		slot := r.Slot(d.asyncCons)
-		off := uint64(4096 + slot*8)
+		off := uint64(4096 + slot*pvrdma.EQESize)
 		gpa := d.AsyncRing[off/4096] + off%4096
-		out = append(out, [2]uint32{d.Get32(gpa), d.Get32(gpa + 4)})
+		var eqe pvrdma.EQE
+		eqe.Decode(d.RAM.Mem[gpa : gpa+pvrdma.EQESize])
+		out = append(out, [2]uint32{eqe.Type, eqe.Info})
 		d.asyncCons = r.Next(d.asyncCons)
-		d.Put32(st+12, d.asyncCons)
+		d.Put32(st+uverbs.RxConsHead, d.asyncCons)
 	}
 	return out
 }

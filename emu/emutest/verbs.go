@@ -3,7 +3,7 @@ package emutest
 import (
 	"fmt"
 
-	"github.com/hcaemu/hcaemu/emu"
+	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/uverbs"
 )
 
@@ -21,11 +21,12 @@ type CQ struct {
 func (d *Driver) CreateCQ(ctx, n uint32) (*CQ, error) {
 	npages := 1 + (int(n)*64+4095)/4096
 	pages, dir := d.Buffer(npages)
-	r, err := d.MustCmd(emu.CmdCreateCQ, NewBody(40).U64(16, dir).U32(24, ctx).U32(28, n).U32(32, uint32(npages)))
+	var rsp pvrdma.CmdCreateCQResp
+	err := d.MustCmd(&pvrdma.CmdCreateCQ{PdirDMA: dir, CtxHandle: ctx, CQE: n, NChunks: uint32(npages)}, &rsp)
 	if err != nil {
 		return nil, err
 	}
-	return &CQ{d: d, Handle: le.Uint32(r[16:]), N: le.Uint32(r[20:]), Pages: pages}, nil
+	return &CQ{d: d, Handle: rsp.CQHandle, N: rsp.CQE, Pages: pages}, nil
 }
 
 // Poll returns the next CQE, if any, and consumes it.
@@ -95,36 +96,37 @@ func (d *Driver) CreateQP(s QPSpec) (*QP, error) {
 	if s.SigAll {
 		sig = 1
 	}
-	b := NewBody(80).U64(16, dir).U32(24, s.PD).U32(28, s.SendCQ.Handle).U32(32, s.RecvCQ.Handle).
-		U32(36, s.SRQ).U32(40, s.SendWR).U32(44, s.RecvWR).U32(48, s.SendSGE).U32(52, s.RecvSGE).
-		U32(64, 1).U16(68, uint16(total)).U16(70, uint16(q.sendChunks)).U8(74, sig).U8(75, s.Type).U8(76, isSRQ)
-	r, err := d.MustCmd(emu.CmdCreateQP, b)
-	if err != nil {
+	req := pvrdma.CmdCreateQP{PdirDMA: dir, PDHandle: s.PD, SendCQHandle: s.SendCQ.Handle, RecvCQHandle: s.RecvCQ.Handle,
+		SRQHandle: s.SRQ, MaxSendWR: s.SendWR, MaxRecvWR: s.RecvWR, MaxSendSGE: s.SendSGE, MaxRecvSGE: s.RecvSGE,
+		AccessFlags: pvrdma.AccessLocalWrite, TotalChunks: uint16(total), SendChunks: uint16(q.sendChunks),
+		SQSigAll: sig, QPType: s.Type, IsSRQ: isSRQ}
+	var rsp pvrdma.CmdCreateQPResp
+	if err := d.MustCmd(&req, &rsp); err != nil {
 		return nil, err
 	}
-	q.QPN, q.Handle = le.Uint32(r[16:]), le.Uint32(r[20:])
+	q.QPN, q.Handle = rsp.QPN, rsp.QPHandle
 	return q, nil
 }
 
 // Modify sends MODIFY_QP and reports failure as the driver sees it.
-func (q *QP) Modify(mask uint32, a emu.QPAttr) error {
-	var attr [emu.QPAttrSize]byte
-	a.Encode(attr[:])
-	r, err := q.d.MustCmd(emu.CmdModifyQP, NewBody(184).U32(16, q.Handle).U32(20, mask).Bytes(24, attr[:]))
-	if err != nil {
+func (q *QP) Modify(mask uint32, a pvrdma.QPAttr) error {
+	if err := q.d.MustCmd(&pvrdma.CmdModifyQP{QPHandle: q.Handle, AttrMask: mask, Attrs: a}, nil); err != nil {
 		return err
 	}
-	if r[12] != 0 {
-		return fmt.Errorf("modify QP: hdr.err %d", r[12])
-	}
-	if a.State == emu.StateReset && mask&emu.AttrState != 0 {
+	if a.State == pvrdma.QPStateReset && mask&pvrdma.AttrState != 0 {
 		q.sqProd, q.rqProd = 0, 0
-		q.d.Put32(q.Pages[0]+0, 0)
-		q.d.Put32(q.Pages[0]+4, 0)
-		q.d.Put32(q.Pages[0]+8, 0)
-		q.d.Put32(q.Pages[0]+12, 0)
+		for _, off := range []uint64{uverbs.TxProdTail, uverbs.TxConsHead, uverbs.RxProdTail, uverbs.RxConsHead} {
+			q.d.Put32(q.Pages[0]+off, 0)
+		}
 	}
 	return nil
+}
+
+// Query sends QUERY_QP and returns the QP's attributes.
+func (q *QP) Query() (pvrdma.QPAttr, error) {
+	var rsp pvrdma.CmdQueryQPResp
+	err := q.d.MustCmd(&pvrdma.CmdQueryQP{QPHandle: q.Handle}, &rsp)
+	return rsp.Attrs, err
 }
 
 func (q *QP) slot(base int, stride uint32, idx, n uint32) uint64 {
@@ -171,20 +173,19 @@ func (q *QP) SetSQProd(v uint32) {
 // receive WRs x 1 SGE, signal all), RESET->INIT->RTR->RTS, arm the CQ and
 // post 512 receives of 296 bytes.
 func (d *Driver) KernelGSI() (pd uint32, lkey uint32, cq *CQ, qp *QP, err error) {
-	r, err := d.MustCmd(emu.CmdCreatePD, NewBody(24))
+	if pd, err = d.CreatePD(0); err != nil {
+		return
+	}
+	var mr pvrdma.CmdCreateMRResp
+	err = d.MustCmd(&pvrdma.CmdCreateMR{PDHandle: pd, AccessFlags: pvrdma.AccessLocalWrite, Flags: pvrdma.MRFlagDMA}, &mr)
 	if err != nil {
 		return
 	}
-	pd = le.Uint32(r[16:])
-	r, err = d.MustCmd(emu.CmdCreateMR, NewBody(56).U32(40, pd).U32(44, 1).U32(48, 1))
-	if err != nil {
-		return
-	}
-	lkey = le.Uint32(r[20:])
+	lkey = mr.LKey
 	if cq, err = d.CreateCQ(0, 1024); err != nil {
 		return
 	}
-	qp, err = d.CreateQP(QPSpec{PD: pd, SendCQ: cq, RecvCQ: cq, Type: emu.QPTypeGSI,
+	qp, err = d.CreateQP(QPSpec{PD: pd, SendCQ: cq, RecvCQ: cq, Type: pvrdma.QPTypeGSI,
 		SendWR: 128, RecvWR: 512, SendSGE: 2, RecvSGE: 1, SigAll: true})
 	if err != nil {
 		return
@@ -195,11 +196,11 @@ func (d *Driver) KernelGSI() (pd uint32, lkey uint32, cq *CQ, qp *QP, err error)
 	}
 	steps := []struct {
 		mask uint32
-		a    emu.QPAttr
+		a    pvrdma.QPAttr
 	}{
-		{emu.AttrState | emu.AttrPKeyIndex | emu.AttrQKey, emu.QPAttr{State: emu.StateInit, QKey: 0x80010000}},
-		{emu.AttrState, emu.QPAttr{State: emu.StateRTR}},
-		{emu.AttrState | emu.AttrSQPSN, emu.QPAttr{State: emu.StateRTS}},
+		{pvrdma.AttrState | pvrdma.AttrPKeyIndex | pvrdma.AttrQKey, pvrdma.QPAttr{State: pvrdma.QPStateInit, QKey: 0x80010000}},
+		{pvrdma.AttrState, pvrdma.QPAttr{State: pvrdma.QPStateRTR}},
+		{pvrdma.AttrState | pvrdma.AttrSQPSN, pvrdma.QPAttr{State: pvrdma.QPStateRTS}},
 	}
 	for _, s := range steps {
 		if err = qp.Modify(s.mask, s.a); err != nil {
@@ -230,12 +231,13 @@ func (d *Driver) CreateSRQ(pd, n, maxSGE, limit uint32) (*SRQ, error) {
 	stride := uverbs.RQStride(maxSGE)
 	npages := 1 + (int(n*stride)+4095)/4096
 	pages, dir := d.Buffer(npages)
-	r, err := d.MustCmd(emu.CmdCreateSRQ, NewBody(56).U64(16, dir).U32(24, pd).U32(28, uint32(npages)).
-		U32(32, n).U32(36, maxSGE).U32(40, limit))
+	var rsp pvrdma.CmdCreateSRQResp
+	err := d.MustCmd(&pvrdma.CmdCreateSRQ{PdirDMA: dir, PDHandle: pd, NChunks: uint32(npages),
+		Attrs: pvrdma.SRQAttr{MaxWR: n, MaxSGE: maxSGE, SRQLimit: limit}}, &rsp)
 	if err != nil {
 		return nil, err
 	}
-	return &SRQ{d: d, Handle: le.Uint32(r[16:]), N: n, Pages: pages, stride: stride}, nil
+	return &SRQ{d: d, Handle: rsp.SRQN, N: n, Pages: pages, stride: stride}, nil
 }
 
 // PostRecv writes a receive WQE into the SRQ and rings its doorbell.
@@ -254,17 +256,53 @@ func (s *SRQ) PostRecv(w uverbs.RecvWQE) {
 // CQNotifications drains the CQ notification ring and returns CQ handles.
 func (d *Driver) CQNotifications() []uint32 {
 	st := d.CQRing[0]
-	r := uverbs.Ring{N: uint32((len(d.CQRing) - 1) * 4096 / 4)}
+	r := uverbs.Ring{N: uint32((len(d.CQRing) - 1) * 4096 / pvrdma.CQNESize)}
 	var out []uint32
 	for i := 0; i < 4096; i++ {
-		prod := d.Get32(st + 8)
+		prod := d.Get32(st + uverbs.RxProdTail)
 		if d.cqnCons == prod {
 			break
 		}
-		off := uint64(4096 + r.Slot(d.cqnCons)*4)
-		out = append(out, d.Get32(d.CQRing[off/4096]+off%4096))
+		off := uint64(4096 + r.Slot(d.cqnCons)*pvrdma.CQNESize)
+		gpa := d.CQRing[off/4096] + off%4096
+		var cqne pvrdma.CQNE
+		cqne.Decode(d.RAM.Mem[gpa : gpa+pvrdma.CQNESize])
+		out = append(out, cqne.Info)
 		d.cqnCons = r.Next(d.cqnCons)
-		d.Put32(st+12, d.cqnCons)
+		d.Put32(st+uverbs.RxConsHead, d.cqnCons)
 	}
 	return out
+}
+
+// CreatePD creates a PD for context ctx (0: a kernel PD).
+func (d *Driver) CreatePD(ctx uint32) (uint32, error) {
+	var rsp pvrdma.CmdCreatePDResp
+	err := d.MustCmd(&pvrdma.CmdCreatePD{CtxHandle: ctx}, &rsp)
+	return rsp.PDHandle, err
+}
+
+// CreateUC creates a user context on UAR page page of BAR2.
+func (d *Driver) CreateUC(page uint32) (uint32, error) {
+	var rsp pvrdma.CmdCreateUCResp
+	err := d.MustCmd(&pvrdma.CmdCreateUC{PFN64: d.BAR2>>12 + uint64(page)}, &rsp)
+	return rsp.CtxHandle, err
+}
+
+// CreateMR sends CREATE_MR and returns the response.
+func (d *Driver) CreateMR(req pvrdma.CmdCreateMR) (pvrdma.CmdCreateMRResp, error) {
+	var rsp pvrdma.CmdCreateMRResp
+	err := d.MustCmd(&req, &rsp)
+	return rsp, err
+}
+
+// BindGID installs a RoCE v2 GID at index idx of the GID table.
+func (d *Driver) BindGID(idx uint32, gid [16]byte) error {
+	return d.MustCmd(&pvrdma.CmdCreateBind{Index: idx, NewGID: gid, GIDType: pvrdma.GIDTypeFlagRoCEv2}, nil)
+}
+
+// QueryPort sends QUERY_PORT for port.
+func (d *Driver) QueryPort(port uint8) (pvrdma.PortAttr, error) {
+	var rsp pvrdma.CmdQueryPortResp
+	err := d.MustCmd(&pvrdma.CmdQueryPort{PortNum: port}, &rsp)
+	return rsp.Attrs, err
 }
