@@ -28,7 +28,7 @@ func lossy(percent int, seed uint64, dropped *atomic.Int64) fabric.Decorator {
 			mu.Unlock()
 			if lose {
 				dropped.Add(1)
-				emu.PutFrame(frame)
+				fabric.Release(frame)
 				return true // lost on the wire
 			}
 			return next.Send(from, frame)

@@ -27,7 +27,7 @@
 //
 // Guests: QEMU runs inside the sid root (unshare --mount, chroot, the cache
 // bound at the same path), TCG unless KVM proves it can boot the guest (or
-// HCAEMU_ACCEL says). All guests share one Ethernet segment, a Switch in the
+// HCAEMU_ACCEL says). All guests share one Ethernet segment, a fabric.Segment in the
 // calling process over unix datagram sockets (QEMU -netdev dgram), so nothing
 // reaches any network. The guest init (init.sh, run by gosh) loads the
 // modules in order, configures eth0 from the kernel command line, and runs

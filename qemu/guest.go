@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hcaemu/hcaemu/emu/fabric"
 	"golang.org/x/sys/unix"
 )
 
@@ -43,9 +44,9 @@ type Cluster struct {
 	// Stderr receives hcaemu's diagnostics (failures with the guest's last
 	// lines).
 	Stderr io.Writer
-	// Switch is the guests' Ethernet segment (guest k's vmxnet3 is port k);
-	// in-process ports may be attached before Run.
-	Switch *Switch
+	// Segment is the guests' Ethernet segment (guest k's vmxnet3 is port
+	// k); in-process ports may be attached before Run.
+	Segment *fabric.Segment
 	// AllowReboot lets a guest reboot: QEMU restarts the machine (the
 	// device sees the reset and the driver probes again) and the command
 	// runs again with HCAEMU_BOOT counting boots from 1.
@@ -83,12 +84,12 @@ func (e *Env) NewCluster(guests int) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{Env: e, Dir: dir, Guests: guests, Stdout: os.Stdout, Stderr: os.Stderr}
-	sw, err := NewSwitch(filepath.Join(dir, "switch.net"), c.netSockets())
+	seg, err := fabric.NewSegment(filepath.Join(dir, "switch.net"), c.netSockets())
 	if err != nil {
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("ethernet switch: %w", err)
+		return nil, fmt.Errorf("ethernet segment: %w", err)
 	}
-	c.Switch = sw
+	c.Segment = seg
 	return c, nil
 }
 
@@ -106,11 +107,11 @@ func (c *Cluster) SocketPath(k int) string {
 	return filepath.Join(c.Dir, fmt.Sprintf("hca%d.sock", k))
 }
 
-// Close stops the switch and removes the run directory.
+// Close stops the segment and removes the run directory.
 func (c *Cluster) Close() error {
-	if c.Switch != nil {
-		c.Switch.Close()
-		c.Switch = nil
+	if c.Segment != nil {
+		c.Segment.Close()
+		c.Segment = nil
 	}
 	if c.Dir == "" {
 		return nil
@@ -271,10 +272,10 @@ func (c *Cluster) Run(ctx context.Context, script string) ([]GuestResult, error)
 	if err := makeInitrd(e.Initramfs, initrd, script); err != nil {
 		return nil, fmt.Errorf("per-run initrd: %w", err)
 	}
-	if c.Switch == nil {
+	if c.Segment == nil {
 		return nil, errors.New("cluster is closed")
 	}
-	sw := c.Switch
+	seg := c.Segment
 	ports := c.netSockets()
 	if len(ports) != c.Guests {
 		return nil, errors.New("cluster: Guests changed after NewCluster")
@@ -289,7 +290,7 @@ func (c *Cluster) Run(ctx context.Context, script string) ([]GuestResult, error)
 	for k := range guests {
 		g := guestSpec{
 			index: k, memoryMiB: c.MemoryMiB, accel: e.Accel, kernel: e.Kernel, initrd: initrd,
-			netSocket: ports[k], switchPath: sw.Path(), wait: k > 0 || c.AllowReboot,
+			netSocket: ports[k], switchPath: seg.Path(), wait: k > 0 || c.AllowReboot,
 			reboot: c.AllowReboot,
 		}
 		if c.Devices {
