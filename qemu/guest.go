@@ -184,60 +184,6 @@ func (l lineWriter) line(prefix, s string) {
 	io.WriteString(l.w, prefix+s+"\n")
 }
 
-// writeCPIO writes a newc cpio archive of regular files (name -> content).
-func writeCPIO(w io.Writer, files [][2]string) error {
-	ino := 1
-	hdr := func(name string, mode, size int) error {
-		_, err := fmt.Fprintf(w, "070701%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X",
-			ino, mode, 0, 0, 1, 0, size, 0, 0, 0, 0, len(name)+1, 0)
-		if err != nil {
-			return err
-		}
-		ino++
-		n := 110 + len(name) + 1
-		_, err = io.WriteString(w, name+"\x00"+strings.Repeat("\x00", (4-n%4)%4))
-		return err
-	}
-	for _, f := range files {
-		if err := hdr(f[0], 0o100755, len(f[1])); err != nil {
-			return err
-		}
-		if _, err := io.WriteString(w, f[1]+strings.Repeat("\x00", (4-len(f[1])%4)%4)); err != nil {
-			return err
-		}
-	}
-	return hdr("TRAILER!!!", 0, 0)
-}
-
-// makeInitrd writes the run's initrd: the base initramfs with a small cpio
-// holding the command appended (the kernel unpacks concatenated archives).
-func makeInitrd(base, out, script string) error {
-	in, err := os.Open(base)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	f, err := os.Create(out)
-	if err != nil {
-		return err
-	}
-	n, err := io.Copy(f, in)
-	if err != nil {
-		f.Close()
-		return err
-	}
-	pad := (512 - n%512) % 512
-	if _, err := f.Write(make([]byte, pad)); err != nil {
-		f.Close()
-		return err
-	}
-	if err := writeCPIO(f, [][2]string{{"hcaemu/cmd.sh", script}}); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
-
 // guestRun is the state of one running guest.
 type guestRun struct {
 	k       int
@@ -269,7 +215,7 @@ func (c *Cluster) Run(ctx context.Context, script string) ([]GuestResult, error)
 	ctx, cancelAll := context.WithCancelCause(ctx)
 	defer cancelAll(nil)
 	initrd := filepath.Join(c.Dir, "initrd.cpio")
-	if err := makeInitrd(e.Initramfs, initrd, script); err != nil {
+	if err := makeInitrd(ctx, e.Builder, e.Initramfs, initrd, script); err != nil {
 		return nil, fmt.Errorf("per-run initrd: %w", err)
 	}
 	if c.Segment == nil {

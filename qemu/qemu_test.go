@@ -124,33 +124,6 @@ func TestCommandScript(t *testing.T) {
 	}
 }
 
-func TestWriteCPIO(t *testing.T) {
-	var b bytes.Buffer
-	if err := writeCPIO(&b, [][2]string{{"hcaemu/cmd.sh", "echo hi\n"}}); err != nil {
-		t.Fatal(err)
-	}
-	s := b.String()
-	if !strings.HasPrefix(s, "070701") || b.Len()%4 != 0 || !strings.Contains(s, "hcaemu/cmd.sh\x00") ||
-		!strings.Contains(s, "echo hi\n") || !strings.Contains(s, "TRAILER!!!\x00") {
-		t.Errorf("bad archive %q", s)
-	}
-	// Header of the first file: size field (7th) is 8, name size (12th) 14.
-	if got := s[6+6*8 : 6+7*8]; got != "00000008" {
-		t.Errorf("filesize field %q", got)
-	}
-	if got := s[6+11*8 : 6+12*8]; got != "0000000E" {
-		t.Errorf("namesize field %q", got)
-	}
-	if cpio := lookPath("cpio"); cpio != "" {
-		dir := t.TempDir()
-		runIn(t, dir, b.Bytes(), cpio, "-i", "-d", "--quiet")
-		got, err := os.ReadFile(filepath.Join(dir, "hcaemu/cmd.sh"))
-		if err != nil || string(got) != "echo hi\n" {
-			t.Errorf("cpio -i: %q, %v", got, err)
-		}
-	}
-}
-
 func TestModuleOrder(t *testing.T) {
 	deps := `ib_core module
 ib_uverbs module ib_core
