@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -198,24 +197,6 @@ func TestElfDepsHost(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(needed, " "), "/libc.so.6") {
 		t.Errorf("needed %q", needed)
-	}
-}
-
-func lookPath(name string) string {
-	p, err := exec.LookPath(name)
-	if err != nil {
-		return ""
-	}
-	return p
-}
-
-func runIn(t *testing.T, dir string, stdin []byte, name string, args ...string) {
-	t.Helper()
-	cmd := exec.Command(name, args...)
-	cmd.Dir = dir
-	cmd.Stdin = bytes.NewReader(stdin)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%s: %v\n%s", name, err, out)
 	}
 }
 
