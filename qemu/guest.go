@@ -304,6 +304,14 @@ func (c *Cluster) Run(ctx context.Context, script string) ([]GuestResult, error)
 			select {
 			case <-gr.exited:
 			case <-ctx.Done():
+				select {
+				case <-gr.exited:
+					// It exited on its own (guest 0 failing cancels
+					// the run only after it exited): its own report
+					// says why.
+					return
+				default:
+				}
 				gr.kill()
 				<-gr.exited
 				gr.mu.Lock()
