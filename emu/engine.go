@@ -6,6 +6,7 @@ import (
 
 	"github.com/hcaemu/hcaemu/dma"
 	"github.com/hcaemu/hcaemu/doorbell"
+	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/uverbs"
 )
 
@@ -152,7 +153,7 @@ func (e *engine) drainRx() {
 	for {
 		select {
 		case f := <-e.rx:
-			PutFrame(f)
+			fabric.Release(f)
 		default:
 			return
 		}
@@ -169,7 +170,7 @@ func (d *Device) receive(frame []byte) bool {
 		d.eng.mu.Lock()
 		d.eng.rxDrops++
 		d.eng.mu.Unlock()
-		PutFrame(frame)
+		fabric.Release(frame)
 		return false
 	}
 }

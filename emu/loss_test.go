@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/hcaemu/hcaemu/emu"
 	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/uverbs"
@@ -28,7 +27,7 @@ func lossy(percent int, seed uint64, dropped *atomic.Int64) fabric.Decorator {
 			mu.Unlock()
 			if lose {
 				dropped.Add(1)
-				emu.PutFrame(frame)
+				fabric.Release(frame)
 				return true // lost on the wire
 			}
 			return next.Send(from, frame)

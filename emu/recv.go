@@ -2,6 +2,7 @@ package emu
 
 import (
 	"github.com/hcaemu/hcaemu/dma"
+	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/roce"
 	"github.com/hcaemu/hcaemu/uverbs"
 )
@@ -17,7 +18,7 @@ type rxPkt struct {
 // held). Frames that do not decode, fail the ICRC or name no QP are
 // dropped, as hardware does.
 func (d *Device) receiveFrame(frame []byte) {
-	defer PutFrame(frame)
+	defer fabric.Release(frame)
 	if d.dsr == nil || !d.active {
 		return
 	}

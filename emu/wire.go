@@ -3,9 +3,9 @@ package emu
 import (
 	"errors"
 	"net/netip"
-	"sync"
 
 	"github.com/hcaemu/hcaemu/dma"
+	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/roce"
 	"github.com/hcaemu/hcaemu/uverbs"
 )
@@ -28,20 +28,6 @@ type Attach func(rx func(frame []byte) bool) Port
 // errPeerBusy reports a frame the receiver's full queue refused: send it again
 // a little later.
 var errPeerBusy = errors.New("receiver busy")
-
-// Frame buffers: big enough for a 4096-byte PMTU packet with every header.
-const frameBufSize = 4096 + 256
-
-var framePool = sync.Pool{New: func() any { return new([frameBufSize]byte) }}
-
-func getFrame() []byte { return framePool.Get().(*[frameBufSize]byte)[:] }
-
-// PutFrame returns a frame buffer to the pool (receivers call it when done).
-func PutFrame(b []byte) {
-	if cap(b) >= frameBufSize {
-		framePool.Put((*[frameBufSize]byte)(b[:frameBufSize]))
-	}
-}
 
 // mtuBytes maps the IB MTU enum to bytes.
 func mtuBytes(enum uint32) int {
@@ -88,38 +74,38 @@ func (d *Device) transmit(p *path, f *roce.PacketFields, n int, gather func(dst 
 	if ff.HopLimit == 0 {
 		ff.HopLimit = roce.DefaultHopLimit
 	}
-	buf := getFrame()
+	buf := fabric.NewFrame()
 	h, err := roce.FrameHeaderLen(&ff)
 	if err != nil {
-		PutFrame(buf)
+		fabric.Release(buf)
 		return err
 	}
 	total, err := roce.PacketLen(f.BTH.Opcode, n)
 	if err != nil {
-		PutFrame(buf)
+		fabric.Release(buf)
 		return err
 	}
 	hlen := total - n - roce.PadCount(n) - roce.ICRCSize
 	if h+total > len(buf) {
-		PutFrame(buf)
+		fabric.Release(buf)
 		return roce.ErrTooLong
 	}
 	if gather != nil {
 		payload := buf[h+hlen : h+hlen+n]
 		if err := gather(payload); err != nil {
-			PutFrame(buf)
+			fabric.Release(buf)
 			return err
 		}
 		f.Payload = payload
 	}
 	ib, err := roce.Build(buf[h:], f)
 	if err != nil {
-		PutFrame(buf)
+		fabric.Release(buf)
 		return err
 	}
 	frame, err := roce.Frame(buf, &ff, ib)
 	if err != nil {
-		PutFrame(buf)
+		fabric.Release(buf)
 		return err
 	}
 	if !d.port.Send(frame) {

@@ -3,9 +3,12 @@ package qemu
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -53,7 +56,44 @@ func fakeEnv(t *testing.T, mode string) (*Env, string) {
 	log := filepath.Join(dir, "log")
 	t.Setenv("FAKE_LOG", log)
 	t.Setenv("FAKE_MODE", mode)
-	return &Env{CacheDir: dir, QEMU: q, Kernel: "/nonexistent/vmlinuz", Initramfs: base, Accel: "tcg"}, log
+	return &Env{CacheDir: dir, QEMU: q, Kernel: "/nonexistent/vmlinuz", Initramfs: base, Accel: "tcg",
+		Builder: testBuilder(t)}, log
+}
+
+var builder struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// testBuilder builds hcaemu-initramfs (once per test binary) as provisioning
+// does, here from this module's copy.
+func testBuilder(t *testing.T) string {
+	t.Helper()
+	builder.once.Do(func() {
+		dir, err := os.MkdirTemp("", "hcaemu-builder")
+		if err != nil {
+			builder.err = err
+			return
+		}
+		builder.path = filepath.Join(dir, "hcaemu-initramfs")
+		out, err := exec.Command("go", "build", "-o", builder.path, "./guestmod/"+builderDir).CombinedOutput()
+		if err != nil {
+			builder.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if builder.err != nil {
+		t.Fatal(builder.err)
+	}
+	return builder.path
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if builder.path != "" {
+		os.RemoveAll(filepath.Dir(builder.path))
+	}
+	os.Exit(code)
 }
 
 func TestClusterFake(t *testing.T) {

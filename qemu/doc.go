@@ -15,19 +15,23 @@
 //	guest/modules/       *.ko (decompressed) and order (the load order)
 //	guest/vmw_pvrdma-debug.ko   the driver with debug info (for pahole)
 //	guest/initramfs.cpio the base initramfs
-//	gomod/               Go module (u-root pinned) the busybox is built in
+//	guest/hcaemu-initramfs  the archive builder (mkuimage; writes each run's initrd)
+//	gomod/               Go module (u-root pinned) the busybox and the builder are built in
 //	accel                cached KVM boot probe (per host boot)
 //	run/ID/              one run: switch.net, gK.net, hcaK.sock, initrd.cpio
 //
 // The steps are: tools, sid, trixie, modules (build vmw_pvrdma.ko in the
-// trixie root, collect kernel and modules), initramfs (u-root busybox built
-// with mkuimage, plus the sid root's programs with their libraries resolved
-// from the ELF headers). Bumping a recipe version or changing an input redoes
+// trixie root, collect kernel and modules), initramfs (build the archive
+// builder hcaemu-initramfs from guestmod/ in the guest module, then run it:
+// u-root busybox built with mkuimage, plus the sid root's programs with their
+// libraries resolved from the ELF headers). hcaemu itself links nothing of
+// u-root: the builder is a separate program, also used per run to append the
+// command's archive. Bumping a recipe version or changing an input redoes
 // the step and every step after it.
 //
 // Guests: QEMU runs inside the sid root (unshare --mount, chroot, the cache
-// bound at the same path), TCG unless KVM proves it can boot the guest (or
-// HCAEMU_ACCEL says). All guests share one Ethernet segment, a Switch in the
+// bound at the same path), TCG unless a probe guest boots with KVM (or
+// HCAEMU_ACCEL says). All guests share one Ethernet segment, a fabric.Segment in the
 // calling process over unix datagram sockets (QEMU -netdev dgram), so nothing
 // reaches any network. The guest init (init.sh, run by gosh) loads the
 // modules in order, configures eth0 from the kernel command line, and runs

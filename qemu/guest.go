@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hcaemu/hcaemu/emu/fabric"
 	"golang.org/x/sys/unix"
 )
 
@@ -43,9 +44,9 @@ type Cluster struct {
 	// Stderr receives hcaemu's diagnostics (failures with the guest's last
 	// lines).
 	Stderr io.Writer
-	// Switch is the guests' Ethernet segment (guest k's vmxnet3 is port k);
-	// in-process ports may be attached before Run.
-	Switch *Switch
+	// Segment is the guests' Ethernet segment (guest k's vmxnet3 is port
+	// k); in-process ports may be attached before Run.
+	Segment *fabric.Segment
 	// AllowReboot lets a guest reboot: QEMU restarts the machine (the
 	// device sees the reset and the driver probes again) and the command
 	// runs again with HCAEMU_BOOT counting boots from 1.
@@ -83,12 +84,12 @@ func (e *Env) NewCluster(guests int) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{Env: e, Dir: dir, Guests: guests, Stdout: os.Stdout, Stderr: os.Stderr}
-	sw, err := NewSwitch(filepath.Join(dir, "switch.net"), c.netSockets())
+	seg, err := fabric.NewSegment(filepath.Join(dir, "switch.net"), c.netSockets())
 	if err != nil {
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("ethernet switch: %w", err)
+		return nil, fmt.Errorf("ethernet segment: %w", err)
 	}
-	c.Switch = sw
+	c.Segment = seg
 	return c, nil
 }
 
@@ -106,11 +107,11 @@ func (c *Cluster) SocketPath(k int) string {
 	return filepath.Join(c.Dir, fmt.Sprintf("hca%d.sock", k))
 }
 
-// Close stops the switch and removes the run directory.
+// Close stops the segment and removes the run directory.
 func (c *Cluster) Close() error {
-	if c.Switch != nil {
-		c.Switch.Close()
-		c.Switch = nil
+	if c.Segment != nil {
+		c.Segment.Close()
+		c.Segment = nil
 	}
 	if c.Dir == "" {
 		return nil
@@ -183,60 +184,6 @@ func (l lineWriter) line(prefix, s string) {
 	io.WriteString(l.w, prefix+s+"\n")
 }
 
-// writeCPIO writes a newc cpio archive of regular files (name -> content).
-func writeCPIO(w io.Writer, files [][2]string) error {
-	ino := 1
-	hdr := func(name string, mode, size int) error {
-		_, err := fmt.Fprintf(w, "070701%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X",
-			ino, mode, 0, 0, 1, 0, size, 0, 0, 0, 0, len(name)+1, 0)
-		if err != nil {
-			return err
-		}
-		ino++
-		n := 110 + len(name) + 1
-		_, err = io.WriteString(w, name+"\x00"+strings.Repeat("\x00", (4-n%4)%4))
-		return err
-	}
-	for _, f := range files {
-		if err := hdr(f[0], 0o100755, len(f[1])); err != nil {
-			return err
-		}
-		if _, err := io.WriteString(w, f[1]+strings.Repeat("\x00", (4-len(f[1])%4)%4)); err != nil {
-			return err
-		}
-	}
-	return hdr("TRAILER!!!", 0, 0)
-}
-
-// makeInitrd writes the run's initrd: the base initramfs with a small cpio
-// holding the command appended (the kernel unpacks concatenated archives).
-func makeInitrd(base, out, script string) error {
-	in, err := os.Open(base)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	f, err := os.Create(out)
-	if err != nil {
-		return err
-	}
-	n, err := io.Copy(f, in)
-	if err != nil {
-		f.Close()
-		return err
-	}
-	pad := (512 - n%512) % 512
-	if _, err := f.Write(make([]byte, pad)); err != nil {
-		f.Close()
-		return err
-	}
-	if err := writeCPIO(f, [][2]string{{"hcaemu/cmd.sh", script}}); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
-
 // guestRun is the state of one running guest.
 type guestRun struct {
 	k       int
@@ -268,13 +215,13 @@ func (c *Cluster) Run(ctx context.Context, script string) ([]GuestResult, error)
 	ctx, cancelAll := context.WithCancelCause(ctx)
 	defer cancelAll(nil)
 	initrd := filepath.Join(c.Dir, "initrd.cpio")
-	if err := makeInitrd(e.Initramfs, initrd, script); err != nil {
+	if err := makeInitrd(ctx, e.Builder, e.Initramfs, initrd, script); err != nil {
 		return nil, fmt.Errorf("per-run initrd: %w", err)
 	}
-	if c.Switch == nil {
+	if c.Segment == nil {
 		return nil, errors.New("cluster is closed")
 	}
-	sw := c.Switch
+	seg := c.Segment
 	ports := c.netSockets()
 	if len(ports) != c.Guests {
 		return nil, errors.New("cluster: Guests changed after NewCluster")
@@ -289,7 +236,7 @@ func (c *Cluster) Run(ctx context.Context, script string) ([]GuestResult, error)
 	for k := range guests {
 		g := guestSpec{
 			index: k, memoryMiB: c.MemoryMiB, accel: e.Accel, kernel: e.Kernel, initrd: initrd,
-			netSocket: ports[k], switchPath: sw.Path(), wait: k > 0 || c.AllowReboot,
+			netSocket: ports[k], switchPath: seg.Path(), wait: k > 0 || c.AllowReboot,
 			reboot: c.AllowReboot,
 		}
 		if c.Devices {
@@ -357,6 +304,14 @@ func (c *Cluster) Run(ctx context.Context, script string) ([]GuestResult, error)
 			select {
 			case <-gr.exited:
 			case <-ctx.Done():
+				select {
+				case <-gr.exited:
+					// It exited on its own (guest 0 failing cancels
+					// the run only after it exited): its own report
+					// says why.
+					return
+				default:
+				}
 				gr.kill()
 				<-gr.exited
 				gr.mu.Lock()

@@ -1,21 +1,18 @@
 package qemu
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
 	"sort"
 	"strings"
-
-	"github.com/u-root/gobusybox/src/pkg/golang"
-	"github.com/u-root/mkuimage/uimage"
-	"github.com/u-root/uio/llog"
 )
 
 //go:embed init.sh
@@ -27,22 +24,39 @@ var guestGoMod []byte
 //go:embed guestmod/go.sum.txt
 var guestGoSum []byte
 
-// guestCommands are the u-root commands of the guest's busybox (each is also
-// a "tool" of the embedded guest Go module, which pins u-root's version).
-var guestCommands = []string{
-	"init", "gosh", "cat", "dmesg", "echo", "grep", "insmod", "ls", "lsmod", "mount", "pci",
-	"shutdown", "ip", "sleep", "uname", "readlink", "ping", "cp", "mkdir", "rm", "sync",
-	"printenv", "true", "false", "wc", "head", "tail", "tr", "seq", "ps", "kill", "hostname",
-	"timeout", "sort", "tee", "hexdump", "date", "mktemp", "umount", "ln", "chmod", "dd",
-	"find", "xargs", "netcat",
+// The builder of the guest's archives (package main, built at provisioning
+// time in the guest module, so that hcaemu itself links nothing of u-root).
+//
+//go:embed guestmod/hcaemu-initramfs/main.go
+var builderSource []byte
+
+// builderDir is the builder's package directory in the guest module.
+const builderDir = "hcaemu-initramfs"
+
+// guestCommands are the u-root commands of the guest's busybox: the "tool"
+// directives of the embedded guest Go module, which pins u-root's version
+// and keeps them in its go.mod. That go.mod is the one list.
+var guestCommands = toolsOf(guestGoMod)
+
+// toolsOf returns the packages a go.mod names in "tool" directives (single
+// line form), in order.
+func toolsOf(gomod []byte) []string {
+	var tools []string
+	sc := bufio.NewScanner(bytes.NewReader(gomod))
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) == 2 && f[0] == "tool" {
+			tools = append(tools, f[1])
+		}
+	}
+	return tools
 }
 
-// rdmaTools are the rdma-core programs put in the guest (from the sid root).
+// rdmaTools are the rdma-core programs put in the guest (from the sid root);
+// the README lists them (TestGuestToolsInREADME).
 var rdmaTools = []string{
 	"ibv_devices", "ibv_devinfo", "ibv_asyncwatch", "ibv_rc_pingpong", "ibv_ud_pingpong",
-	"ibv_uc_pingpong", "ibv_srq_pingpong", "ibv_xsrq_pingpong", "rping", "rdma_server", "rdma_client",
+	"ibv_uc_pingpong", "ibv_srq_pingpong", "rping", "rdma_server", "rdma_client",
 	"mckey", "ucmatose", "rdma",
-	"ibstat", "ibstatus", "udaddy", "riostream", "rstream", "rdma_xserver", "rdma_xclient",
 }
 
 // optionalTools are put in the guest when the sid root has them.
@@ -65,7 +79,7 @@ func guestFiles(root string) (*fileSet, error) {
 	for _, t := range optionalTools {
 		optional[t] = true
 	}
-	for _, t := range rdmaTools {
+	for _, t := range append(append([]string(nil), rdmaTools...), optionalTools...) {
 		p, err := findInRoot(root, t)
 		if err != nil {
 			if optional[t] {
@@ -133,16 +147,21 @@ func goTool() (string, error) {
 	return "", fmt.Errorf("the go command is needed to build the guest's u-root commands: install Go or put it in PATH")
 }
 
+// builderPath is where provisioning puts the archive builder.
+func builderPath(cacheDir string) string {
+	return filepath.Join(cacheDir, dirGuest, "hcaemu-initramfs")
+}
+
 func buildInitramfs(ctx context.Context, p *provisioner) error {
 	gomod := p.path(dirGoMod)
-	if err := os.MkdirAll(gomod, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(gomod, builderDir), 0o755); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(gomod, "go.mod"), guestGoMod, 0o644); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(gomod, "go.sum"), guestGoSum, 0o644); err != nil {
-		return err
+	for name, content := range map[string][]byte{"go.mod": guestGoMod, "go.sum": guestGoSum,
+		filepath.Join(builderDir, "main.go"): builderSource} {
+		if err := os.WriteFile(filepath.Join(gomod, name), content, 0o644); err != nil {
+			return err
+		}
 	}
 	gobin, err := goTool()
 	if err != nil {
@@ -153,8 +172,19 @@ func buildInitramfs(ctx context.Context, p *provisioner) error {
 		return fmt.Errorf("go env GOROOT: %w", err)
 	}
 	goroot := strings.TrimSpace(string(out))
+	// The builder runs `go` in the guest module; keep the caller's workspace
+	// and flags out of it.
+	goEnv := []string{"GOWORK=off", "GOFLAGS=-mod=mod", "CGO_ENABLED=0",
+		"PATH=" + filepath.Dir(gobin) + ":" + os.Getenv("PATH")}
 	// Make sure the u-root module and its dependencies are in the module cache.
-	if err := p.r.run(ctx, "initramfs", gomod, []string{"GOWORK=off", "GOFLAGS=-mod=mod"}, gobin, "mod", "download", "-x"); err != nil {
+	if err := p.r.run(ctx, "initramfs", gomod, goEnv, gobin, "mod", "download", "-x"); err != nil {
+		return err
+	}
+	builder := builderPath(p.cache)
+	if err := p.r.run(ctx, "initramfs", gomod, goEnv, gobin, "build", "-o", builder+".tmp", "./"+builderDir); err != nil {
+		return err
+	}
+	if err := os.Rename(builder+".tmp", builder); err != nil {
 		return err
 	}
 
@@ -188,50 +218,32 @@ func buildInitramfs(ctx context.Context, p *provisioner) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	var pkgs []string
-	for _, c := range guestCommands {
-		pkgs = append(pkgs, "github.com/u-root/u-root/cmds/core/"+c)
-	}
-	lf, err := os.OpenFile(filepath.Join(p.path(dirLogs), "initramfs.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	defer lf.Close()
-	var tail tailBuffer
-	tail.max = 25
-	logger := llog.New(slog.LevelInfo, llog.WritePrintf(io.MultiWriter(lf, &tail)))
-	// The builder runs `go` in the guest module; keep the caller's workspace
-	// and flags out of it.
-	for k, v := range map[string]string{"GOWORK": "off", "GOFLAGS": "-mod=mod", "CGO_ENABLED": "0"} {
-		old, had := os.LookupEnv(k)
-		os.Setenv(k, v)
-		if had {
-			defer os.Setenv(k, old)
-		} else {
-			defer os.Unsetenv(k)
-		}
-	}
-	if dir := filepath.Dir(gobin); !strings.Contains(os.Getenv("PATH"), dir) {
-		old := os.Getenv("PATH")
-		os.Setenv("PATH", dir+":"+old)
-		defer os.Setenv("PATH", old)
-	}
 	outPath := filepath.Join(guest, "initramfs.cpio")
 	tmpOut := outPath + ".tmp"
-	err = uimage.Create(logger,
-		uimage.WithReplaceEnv(golang.Default(golang.WithWorkingDir(gomod), golang.WithGOROOT(goroot), golang.DisableCGO())),
-		uimage.WithBaseArchive(uimage.DefaultRamfs()),
-		uimage.WithBusyboxCommands(pkgs...),
-		uimage.WithSkipLDD(),
-		uimage.WithFiles(specs...),
-		uimage.WithInit("init"),
-		uimage.WithUinit("gosh", "/hcaemu/init.sh"),
-		uimage.WithShell("gosh"),
-		uimage.WithTempDir(tmp),
-		uimage.WithCPIOOutput(tmpOut),
-	)
-	if err != nil {
-		return fmt.Errorf("u-root initramfs: %w\n%s", err, tail.String())
+	args := []string{"build", "-o", tmpOut, "-gomod", gomod, "-goroot", goroot, "-tmp", tmp}
+	for _, c := range guestCommands {
+		args = append(args, "-command", c)
+	}
+	for _, f := range specs {
+		args = append(args, "-file", f)
+	}
+	if err := p.r.run(ctx, "initramfs", gomod, goEnv, builder, args...); err != nil {
+		return fmt.Errorf("u-root initramfs: %w", err)
 	}
 	return os.Rename(tmpOut, outPath)
+}
+
+// makeInitrd writes the run's initrd: the base initramfs with a small cpio
+// holding the command appended (the kernel unpacks concatenated archives),
+// written by the provisioned builder.
+func makeInitrd(ctx context.Context, builder, base, out, script string) error {
+	if builder == "" {
+		return errors.New("no initramfs builder (Env.Builder): provision first")
+	}
+	cmd := exec.CommandContext(ctx, builder, "append", "-base", base, "-o", out, "-name", "hcaemu/cmd.sh")
+	cmd.Stdin = strings.NewReader(script)
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s: %w\n%s", filepath.Base(builder), err, bytes.TrimSpace(msg))
+	}
+	return nil
 }

@@ -49,6 +49,9 @@ type Env struct {
 	Modules []string
 	// Accel is the QEMU accelerator guests use: "tcg" or "kvm".
 	Accel string
+	// Builder is the provisioned hcaemu-initramfs, which writes each run's
+	// initrd (the base initramfs plus the command).
+	Builder string
 }
 
 // Names of the cache tree below CacheDir.
@@ -56,8 +59,8 @@ const (
 	dirTools  = "tools"  // mmdebstrap, unpacked from its .deb
 	dirSid    = "sid"    // Debian sid root file system: QEMU, rdma-core, perftest
 	dirTrixie = "trixie" // Debian trixie root file system: kernel, headers, compiler
-	dirGuest  = "guest"  // vmlinuz, modules/, initramfs.cpio
-	dirGoMod  = "gomod"  // Go module that builds the u-root busybox
+	dirGuest  = "guest"  // vmlinuz, modules/, initramfs.cpio, hcaemu-initramfs
+	dirGoMod  = "gomod"  // Go module that builds the u-root busybox and hcaemu-initramfs
 	dirLogs   = "logs"   // step logs
 	dirRun    = "run"    // per-run directories (sockets, per-run initrd)
 )
@@ -178,7 +181,7 @@ func (p *provisioner) keys() (tools, sid, trixie, modules, initramfs string) {
 	trixie = recipeTrixie + " " + strings.Join(trixiePackages, ",")
 	modules = recipeModules + " " + strings.Join(guestModules, ",") + " " + hash(buildModScript) + "|" +
 		strings.ReplaceAll(p.st.stamp("trixie"), "\n", " ")
-	initramfs = recipeInitramfs + " " + strings.Join(guestCommands, ",") + " " + hash(initScript, string(guestGoMod)) + "|" +
+	initramfs = recipeInitramfs + " " + strings.Join(guestCommands, ",") + " " + hash(initScript, string(guestGoMod), string(guestGoSum), string(builderSource)) + "|" +
 		strings.ReplaceAll(p.st.stamp("sid")+p.st.stamp("modules"), "\n", " ")
 	return
 }
@@ -397,6 +400,7 @@ func (p *provisioner) env(ctx context.Context) (*Env, error) {
 		QEMU:      "/usr/bin/qemu-system-x86_64",
 		Kernel:    p.path(dirGuest, "vmlinuz"),
 		Initramfs: p.path(dirGuest, "initramfs.cpio"),
+		Builder:   builderPath(p.cache),
 	}
 	if rel, err := os.ReadFile(p.path(dirGuest, "kernel.release")); err == nil {
 		e.KernelRelease = strings.TrimSpace(string(rel))
@@ -442,16 +446,18 @@ func hostQEMU(ctx context.Context) (string, bool) {
 
 // detectAccel returns $HCAEMU_ACCEL if set (tcg or kvm). Otherwise it
 // returns "kvm" only if KVM really boots the guest: /dev/kvm often exists
-// under nested virtualization, runs simple code (kvmWorks), and still stops
-// the guest kernel with "KVM internal error". The answer of the boot probe is
+// under nested virtualization and still stops the guest kernel with "KVM
+// internal error", so a probe guest (one short boot) decides. The answer is
 // cached per host boot.
 func (p *provisioner) detectAccel(ctx context.Context, e *Env) string {
 	if a := os.Getenv("HCAEMU_ACCEL"); a != "" {
 		return a
 	}
-	if !kvmWorks() {
-		return "tcg"
+	kvm, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
+	if err != nil {
+		return "tcg" // no KVM, or not ours to use
 	}
+	kvm.Close()
 	bootID, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	key := strings.TrimSpace(string(bootID)) + " " + hash(e.Kernel, e.QEMU)
 	cache := p.path("accel")

@@ -3,13 +3,10 @@ package qemu
 import (
 	"bytes"
 	"encoding/json"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -126,33 +123,6 @@ func TestCommandScript(t *testing.T) {
 	}
 }
 
-func TestWriteCPIO(t *testing.T) {
-	var b bytes.Buffer
-	if err := writeCPIO(&b, [][2]string{{"hcaemu/cmd.sh", "echo hi\n"}}); err != nil {
-		t.Fatal(err)
-	}
-	s := b.String()
-	if !strings.HasPrefix(s, "070701") || b.Len()%4 != 0 || !strings.Contains(s, "hcaemu/cmd.sh\x00") ||
-		!strings.Contains(s, "echo hi\n") || !strings.Contains(s, "TRAILER!!!\x00") {
-		t.Errorf("bad archive %q", s)
-	}
-	// Header of the first file: size field (7th) is 8, name size (12th) 14.
-	if got := s[6+6*8 : 6+7*8]; got != "00000008" {
-		t.Errorf("filesize field %q", got)
-	}
-	if got := s[6+11*8 : 6+12*8]; got != "0000000E" {
-		t.Errorf("namesize field %q", got)
-	}
-	if cpio := lookPath("cpio"); cpio != "" {
-		dir := t.TempDir()
-		runIn(t, dir, b.Bytes(), cpio, "-i", "-d", "--quiet")
-		got, err := os.ReadFile(filepath.Join(dir, "hcaemu/cmd.sh"))
-		if err != nil || string(got) != "echo hi\n" {
-			t.Errorf("cpio -i: %q, %v", got, err)
-		}
-	}
-}
-
 func TestModuleOrder(t *testing.T) {
 	deps := `ib_core module
 ib_uverbs module ib_core
@@ -227,94 +197,6 @@ func TestElfDepsHost(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(needed, " "), "/libc.so.6") {
 		t.Errorf("needed %q", needed)
-	}
-}
-
-func TestSwitch(t *testing.T) {
-	dir := t.TempDir()
-	ports := []string{filepath.Join(dir, "p0"), filepath.Join(dir, "p1"), filepath.Join(dir, "p2")}
-	sw, err := NewSwitch(filepath.Join(dir, "sw"), ports)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sw.Close()
-	conns := make([]*net.UnixConn, len(ports))
-	for i, p := range ports {
-		c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: p, Net: "unixgram"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		conns[i] = c
-	}
-	swAddr := &net.UnixAddr{Name: sw.Path(), Net: "unixgram"}
-	mac := func(i byte) []byte { return []byte{0x52, 0x54, 0, 0, 0, i} }
-	frame := func(dst, src []byte, payload string) []byte {
-		return append(append(append(append([]byte{}, dst...), src...), 0x08, 0x00), payload...)
-	}
-	recv := func(i int) string {
-		conns[i].SetReadDeadline(time.Now().Add(200 * time.Millisecond))
-		b := make([]byte, 2048)
-		n, _, err := conns[i].ReadFromUnix(b)
-		if err != nil {
-			return ""
-		}
-		return string(b[14:n])
-	}
-	bcast := []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
-	// Broadcast from port 0 floods to 1 and 2 (and teaches the switch mac 1).
-	conns[0].WriteToUnix(frame(bcast, mac(1), "arp"), swAddr)
-	if recv(1) != "arp" || recv(2) != "arp" || recv(0) != "" {
-		t.Fatal("broadcast not flooded to the other ports only")
-	}
-	// Port 2 answers mac 1: unicast to port 0 only.
-	conns[2].WriteToUnix(frame(mac(1), mac(3), "reply"), swAddr)
-	if recv(0) != "reply" || recv(1) != "" {
-		t.Fatal("learned unicast not forwarded to its port only")
-	}
-	// Unknown unicast floods.
-	conns[0].WriteToUnix(frame(mac(9), mac(1), "who"), swAddr)
-	if recv(1) != "who" || recv(2) != "who" {
-		t.Fatal("unknown unicast not flooded")
-	}
-	if st := sw.Stats(); st.Frames != 3 || st.Flooded != 2 {
-		t.Errorf("stats %+v", st)
-	}
-	// An in-process port sees floods, and its frames reach learned ports.
-	got := make(chan string, 4)
-	send := sw.Attach(func(f []byte) { got <- string(f[14:]) })
-	conns[1].WriteToUnix(frame(bcast, mac(2), "hello all"), swAddr)
-	select {
-	case s := <-got:
-		if s != "hello all" {
-			t.Errorf("in-process port got %q", s)
-		}
-	case <-time.After(time.Second):
-		t.Fatal("in-process port got nothing")
-	}
-	recv(0)
-	recv(2)
-	send(frame(mac(2), mac(7), "to 2"))
-	if recv(1) != "to 2" || recv(0) != "" || recv(2) != "" {
-		t.Fatal("frame from the in-process port not switched to its learned port only")
-	}
-}
-
-func lookPath(name string) string {
-	p, err := exec.LookPath(name)
-	if err != nil {
-		return ""
-	}
-	return p
-}
-
-func runIn(t *testing.T, dir string, stdin []byte, name string, args ...string) {
-	t.Helper()
-	cmd := exec.Command(name, args...)
-	cmd.Dir = dir
-	cmd.Stdin = bytes.NewReader(stdin)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%s: %v\n%s", name, err, out)
 	}
 }
 

@@ -10,7 +10,6 @@ import (
 
 	"github.com/hcaemu/hcaemu/emu"
 	"github.com/hcaemu/hcaemu/emu/fabric"
-	"github.com/hcaemu/hcaemu/emu/roce"
 	"github.com/hcaemu/hcaemu/vfio"
 )
 
@@ -21,7 +20,7 @@ import (
 type hcas struct {
 	log  *slog.Logger
 	sw   *fabric.Switch
-	pcap *roce.PcapWriter
+	pcap *fabric.PcapWriter
 }
 
 // newHCAs makes the fabric; with pcapPath every frame is captured there.
@@ -33,7 +32,7 @@ func newHCAs(log *slog.Logger, pcapPath string) (*hcas, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--pcap: %w", err)
 		}
-		w, err := roce.NewPcapWriter(f, roce.PcapOptions{Nanosecond: true})
+		w, err := fabric.NewPcapWriter(f, fabric.PcapOptions{Nanosecond: true})
 		if err != nil {
 			f.Close()
 			return nil, fmt.Errorf("--pcap: %w", err)

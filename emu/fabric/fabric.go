@@ -1,12 +1,23 @@
-// Package fabric models the Ethernet segment that joins emulated HCAs: each
-// HCA's port is attached to an in-process switch that forwards RoCEv2 frames
-// (Ethernet / IPv4 or IPv6 / UDP 4791 / InfiniBand transport) to the port that
-// owns the destination IP address, which is the destination GID. A frame for
-// an address nobody owns is dropped, as on a real segment.
+// Package fabric models the network the emulated HCAs and the guests' NICs
+// are attached to:
 //
-// Links carry frames through a chain of decorators before the switch
-// forwards them: packet capture is one (Capture), and fault injection plugs
-// in at the same place.
+//   - Switch, the RoCE fabric joining emulated HCAs in one process: each HCA's
+//     port forwards RoCEv2 frames (Ethernet / IPv4 or IPv6 / UDP 4791 /
+//     InfiniBand transport) to the port that owns the destination IP address,
+//     which is the destination GID. A frame for an address nobody owns is
+//     dropped, as on a real segment; a receiver whose queue is full refuses a
+//     frame and the sender backs off (lossless, like PFC).
+//   - Segment, the guests' L2 Ethernet segment: a learning switch QEMU's
+//     vmxnet3 NICs join over unix datagram sockets.
+//   - Links and decorators: a port's frames pass through a chain of Link
+//     decorators before the switch forwards them. Capture (with PcapWriter)
+//     is one; fault injection plugs in at the same place.
+//   - The frame buffer pool (NewFrame, Release, Clone): buffer ownership is
+//     part of the fabric's API, so a decorator never needs the device model.
+//
+// The package knows nothing of the device model (package emu) nor of the
+// transport's header formats (package roce): it looks at a frame's Ethernet
+// and IP destination only.
 package fabric
 
 import (
@@ -17,14 +28,23 @@ import (
 )
 
 // Receiver takes a frame delivered to a port. It must not block and owns the
-// frame afterwards. It returns false when its queue is full and it dropped
-// the frame: the sender may back off and send again.
+// frame afterwards (it calls Release when done). It returns false when its
+// queue is full and it dropped (and released) the frame: the sender may back
+// off and send again.
 type Receiver func(frame []byte) bool
 
-// Link is where a port's frames go: Send may drop, duplicate, delay or copy
-// them, and must not block for long. It returns false only when the
-// receiving port refused the frame because its queue is full (a frame lost
-// on the way counts as sent).
+// Link is where a port's frames go. It is the interface packet-level fault
+// injection implements, as a Decorator around the next link.
+//
+// Send takes ownership of frame (a buffer from NewFrame) and must do exactly
+// one of these with it: pass it on to the next link, keep it and pass it on
+// later (delay, reorder), or Release it (drop). A link that duplicates a
+// frame passes on Clone(frame) as well. It may change the frame's bytes in
+// place (corruption) before passing it on, and must not touch it after
+// passing it on. Send must not block for long: it runs on the sender's
+// goroutine. It returns false only when the receiving port refused the frame
+// because its queue is full (backpressure: the sender backs off and sends
+// again later); a frame lost on the way counts as sent.
 type Link interface {
 	Send(from *Port, frame []byte) bool
 }
@@ -32,9 +52,12 @@ type Link interface {
 // LinkFunc adapts a function to Link.
 type LinkFunc func(from *Port, frame []byte) bool
 
+// Send calls f.
 func (f LinkFunc) Send(from *Port, frame []byte) bool { return f(from, frame) }
 
-// Decorator wraps a link (capture, fault injection).
+// Decorator wraps a link (capture, fault injection): it returns a Link that
+// does its work on each frame and then calls next.Send, following the
+// ownership rules of Link.
 type Decorator func(next Link) Link
 
 // Switch is an in-process Ethernet switch for RoCEv2 frames.
@@ -109,10 +132,12 @@ func (p *Port) SetAddrs(addrs []netip.Addr) {
 	}
 }
 
-// Send puts a frame on the wire. The caller gives up the frame. It returns
-// false when the receiving port's queue was full (backpressure).
+// Send puts a frame (a buffer from NewFrame) on the wire. The caller gives
+// up the frame. It returns false when the receiving port's queue was full
+// (backpressure).
 func (p *Port) Send(frame []byte) bool {
 	if p.gone.Load() {
+		Release(frame)
 		return true
 	}
 	return p.sw.link.Send(p, frame)
@@ -148,11 +173,13 @@ func DstIP(frame []byte) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
-// forward delivers a frame to the port owning its destination address.
+// forward delivers a frame to the port owning its destination address; a
+// frame for nobody is dropped (released).
 func (s *Switch) forward(from *Port, frame []byte) bool {
 	dst, ok := DstIP(frame)
 	if !ok {
 		s.Dropped.Add(1)
+		Release(frame)
 		return true
 	}
 	s.mu.RLock()
@@ -160,6 +187,7 @@ func (s *Switch) forward(from *Port, frame []byte) bool {
 	s.mu.RUnlock()
 	if to == nil || to.gone.Load() {
 		s.Dropped.Add(1)
+		Release(frame)
 		return true
 	}
 	if !to.rx(frame) {

@@ -1,6 +1,7 @@
 package fabric
 
 import (
+	"bytes"
 	"net/netip"
 	"sync/atomic"
 	"testing"
@@ -71,5 +72,83 @@ func TestDecoratorsWrapInOrder(t *testing.T) {
 	p.Send(frame4("10.0.0.1"))
 	if len(order) != 3 || order[0] != "outer" || order[1] != "inner" || order[2] != "rx" {
 		t.Fatalf("order %v", order)
+	}
+}
+
+func TestFramePool(t *testing.T) {
+	tests := []struct {
+		name string
+		in   []byte
+		want int // length of the clone
+	}{
+		{"empty", nil, 0},
+		{"small", []byte{1, 2, 3}, 3},
+		{"full", make([]byte, FrameSize), FrameSize},
+		{"oversized is cut", make([]byte, FrameSize+10), FrameSize},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dup := Clone(tt.in)
+			if len(dup) != tt.want || cap(dup) != FrameSize || !bytes.Equal(dup, tt.in[:tt.want]) {
+				t.Fatalf("clone: len %d cap %d", len(dup), cap(dup))
+			}
+			if len(tt.in) > 0 {
+				dup[0]++
+				if dup[0] == tt.in[0] {
+					t.Fatal("clone shares the original's bytes")
+				}
+			}
+			Release(dup)
+			Release(tt.in) // not from the pool (too small) or from it: both fine
+		})
+	}
+	if f := NewFrame(); len(f) != FrameSize {
+		t.Fatalf("NewFrame: %d bytes", len(f))
+	}
+}
+
+// TestCapture: the capture decorator records every frame that crosses the
+// link, delivered or not, and keeps the backpressure answer of the link it
+// wraps.
+func TestCapture(t *testing.T) {
+	var buf bytes.Buffer
+	w, err := NewPcapWriter(&buf, PcapOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := atomic.Bool{}
+	sw := NewSwitch(Capture(w))
+	a := sw.Attach("a", [6]byte{1}, func(f []byte) bool { Release(f); return true })
+	b := sw.Attach("b", [6]byte{2}, func(f []byte) bool { Release(f); return !full.Load() })
+	a.SetAddrs([]netip.Addr{netip.MustParseAddr("10.0.0.1")})
+	b.SetAddrs([]netip.Addr{netip.MustParseAddr("10.0.0.2")})
+	sends := []struct {
+		from    *Port
+		dst     string
+		full    bool
+		wantOK  bool
+		comment string
+	}{
+		{a, "10.0.0.2", false, true, "delivered"},
+		{b, "10.0.0.1", false, true, "reply"},
+		{a, "10.0.0.9", false, true, "nobody: lost, counts as sent"},
+		{a, "10.0.0.2", true, false, "receiver full: backpressure"},
+	}
+	for _, s := range sends {
+		full.Store(s.full)
+		frame := Clone(frame4(s.dst))
+		if got := s.from.Send(frame); got != s.wantOK {
+			t.Errorf("%s: Send = %v", s.comment, got)
+		}
+	}
+	w.Close()
+	_, _, _, recs := readPcap(t, buf.Bytes())
+	if len(recs) != len(sends) {
+		t.Fatalf("%d frames captured, want %d", len(recs), len(sends))
+	}
+	for i, s := range sends {
+		if !bytes.Equal(recs[i].data, frame4(s.dst)) {
+			t.Errorf("record %d (%s) differs", i, s.comment)
+		}
 	}
 }

@@ -1,11 +1,6 @@
 package roce
 
-import (
-	"testing"
-	"time"
-)
-
-var benchTime = time.Unix(1700000000, 5000)
+import "testing"
 
 func benchSend4K() (PacketFields, FrameFields) {
 	pf := PacketFields{
@@ -131,20 +126,3 @@ func BenchmarkICRC4K(b *testing.B) {
 		}
 	}
 }
-
-// BenchmarkPcapWrite writes 4 KiB frames to a discarding pcap writer.
-func BenchmarkPcapWrite(b *testing.B) {
-	fr := benchFrame4K(b)
-	w, _ := NewPcapWriter(discard{}, PcapOptions{})
-	b.SetBytes(int64(len(fr)))
-	b.ReportAllocs()
-	for b.Loop() {
-		if err := w.WritePacket(benchTime, fr); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-type discard struct{}
-
-func (discard) Write(p []byte) (int, error) { return len(p), nil }

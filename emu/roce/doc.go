@@ -17,12 +17,12 @@
 //   - 24-bit PSN arithmetic (PSNAdd, PSNDiff, ClassifyPSN);
 //   - the ICRC of spec §1.10 (ICRC, PutICRC, VerifyICRC) for IPv4 and IPv6;
 //   - Ethernet II + IPv4/IPv6 + UDP framing (Frame) and its inverse (Unframe),
-//     plus the UDP source-port recipes of spec §1.5;
-//   - PcapWriter, a minimal concurrent-safe pcap writer (LINKTYPE_ETHERNET).
+//     plus the UDP source-port recipes of spec §1.5.
 //
 // Everything on the packet path is allocation-free: callers supply the
-// buffers. Nothing here knows about queue pairs; validation that needs QP
-// state (PMTU, P_Key table, expected PSN, QPN existence) belongs to the
+// buffers (the fabric's frame pool, see package fabric). Capture (the pcap
+// writer) belongs to the fabric too. Nothing here knows about queue pairs;
+// validation that needs QP state (PMTU, P_Key table, expected PSN, QPN existence) belongs to the
 // transport engines, which get the helpers they need from this package
 // (for example CheckPayloadLen with a PMTU).
 package roce

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hcaemu/hcaemu/emu/fabric"
 )
 
 // TestTshark writes frames built by this package (the vectors of spec §9
@@ -102,7 +104,7 @@ func TestTshark(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pw, err := NewPcapWriter(f, PcapOptions{Nanosecond: true})
+	pw, err := fabric.NewPcapWriter(f, fabric.PcapOptions{Nanosecond: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,14 +1,51 @@
-package roce
+package fabric
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 )
+
+// loadVectors reads the full frames of spec rocev2.md §9.5 (the roce
+// package's text2pcap file), by name.
+func loadVectors(t testing.TB) map[string][]byte {
+	t.Helper()
+	f, err := os.Open("../roce/testdata/vectors.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out := map[string][]byte{}
+	var name string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		switch {
+		case line == "" || strings.HasPrefix(line, "#"):
+		case strings.HasPrefix(line, "name "):
+			name = strings.TrimPrefix(line, "name ")
+		default:
+			fields := strings.Fields(line)
+			b, err := hex.DecodeString(strings.Join(fields[1:], ""))
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			out[name] = append(out[name], b...)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
 
 type pcapRecord struct {
 	sec, frac uint32

@@ -1,4 +1,4 @@
-package qemu
+package fabric
 
 import (
 	"errors"
@@ -10,36 +10,41 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Switch is the guests' Ethernet segment: a learning switch in this process,
-// joined by QEMU's "-netdev dgram" over unix datagram sockets (each frame is
-// one datagram) and by in-process ports (Attach), e.g. the emulator's own
-// RoCE ports. Nothing leaves the machine: there are no IP sockets at all.
-type Switch struct {
+// Segment is the guests' L2 Ethernet segment: a learning switch in this
+// process, joined by QEMU's "-netdev dgram" over unix datagram sockets (each
+// frame is one datagram) and by in-process ports (Attach), e.g. the
+// emulator's own RoCE ports. Nothing leaves the machine: there are no IP
+// sockets at all.
+//
+// Unlike the RoCE Switch, the segment is lossy on purpose: a guest that does
+// not read (paused, dead, not started yet) loses frames instead of stalling
+// the others, as on a shared Ethernet without pause frames.
+type Segment struct {
 	conn *net.UnixConn
 	raw  syscall.RawConn
 	path string
 
 	mu    sync.Mutex
-	ports []switchPort    // by port number
+	ports []segmentPort   // by port number
 	macs  map[[6]byte]int // learned MAC -> port
-	stats SwitchStats
+	stats SegmentStats
 	done  chan struct{}
 }
 
-// switchPort is a QEMU's unix socket (path) or an in-process receiver.
-type switchPort struct {
+// segmentPort is a QEMU's unix socket (path) or an in-process receiver.
+type segmentPort struct {
 	path    string
 	deliver func(frame []byte)
 }
 
-// SwitchStats counts frames.
-type SwitchStats struct {
+// SegmentStats counts frames.
+type SegmentStats struct {
 	Frames, Flooded, Dropped uint64
 }
 
-// NewSwitch listens on the unix datagram socket path for the given ports
+// NewSegment listens on the unix datagram socket path for the given ports
 // (each port is the socket path its QEMU binds as local.path).
-func NewSwitch(path string, ports []string) (*Switch, error) {
+func NewSegment(path string, ports []string) (*Segment, error) {
 	os.Remove(path)
 	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
 	if err != nil {
@@ -50,19 +55,19 @@ func NewSwitch(path string, ports []string) (*Switch, error) {
 		conn.Close()
 		return nil, err
 	}
-	s := &Switch{conn: conn, raw: raw, path: path, macs: map[[6]byte]int{}, done: make(chan struct{})}
+	s := &Segment{conn: conn, raw: raw, path: path, macs: map[[6]byte]int{}, done: make(chan struct{})}
 	for _, p := range ports {
-		s.ports = append(s.ports, switchPort{path: p})
+		s.ports = append(s.ports, segmentPort{path: p})
 	}
 	go s.loop()
 	return s, nil
 }
 
-// Path is the switch's socket (QEMU's remote.path).
-func (s *Switch) Path() string { return s.path }
+// Path is the segment's socket (QEMU's remote.path).
+func (s *Segment) Path() string { return s.path }
 
 // Stats returns the frame counters.
-func (s *Switch) Stats() SwitchStats {
+func (s *Segment) Stats() SegmentStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.stats
@@ -71,10 +76,10 @@ func (s *Switch) Stats() SwitchStats {
 // Attach adds an in-process port. deliver receives the frames switched to
 // it; it runs on the sender's goroutine, must not block and must not keep
 // the slice. send puts a frame (destination MAC first) on the segment.
-func (s *Switch) Attach(deliver func(frame []byte)) (send func(frame []byte)) {
+func (s *Segment) Attach(deliver func(frame []byte)) (send func(frame []byte)) {
 	s.mu.Lock()
 	in := len(s.ports)
-	s.ports = append(s.ports, switchPort{deliver: deliver})
+	s.ports = append(s.ports, segmentPort{deliver: deliver})
 	s.mu.Unlock()
 	return func(frame []byte) {
 		if len(frame) < 14 {
@@ -84,15 +89,15 @@ func (s *Switch) Attach(deliver func(frame []byte)) (send func(frame []byte)) {
 	}
 }
 
-// Close stops the switch and removes its socket.
-func (s *Switch) Close() error {
+// Close stops the segment and removes its socket.
+func (s *Segment) Close() error {
 	err := s.conn.Close()
 	<-s.done
 	os.Remove(s.path)
 	return err
 }
 
-func (s *Switch) portOf(addr *net.UnixAddr) int {
+func (s *Segment) portOf(addr *net.UnixAddr) int {
 	if addr == nil {
 		return -1
 	}
@@ -106,7 +111,7 @@ func (s *Switch) portOf(addr *net.UnixAddr) int {
 	return -1
 }
 
-func (s *Switch) loop() {
+func (s *Segment) loop() {
 	defer close(s.done)
 	buf := make([]byte, 65536)
 	for {
@@ -128,7 +133,7 @@ func (s *Switch) loop() {
 	}
 }
 
-func (s *Switch) switchFrame(in int, frame []byte) {
+func (s *Segment) switchFrame(in int, frame []byte) {
 	for _, out := range s.forward(in, frame) {
 		if out.deliver != nil {
 			out.deliver(frame)
@@ -141,7 +146,7 @@ func (s *Switch) switchFrame(in int, frame []byte) {
 // send writes frame to a QEMU's socket without blocking: a guest that does
 // not read (paused, dead, not started yet) loses frames instead of stalling
 // the segment.
-func (s *Switch) send(path string, frame []byte) {
+func (s *Segment) send(path string, frame []byte) {
 	var err error
 	cerr := s.raw.Write(func(fd uintptr) bool {
 		err = unix.Sendto(int(fd), frame, unix.MSG_DONTWAIT, &unix.SockaddrUnix{Name: path})
@@ -156,7 +161,7 @@ func (s *Switch) send(path string, frame []byte) {
 
 // forward learns the frame's source MAC on port in and returns the ports the
 // frame goes to.
-func (s *Switch) forward(in int, frame []byte) []switchPort {
+func (s *Segment) forward(in int, frame []byte) []segmentPort {
 	var dst, src [6]byte
 	copy(dst[:], frame[0:6])
 	copy(src[:], frame[6:12])
@@ -171,11 +176,11 @@ func (s *Switch) forward(in int, frame []byte) []switchPort {
 			if out == in {
 				return nil
 			}
-			return []switchPort{s.ports[out]}
+			return []segmentPort{s.ports[out]}
 		}
 	}
 	s.stats.Flooded++
-	outs := make([]switchPort, 0, len(s.ports)-1)
+	outs := make([]segmentPort, 0, len(s.ports)-1)
 	for i, p := range s.ports {
 		if i != in {
 			outs = append(outs, p)

@@ -1,4 +1,4 @@
-package roce
+package fabric
 
 import (
 	"encoding/binary"
@@ -19,7 +19,7 @@ const (
 )
 
 // ErrClosed is returned by a PcapWriter after Close.
-var ErrClosed = errors.New("roce: pcap writer closed")
+var ErrClosed = errors.New("fabric: pcap writer closed")
 
 // PcapOptions configures NewPcapWriter.
 type PcapOptions struct {
