@@ -107,6 +107,11 @@ func (s *Switch) Attach(name string, mac [6]byte, rx Receiver) *Port {
 func (p *Port) Name() string { return p.name }
 func (p *Port) MAC() [6]byte { return p.mac }
 
+// Switch is the switch the port is attached to: a decorator asks it which
+// port owns a frame's destination (Owner), e.g. to match frames by the
+// device receiving them.
+func (p *Port) Switch() *Switch { return p.sw }
+
 // SetAddrs replaces the IP addresses (GIDs) the port owns. An address another
 // port owns stays with that port.
 func (p *Port) SetAddrs(addrs []netip.Addr) {

@@ -1,0 +1,219 @@
+package fault
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Request is one live-control command, a JSON line:
+//
+//	{"op":"add","rule":{...}}      add a rule (the plan's rule syntax)
+//	{"op":"rm","name":"loss"}      remove a rule
+//	{"op":"enable","name":"loss"}  arm a rule
+//	{"op":"disable","name":"loss"} disarm a rule
+//	{"op":"list"}                  the rules with their state and counters
+//	{"op":"stats"}                 the counters (and the seed)
+//	{"op":"clear"}                 remove every rule
+type Request struct {
+	Op   string          `json:"op"`
+	Name string          `json:"name,omitempty"`
+	Rule json.RawMessage `json:"rule,omitempty"`
+}
+
+// Response answers a Request: OK, or Error and nothing changed.
+type Response struct {
+	OK    bool        `json:"ok"`
+	Error string      `json:"error,omitempty"`
+	Name  string      `json:"name,omitempty"` // add: the rule's name
+	Rules []RuleState `json:"rules,omitempty"`
+	Stats *Stats      `json:"stats,omitempty"`
+}
+
+// maxRequest bounds a command line.
+const maxRequest = 1 << 20
+
+// Do executes one command.
+func (inj *Injector) Do(req Request) Response {
+	fail := func(err error) Response { return Response{Error: err.Error()} }
+	needName := func() error {
+		if req.Name == "" {
+			return fmt.Errorf("%s: give the rule's name", req.Op)
+		}
+		return nil
+	}
+	if req.Op != "add" && len(req.Rule) > 0 {
+		return fail(fmt.Errorf("%s takes no rule", req.Op))
+	}
+	switch req.Op {
+	case "add":
+		if len(req.Rule) == 0 {
+			return fail(errors.New("add: give the rule"))
+		}
+		if req.Name != "" {
+			return fail(errors.New("add: the name goes in the rule"))
+		}
+		rule, err := DecodeRule(req.Rule)
+		if err != nil {
+			return fail(err)
+		}
+		name, err := inj.Add(rule)
+		if err != nil {
+			return fail(err)
+		}
+		return Response{OK: true, Name: name}
+	case "rm", "enable", "disable":
+		if err := needName(); err != nil {
+			return fail(err)
+		}
+		var err error
+		switch req.Op {
+		case "rm":
+			err = inj.Remove(req.Name)
+		case "enable":
+			err = inj.SetArmed(req.Name, true)
+		default:
+			err = inj.SetArmed(req.Name, false)
+		}
+		if err != nil {
+			return fail(err)
+		}
+		return Response{OK: true, Name: req.Name}
+	case "list", "stats", "clear":
+		if req.Name != "" {
+			return fail(fmt.Errorf("%s takes no name", req.Op))
+		}
+		if req.Op == "clear" {
+			inj.Clear()
+			return Response{OK: true}
+		}
+		s := inj.Stats()
+		if req.Op == "list" {
+			return Response{OK: true, Rules: s.Rules}
+		}
+		return Response{OK: true, Stats: &s}
+	}
+	return fail(fmt.Errorf("unknown op %q: want add, rm, enable, disable, list, stats or clear", req.Op))
+}
+
+// Control serves live commands for an injector on a unix socket, one JSON
+// line per command and per response.
+type Control struct {
+	inj  *Injector
+	l    *net.UnixListener
+	path string
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// ListenControl listens on the unix socket path (a stale socket left by a
+// dead process is replaced) and serves commands until Close.
+func ListenControl(path string, inj *Injector) (*Control, error) {
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("control socket %s: in use", path)
+		}
+		os.Remove(path)
+	}
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	c := &Control{inj: inj, l: l, path: path, conns: map[net.Conn]struct{}{}}
+	c.wg.Go(c.accept)
+	return c, nil
+}
+
+// Path is the socket's path.
+func (c *Control) Path() string { return c.path }
+
+func (c *Control) accept() {
+	for {
+		conn, err := c.l.Accept()
+		if err != nil {
+			return
+		}
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			conn.Close()
+			return
+		}
+		c.conns[conn] = struct{}{}
+		c.wg.Go(func() { c.serve(conn) })
+		c.mu.Unlock()
+	}
+}
+
+func (c *Control) serve(conn net.Conn) {
+	defer func() {
+		c.mu.Lock()
+		delete(c.conns, conn)
+		c.mu.Unlock()
+		conn.Close()
+	}()
+	sc := bufio.NewScanner(conn)
+	sc.Buffer(make([]byte, 4096), maxRequest)
+	enc := json.NewEncoder(conn)
+	for sc.Scan() {
+		text := strings.TrimSpace(sc.Text())
+		if text == "" {
+			continue
+		}
+		var req Request
+		rsp := Response{}
+		if err := strictDecode(strings.NewReader(text), &req); err != nil {
+			rsp.Error = "bad command: " + err.Error()
+		} else {
+			rsp = c.inj.Do(req)
+		}
+		if enc.Encode(rsp) != nil {
+			return
+		}
+	}
+	if errors.Is(sc.Err(), bufio.ErrTooLong) {
+		enc.Encode(Response{Error: fmt.Sprintf("bad command: longer than %d bytes", maxRequest)})
+	}
+}
+
+// Close stops serving, closes the connections and removes the socket.
+func (c *Control) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	err := c.l.Close()
+	for conn := range c.conns {
+		conn.Close()
+	}
+	c.mu.Unlock()
+	c.wg.Wait()
+	return err
+}
+
+// Command sends one command to the control socket at path and returns the
+// response.
+func Command(path string, req Request) (Response, error) {
+	conn, err := net.DialTimeout("unix", path, 5*time.Second)
+	if err != nil {
+		return Response{}, err
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(30 * time.Second))
+	if err := json.NewEncoder(conn).Encode(req); err != nil {
+		return Response{}, err
+	}
+	var rsp Response
+	if err := json.NewDecoder(conn).Decode(&rsp); err != nil {
+		return Response{}, fmt.Errorf("control socket %s: %w", path, err)
+	}
+	return rsp, nil
+}
