@@ -24,9 +24,11 @@ type hcas struct {
 }
 
 // newHCAs makes the fabric; with pcapPath every frame is captured there.
-func newHCAs(log *slog.Logger, pcapPath string) (*hcas, error) {
+// The extra decorators (fault injection) come first: the capture records
+// what they let through.
+func newHCAs(log *slog.Logger, pcapPath string, extra ...fabric.Decorator) (*hcas, error) {
 	h := &hcas{log: log}
-	var decorators []fabric.Decorator
+	decorators := append([]fabric.Decorator(nil), extra...)
 	if pcapPath != "" {
 		f, err := os.Create(pcapPath)
 		if err != nil {

@@ -18,6 +18,7 @@ commands:
   serve       serve emulated PVRDMA HCAs on vfio-user sockets
   qemu-args   print the QEMU arguments that attach an HCA to your own VM
   run         provision QEMU and guests, boot them with HCAs, run a command in each
+  faults      control a running fault plan; turn a fault log into a plan
 
 "hcaemu <command> -h" describes a command's flags.`
 
@@ -33,6 +34,8 @@ func main() {
 		os.Exit(runMain(os.Args[2:]))
 	case "qemu-args":
 		os.Exit(qemuArgsMain(os.Args[2:]))
+	case "faults":
+		os.Exit(faultsMain(os.Args[2:], os.Stdout, os.Stderr))
 	case "-h", "--help", "help":
 		fmt.Println(usage)
 	default:

@@ -19,7 +19,8 @@ import (
 // While nil, guests boot without the vfio-user device.
 var startDevice func(ctx context.Context, socketPath string, guest int) (stop func(), err error)
 
-const runUsage = `usage: hcaemu run [--guests N] [--timeout D] [--memory M] [--cache DIR] [--pcap FILE] [--log-level L] [--reboots] -- COMMAND...
+const runUsage = `usage: hcaemu run [--guests N] [--timeout D] [--memory M] [--cache DIR] [--pcap FILE] [--log-level L] [--reboots]
+                  [--faults PLAN] [--faults-log FILE] [--faults-seed N] [--control SOCK] -- COMMAND...
 
 Provisions (cached) a QEMU with vfio-user, a guest kernel and initramfs, starts
 one emulated PVRDMA device per guest, boots N guests on one Ethernet segment
@@ -27,6 +28,10 @@ one emulated PVRDMA device per guest, boots N guests on one Ethernet segment
 guest 0 first, the others once guest 0's command is running. In the guests,
 HCAEMU_GUEST=k and HCAEMU_SERVER_IP=10.0.0.1 (empty in guest 0). Output lines
 are prefixed [gK]. The exit status is 0 only if every guest's command exited 0.
+
+The frames between the HCAs pass through a fault plan (--faults, empty by
+default) whose control socket (--control, else a path printed at start)
+takes live changes: "hcaemu faults --control SOCK ...", docs/faults.md.
 
 Environment: HCAEMU_CACHE (cache dir), HCAEMU_ACCEL (tcg|kvm), HCAEMU_MIRROR.
 `
@@ -46,6 +51,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	pcap := fs.String("pcap", "", "write the emulated HCAs' fabric traffic to this pcap file")
 	logLevel := fs.String("log-level", "warn", "log level of the emulated HCAs (debug, info, warn, error)")
 	reboots := fs.Bool("reboots", false, "let a guest reboot (the command runs again after each boot; $HCAEMU_BOOT counts boots from 1)")
+	faults := registerFaultFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, runUsage)
@@ -74,6 +80,11 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hcaemu run: --memory: %v\n", err)
 		return 2
 	}
+	if runFaults, err = faults.start(stderr, defaultControlPath()); err != nil {
+		fmt.Fprintf(stderr, "hcaemu run: %v\n", err)
+		return 2
+	}
+	defer func() { runFaults.close(); runFaults = nil }()
 
 	ctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()

@@ -32,7 +32,7 @@ func startRunDevice(ctx context.Context, socketPath string, guest int) (stop fun
 		if err != nil {
 			return nil, err
 		}
-		if runFabric, err = newHCAs(log, runOptions.pcap); err != nil {
+		if runFabric, err = newHCAs(log, runOptions.pcap, runFaults.decorators()...); err != nil {
 			return nil, err
 		}
 	}

@@ -23,6 +23,7 @@ func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 const serveUsage = `usage: hcaemu serve --socket-path PATH [--socket-path PATH2 ...] [--fd N ...] [--pcap FILE] [--log-level LEVEL]
+                    [--faults PLAN] [--faults-log FILE] [--faults-seed N] [--control SOCK]
        hcaemu serve --print-capabilities
 
 Serves one emulated PVRDMA HCA (PCI 15ad:0820) per vfio-user socket, for
@@ -39,6 +40,7 @@ func serveMain(args []string) int {
 	printCaps := fs.Bool("print-capabilities", false, "print the backend's capabilities as JSON and exit")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	pcap := fs.String("pcap", "", "write every RoCEv2 frame between the HCAs to this pcap file")
+	faults := registerFaultFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -82,7 +84,14 @@ func serveMain(args []string) int {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	h, err := newHCAs(log, *pcap)
+	var faultSet *faultSetup
+	if faults.enabled() {
+		if faultSet, err = faults.start(os.Stderr, ""); err != nil {
+			return fatalf("serve: %v", err)
+		}
+		defer faultSet.close()
+	}
+	h, err := newHCAs(log, *pcap, faultSet.decorators()...)
 	if err != nil {
 		return fatalf("serve: %v", err)
 	}
