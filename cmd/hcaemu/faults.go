@@ -38,6 +38,7 @@ type faultSetup struct {
 	inj     *fault.Injector
 	logFile *os.File
 	control *fault.Control
+	stderr  io.Writer
 }
 
 // start loads the plan, opens the log and listens on the control socket
@@ -59,7 +60,7 @@ func (f *faultFlags) start(stderr io.Writer, controlPath string) (*faultSetup, e
 		}
 		opts.Seed = &seed
 	}
-	s := &faultSetup{}
+	s := &faultSetup{stderr: stderr}
 	if f.log != "" {
 		lf, err := os.Create(f.log)
 		if err != nil {
@@ -98,10 +99,16 @@ func (s *faultSetup) decorators() []fabric.Decorator {
 	return []fabric.Decorator{s.inj.Decorator()}
 }
 
-// close stops the control socket, releases held frames and closes the log.
+// close stops the control socket, releases held frames, prints each
+// rule's counters and closes the log.
 func (s *faultSetup) close() error {
 	if s == nil {
 		return nil
+	}
+	if s.inj != nil {
+		for _, r := range s.inj.Stats().Rules {
+			fmt.Fprintf(s.stderr, "hcaemu: faults: rule %s: fired %d of %d matches\n", r.Name, r.Fired, r.Matched)
+		}
 	}
 	var errs []error
 	if s.control != nil {
