@@ -777,3 +777,34 @@ func rawCommand(t *testing.T, path, line string) fault.Response {
 	}
 	return rsp
 }
+
+// FuzzInjector: any plan the decoder accepts, applied to any frame, never
+// panics; a frame is delivered at most 1 + copies times.
+func FuzzInjector(f *testing.F) {
+	f.Add(`{"rules":[{"action":{"kind":"rewrite","field":"bth.opcode","value":17}},{"match":{"classes":["nak"]},"action":{"kind":"rewrite","field":"aeth.msn","value":5}}]}`, []byte{})
+	f.Add(`{"rules":[{"action":{"kind":"rewrite","field":"bth.tver","value":3}},{"action":{"kind":"corrupt_payload","offset":3}}]}`, []byte{})
+	f.Add(`{"rules":[{"match":{"classes":["cm"]},"action":{"kind":"duplicate","copies":3}},{"action":{"kind":"corrupt_icrc"}}]}`, []byte{1, 2, 3})
+	f.Add(`{"rules":[{"action":{"kind":"reorder","frames":1,"max_hold":"1ms"}}]}`, []byte{})
+	f.Fuzz(func(t *testing.T, plan string, raw []byte) {
+		p, err := fault.DecodePlan(strings.NewReader(plan))
+		if err != nil {
+			return
+		}
+		for _, r := range p.Rules {
+			if r.Action.Kind == fault.ActDelay {
+				return // held for up to 10 s: not for a fuzzer
+			}
+		}
+		n := newNet(t, plan, 1)
+		// A well-formed frame, and the fuzzer's bytes as a frame.
+		n.send(t, 0, pkt{op: roce.RCSendOnly, qpn: 17, psn: 1, payload: 64})
+		frame := fabric.NewFrame()
+		n.ports[0].Send(frame[:copy(frame, raw)])
+		if err := n.inj.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if got := len(n.received(1)); got > 2*17 {
+			t.Fatalf("%d frames delivered", got)
+		}
+	})
+}

@@ -329,12 +329,27 @@ func (inj *Injector) decide(v *frameView, from *fabric.Port, frame []byte, next 
 			if !a.KeepICRC {
 				fixICRC(&v.u)
 			}
+			// The later rules see the packet as rewritten (another opcode
+			// has other headers); one that no longer parses is passed on
+			// as it is.
+			p, err := roce.Parse(v.u.IB)
+			v.p = p
+			if err != nil {
+				inj.writeLog(line)
+				return inj.settle(vd, from)
+			}
 		}
 		inj.writeLog(line)
 		if vd.drop || vd.hold != nil {
 			break // the frame is gone: the later rules do not see it
 		}
 	}
+	return inj.settle(vd, from)
+}
+
+// settle applies a verdict's hold and counts a frame passed on for the
+// reorder holds (mu held).
+func (inj *Injector) settle(vd verdict, from *fabric.Port) verdict {
 	if vd.drop {
 		vd.copies = 0
 	}
