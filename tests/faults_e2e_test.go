@@ -39,7 +39,7 @@ const faultsPlan = `{"seed": 2026, "rules": [
 const guestTry = `try() {
   port=$1; shift
   if [ -z "$HCAEMU_SERVER_IP" ]; then
-    timeout 120 "$@" -p $port 2>&1
+    timeout -t 120s "$@" -p $port 2>&1
     st=$?
   else
     i=0
@@ -92,15 +92,12 @@ exit 0
 		mustContain(t, out, k, regexp.QuoteMeta("RESULT 0 ibv_rc_pingpong -g 1 -c -n 300 -s 4096"),
 			regexp.QuoteMeta("RESULT 0 ib_write_bw -x 1 -F -s 65536 -n 2000"))
 	}
-	// Silent corruption: the side that received the corrupted message
-	// finds it, and its pingpong fails.
+	// Silent corruption: the side that received the corrupted message,
+	// and only it, finds it (ibv_rc_pingpong -c reports a bad page and
+	// carries on: its exit status stays 0).
 	both := strings.Join(append(guestLines(out, 0), guestLines(out, 1)...), "\n")
-	if !strings.Contains(both, "invalid data in page 0") {
-		t.Error("ibv_rc_pingpong -c did not detect the corrupted payload")
-	}
-	if strings.Contains(both, "RESULT 0 ibv_rc_pingpong -g 1 -c -n 50 -s 777") &&
-		!regexp.MustCompile(`RESULT [1-9][0-9]* ibv_rc_pingpong -g 1 -c -n 50 -s 777`).MatchString(both) {
-		t.Error("both sides of the corrupted pingpong succeeded")
+	if n := strings.Count(both, "invalid data in page 0"); n != 1 {
+		t.Errorf("ibv_rc_pingpong -c reported %d corrupted messages, want 1", n)
 	}
 	// All frames to the server's QP dropped: the client runs out of
 	// retries.
