@@ -10,6 +10,7 @@ import (
 
 	"github.com/hcaemu/hcaemu/emu"
 	"github.com/hcaemu/hcaemu/emu/fabric"
+	"github.com/hcaemu/hcaemu/emu/fabric/capture"
 	"github.com/hcaemu/hcaemu/vfio"
 )
 
@@ -20,7 +21,7 @@ import (
 type hcas struct {
 	log  *slog.Logger
 	sw   *fabric.Switch
-	pcap *fabric.PcapWriter
+	pcap *capture.PcapWriter
 }
 
 // newHCAs makes the fabric; with pcapPath every frame is captured there.
@@ -32,13 +33,13 @@ func newHCAs(log *slog.Logger, pcapPath string) (*hcas, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--pcap: %w", err)
 		}
-		w, err := fabric.NewPcapWriter(f, fabric.PcapOptions{Nanosecond: true})
+		w, err := capture.NewPcapWriter(f, capture.PcapOptions{Nanosecond: true})
 		if err != nil {
 			f.Close()
 			return nil, fmt.Errorf("--pcap: %w", err)
 		}
 		h.pcap = w
-		decorators = append(decorators, fabric.Capture(w))
+		decorators = append(decorators, capture.To(w))
 	}
 	h.sw = fabric.NewSwitch(decorators...)
 	return h, nil
