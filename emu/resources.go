@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"github.com/hcaemu/hcaemu/dma"
+	"github.com/hcaemu/hcaemu/emu/mr"
 )
 
 // table is a handle table: handles are small integers in [first, limit),
@@ -87,27 +88,11 @@ type pd struct {
 	refs int    // MRs, QPs and SRQs using it
 }
 
-// mr is a memory region.
-type mr struct {
-	pd       uint32
-	ctx      uint32
-	access   uint32
-	dmaMR    bool   // the kernel's local DMA lkey: GPA addressing
-	frmr     bool   // fast-register MR
-	valid    bool   // FRMRs are invalid until registered
-	start    uint64 // I/O virtual address of byte 0
-	length   uint64
-	pages    dma.Pages
-	lkey     uint32
-	rkey     uint32
-	maxPages uint32 // FRMR page list capacity
-}
-
 // resources are the device's object tables and GID table.
 type resources struct {
 	uc   table[ucontext]
 	pd   table[pd]
-	mr   table[mr]
+	mr   table[mr.Region] // memory regions (package mr checks their keys)
 	cq   table[cq]
 	qp   table[qp]
 	srq  table[srq]
@@ -123,20 +108,18 @@ const maxPinnedPages = 4 << 20
 
 // Access flags (IB).
 const (
-	accLocalWrite   = 1
-	accRemoteWrite  = 2
-	accRemoteRead   = 4
-	accRemoteAtomic = 8
-	accMWBind       = 16
-	accZeroBased    = 32
-	accOnDemand     = 64
-	accKnown        = accLocalWrite | accRemoteWrite | accRemoteRead | accRemoteAtomic | accMWBind | accZeroBased
+	accLocalWrite   = mr.LocalWrite
+	accRemoteWrite  = mr.RemoteWrite
+	accRemoteRead   = mr.RemoteRead
+	accRemoteAtomic = mr.RemoteAtomic
+	accMWBind       = mr.MWBind
+	accKnown        = mr.KnownAccess
 )
 
 func (r *resources) init(c *Caps) {
 	r.uc = newTable[ucontext]("context", 1, c.MaxUAR)
 	r.pd = newTable[pd]("PD", 1, min(c.MaxPD+1, 1<<24))
-	r.mr = newTable[mr]("MR", 1, min(c.MaxMR+1, 1<<24))
+	r.mr = newTable[mr.Region]("MR", 1, min(c.MaxMR+1, 1<<24))
 	r.cq = newTable[cq]("CQ", 1, c.MaxCQ)
 	r.qp = newTable[qp]("QP", 1, min(c.MaxQP, 1<<16))
 	r.qp.reserved = 1 // QPN 1 is the GSI QP's
@@ -194,7 +177,7 @@ func (d *Device) destroyContextObjects(ctx uint32) {
 		}
 	}
 	for _, h := range r.mr.handles() {
-		if m := r.mr.get(h); m.ctx == ctx {
+		if m := r.mr.get(h); m.Ctx == ctx {
 			d.destroyMR(h, m)
 		}
 	}
@@ -262,7 +245,7 @@ func (d *Device) cmdCreateMR(q *req, p *resp) *cmdErr {
 	if access&(accRemoteWrite|accRemoteAtomic) != 0 && access&accLocalWrite == 0 {
 		return fail(errInval, "remote write/atomic access without local write")
 	}
-	m := &mr{pd: pdh, ctx: x.ctx, access: access}
+	m := &mr.Region{PD: pdh, Ctx: x.ctx, Access: access}
 	switch flags {
 	case mrFlagDMA:
 		if x.ctx != 0 {
@@ -271,12 +254,12 @@ func (d *Device) cmdCreateMR(q *req, p *resp) *cmdErr {
 		if access != accLocalWrite {
 			return fail(errInval, "DMA MR access %#x, want LOCAL_WRITE only", access)
 		}
-		m.dmaMR, m.valid = true, true
+		m.DMA, m.Valid = true, true
 	case mrFlagFRMR:
 		if nchunks == 0 || nchunks > maxFRMRPages {
 			return fail(errInval, "FRMR with %d pages (1..%d)", nchunks, maxFRMRPages)
 		}
-		m.frmr, m.maxPages = true, nchunks
+		m.FRMR, m.MaxPages = true, nchunks
 	case 0:
 		if length == 0 || length > d.caps.MaxMRSize {
 			return fail(errInval, "MR length %#x outside 1..%#x", length, d.caps.MaxMRSize)
@@ -293,21 +276,21 @@ func (d *Device) cmdCreateMR(q *req, p *resp) *cmdErr {
 		if e != nil {
 			return e
 		}
-		m.pages, m.start, m.length, m.valid = pages, start, length, true
+		m.Pages, m.Start, m.Length, m.Valid = pages, start, length, true
 	default:
 		return fail(errInval, "MR flags %#x", flags)
 	}
 	h, e := d.res.mr.add(m)
 	if e != nil {
-		d.res.unpin(len(m.pages))
+		d.res.unpin(len(m.Pages))
 		return e
 	}
-	m.lkey = h << 8
-	m.rkey = m.lkey
+	m.LKey = h << 8
+	m.RKey = m.LKey
 	x.refs++
 	p.put32(16, h)
-	p.put32(20, m.lkey)
-	p.put32(24, m.rkey)
+	p.put32(20, m.LKey)
+	p.put32(24, m.RKey)
 	return nil
 }
 
@@ -321,27 +304,10 @@ func (d *Device) cmdDestroyMR(q *req, p *resp) *cmdErr {
 	return nil
 }
 
-func (d *Device) destroyMR(h uint32, m *mr) {
-	d.res.unpin(len(m.pages))
-	if x := d.res.pd.get(m.pd); x != nil {
+func (d *Device) destroyMR(h uint32, m *mr.Region) {
+	d.res.unpin(len(m.Pages))
+	if x := d.res.pd.get(m.PD); x != nil {
 		x.refs--
 	}
 	d.res.mr.del(h)
-}
-
-// lookupKey finds the MR a key names (bits 31:8 select it, the whole key
-// must match).
-func (d *Device) lookupKey(key uint32, remote bool) *mr {
-	m := d.res.mr.get(key >> 8)
-	if m == nil || !m.valid {
-		return nil
-	}
-	if remote {
-		if m.dmaMR || m.rkey != key {
-			return nil
-		}
-	} else if m.lkey != key {
-		return nil
-	}
-	return m
 }
