@@ -40,27 +40,27 @@ type RCConfig struct {
 	SQDepth         uint32 // most send requests the requester holds
 	RetryCnt        uint8
 	RNRRetry        uint8
-	Timeout         uint8 // local ACK timeout, IB encoding (4.096 µs · 2^n)
-	MinRNRTimer     uint8 // IB encoding
-	MaxRdAtomic     uint8 // READ/atomic requests in flight
-	MaxDestRdAtomic uint8 // responder resources
+	Timeout         uint8  // local ACK timeout, IB encoding (4.096 µs · 2^n)
+	MinRNRTimer     uint8  // IB encoding
+	MaxRdAtomic     uint8  // READ/atomic requests in flight
+	MaxDestRdAtomic uint8  // responder resources
 	Access          uint32 // remote access flags (mr.RemoteWrite ...)
 }
 
 // request is a send request the requester has taken from the send queue:
 // its private copy and where it stands on the wire.
 type request struct {
-	wr        SendWR
-	length    uint32
-	first     uint32 // first PSN
-	npsn      uint32 // PSNs it uses: packets, or READ response packets
-	next      uint32 // next packet to (re)send; READ/atomic: 0 or 1 (request sent)
-	resp      uint32 // READ: response packets placed
-	gap       uint32 // READ: 1 + the response index last re-requested after a gap
-	done      bool
-	status    Status // a local error found when it was taken
-	local     bool   // LOCAL_INV / FAST_REG_MR: no packets
-	readOrAtomic bool // READ or atomic
+	wr           SendWR
+	length       uint32
+	first        uint32 // first PSN
+	npsn         uint32 // PSNs it uses: packets, or READ response packets
+	next         uint32 // next packet to (re)send; READ/atomic: 0 or 1 (request sent)
+	resp         uint32 // READ: response packets placed
+	gap          uint32 // READ: 1 + the response index last re-requested after a gap
+	done         bool
+	status       Status // a local error found when it was taken
+	local        bool   // LOCAL_INV / FAST_REG_MR: no packets
+	readOrAtomic bool   // READ or atomic
 }
 
 func (req *request) last() uint32 { return roce.PSNAdd(req.first, int(req.npsn)-1) }
