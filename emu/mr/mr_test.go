@@ -30,7 +30,7 @@ func newSpace() (mr.Space, *dma.Flat, table) {
 		1: {PD: pd, Access: mr.LocalWrite, DMA: true, Valid: true, LKey: dmaKey, RKey: dmaKey},
 		2: {PD: pd, Access: mr.LocalWrite | mr.RemoteRead | mr.RemoteWrite, Valid: true, Start: va, Length: length,
 			Pages: dma.Pages{ramBase + 5*dma.PageSize, ramBase + 2*dma.PageSize, ramBase + 7*dma.PageSize, ramBase},
-			LKey: key, RKey: key},
+			LKey:  key, RKey: key},
 	}
 	return mr.Space{Mem: ram, Regions: regions}, ram, regions
 }
