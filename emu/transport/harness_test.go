@@ -41,7 +41,7 @@ type sentPacket struct {
 
 type harness struct {
 	t       *testing.T
-	q       *RC
+	qp      *RC
 	ram     *dma.Flat
 	regions regionTable
 	sends   []SendWR
@@ -69,10 +69,10 @@ func newHarness(t *testing.T, tweak func(*RCConfig)) *harness {
 	if tweak != nil {
 		tweak(&cfg)
 	}
-	h.q = NewRC(h, h.mem(), nil)
-	h.q.Configure(cfg)
+	h.qp = NewRC(h, h.mem(), nil)
+	h.qp.Configure(cfg)
 	for _, s := range []State{StateInit, StateRTR, StateRTS} {
-		h.q.SetState(s)
+		h.qp.SetState(s)
 	}
 	return h
 }
@@ -105,7 +105,7 @@ func (h *harness) segs(off, n int) []mr.Seg {
 func (h *harness) post(wr SendWR, off, n int) {
 	wr.Segs, wr.Length = h.segs(off, n), uint32(n)
 	h.sends = append(h.sends, wr)
-	h.q.Pump()
+	h.qp.Pump()
 }
 
 // postRecv queues a receive request over [off, off+n).
@@ -125,7 +125,7 @@ func (h *harness) receive(f roce.PacketFields) {
 	if err != nil {
 		h.t.Fatalf("parse %v: %v", f.BTH.Opcode, err)
 	}
-	h.q.Receive(&pkt)
+	h.qp.Receive(&pkt)
 }
 
 // fire expires the armed timer.
@@ -135,7 +135,7 @@ func (h *harness) fire() {
 		h.t.Fatal("timer fired while not armed")
 	}
 	h.timer = 0
-	h.q.Timeout()
+	h.qp.Timeout()
 }
 
 // take returns and forgets the packets sent so far.
@@ -177,7 +177,7 @@ func (h *harness) LocalOp(*SendWR) Status { return StatusSuccess }
 
 func (h *harness) Error(ev Event) {
 	h.events = append(h.events, ev)
-	h.q.SetState(StateErr)
+	h.qp.SetState(StateErr)
 }
 
 func (h *harness) Drained() {}

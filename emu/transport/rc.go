@@ -151,71 +151,71 @@ func NewRC(env Env, mem mr.Space, log *slog.Logger) *RC {
 }
 
 // Configure takes the QP's current attributes.
-func (q *RC) Configure(cfg RCConfig) { q.cfg = cfg }
+func (qp *RC) Configure(cfg RCConfig) { qp.cfg = cfg }
 
 // State is the QP state the transport was last told.
-func (q *RC) State() State { return q.state }
+func (qp *RC) State() State { return qp.state }
 
 // Outstanding is the number of send requests the requester holds.
-func (q *RC) Outstanding() int { return len(q.reqs) }
+func (qp *RC) Outstanding() int { return len(qp.reqs) }
 
 // SetState moves the transport with its QP: RTR latches the expected PSN,
 // RTS the send PSN and retry counters, RESET forgets everything, ERR
 // flushes the requests it holds.
-func (q *RC) SetState(next State) {
-	prev := q.state
-	q.state = next
+func (qp *RC) SetState(next State) {
+	prev := qp.state
+	qp.state = next
 	if next == StateRTR && prev != StateRTR {
-		q.ePSN = q.cfg.RQPSN
+		qp.ePSN = qp.cfg.RQPSN
 	}
 	if next == StateRTS && prev == StateRTR {
-		q.nextPSN = q.cfg.SQPSN
-		q.unacked = q.cfg.SQPSN
-		q.retries = q.cfg.RetryCnt
-		q.rnrRetries = q.cfg.RNRRetry
+		qp.nextPSN = qp.cfg.SQPSN
+		qp.unacked = qp.cfg.SQPSN
+		qp.retries = qp.cfg.RetryCnt
+		qp.rnrRetries = qp.cfg.RNRRetry
 	}
 	switch next {
 	case StateReset:
-		q.Reset()
+		qp.Reset()
 	case StateErr:
 		if prev != StateErr {
-			q.flush()
+			qp.flush()
 		}
 	}
 }
 
 // Reset clears the transport state and cancels its timer (QP to RESET, or
 // destroyed).
-func (q *RC) Reset() {
-	q.env.StopTimer()
-	*q = RC{env: q.env, mem: q.mem, log: q.log, cfg: q.cfg, state: q.state}
+func (qp *RC) Reset() {
+	qp.env.StopTimer()
+	*qp = RC{env: qp.env, mem: qp.mem, log: qp.log, cfg: qp.cfg, state: qp.state}
 }
 
 // ---- requester ---------------------------------------------------------------
 
 // take moves posted requests from the send queue into the requester (at
 // most one queue's worth in flight) and assigns their PSNs.
-func (q *RC) take() {
-	n, ok := q.env.PendingSends()
+func (qp *RC) take() {
+	n, ok := qp.env.PendingSends()
 	if !ok {
 		return
 	}
-	for ; n > 0 && uint32(len(q.reqs)) < q.cfg.SQDepth; n-- {
-		wr, ok := q.env.TakeSend()
+	for ; n > 0 && uint32(len(qp.reqs)) < qp.cfg.SQDepth; n-- {
+		wr, ok := qp.env.TakeSend()
 		if !ok {
 			return
 		}
 		req := &request{wr: wr, status: wr.Status, length: wr.Length}
 		if req.status == StatusSuccess {
-			q.prepare(req)
+			qp.prepare(req)
 		}
-		q.reqs = append(q.reqs, req)
+		qp.reqs = append(qp.reqs, req)
 	}
 }
 
 // prepare checks a request's opcode and assigns its PSNs.
-func (q *RC) prepare(req *request) {
-	pmtu := uint32(q.cfg.PMTU)
+func (qp *RC) prepare(req *request) {
+	pmtu := uint32(qp.cfg.PMTU)
 	switch req.wr.Opcode {
 	case OpSend, OpSendImm, OpSendInv, OpWrite, OpWriteImm:
 		req.npsn = max(1, (req.length+pmtu-1)/pmtu)
@@ -238,30 +238,30 @@ func (q *RC) prepare(req *request) {
 		req.npsn = 0
 		return
 	}
-	req.first = q.nextPSN
-	q.nextPSN = roce.PSNAdd(q.nextPSN, int(req.npsn))
+	req.first = qp.nextPSN
+	qp.nextPSN = roce.PSNAdd(qp.nextPSN, int(req.npsn))
 }
 
 // Pump takes new requests, sends what the window allows, and completes
 // what is done, in order (a send doorbell, or the timer).
-func (q *RC) Pump() {
-	if !sends(q.state) {
+func (qp *RC) Pump() {
+	if !sends(qp.state) {
 		return
 	}
-	if q.state == StateRTS {
-		q.take()
+	if qp.state == StateRTS {
+		qp.take()
 	}
-	q.complete()
-	if q.state == StateErr || q.rnrWait {
+	qp.complete()
+	if qp.state == StateErr || qp.rnrWait {
 		return
 	}
-	path, ok := q.env.Path()
+	path, ok := qp.env.Path()
 	if !ok {
 		return
 	}
 	readsOut := 0
-	maxReads := max(1, int(q.cfg.MaxRdAtomic))
-	for _, req := range q.reqs {
+	maxReads := max(1, int(qp.cfg.MaxRdAtomic))
+	for _, req := range qp.reqs {
 		if req.done || req.local || req.npsn == 0 {
 			if req.status != StatusSuccess || req.local {
 				break // waits for the requests before it
@@ -279,19 +279,19 @@ func (q *RC) Pump() {
 		}
 		for req.next < req.packets() {
 			psn := roce.PSNAdd(req.first, int(req.next))
-			if roce.PSNDiff(psn, q.unacked) >= rcWindow && roce.PSNDiff(psn, q.unacked) > 0 {
+			if roce.PSNDiff(psn, qp.unacked) >= rcWindow && roce.PSNDiff(psn, qp.unacked) > 0 {
 				return
 			}
-			if err := q.sendPacket(path, req); err != nil {
+			if err := qp.sendPacket(path, req); err != nil {
 				if errors.Is(err, ErrPeerBusy) {
-					q.env.Kick(WorkSend, true)
+					qp.env.Kick(WorkSend, true)
 					return
 				}
-				q.failRequest(req, StatusLocProtErr)
+				qp.failRequest(req, StatusLocProtErr)
 				return
 			}
 			req.next++
-			q.armTimer(false)
+			qp.armTimer(false)
 		}
 	}
 }
@@ -325,21 +325,21 @@ func position(i, n uint32) int {
 }
 
 // fields starts the fields of a packet to the QP's peer.
-func (q *RC) fields(op roce.Opcode, psn uint32) roce.PacketFields {
+func (qp *RC) fields(op roce.Opcode, psn uint32) roce.PacketFields {
 	f := roce.PacketFields{}
 	f.BTH.Opcode = op
 	f.BTH.PKey = roce.DefaultPKey
-	f.BTH.DestQP = q.cfg.DestQPN
+	f.BTH.DestQP = qp.cfg.DestQPN
 	f.BTH.PSN = psn
 	return f
 }
 
 // sendPacket sends packet req.next of request req.
-func (q *RC) sendPacket(path Path, req *request) error {
+func (qp *RC) sendPacket(path Path, req *request) error {
 	wr := &req.wr
-	pmtu := uint32(q.cfg.PMTU)
+	pmtu := uint32(qp.cfg.PMTU)
 	i := req.next
-	f := q.fields(0, roce.PSNAdd(req.first, int(i)))
+	f := qp.fields(0, roce.PSNAdd(req.first, int(i)))
 	var n, off uint32
 	pos := position(i, req.npsn)
 	last := pos >= 2
@@ -395,73 +395,73 @@ func (q *RC) sendPacket(path Path, req *request) error {
 		}
 		last = true
 	}
-	q.sinceAck++
-	if last || q.sinceAck >= rcAckEvery {
+	qp.sinceAck++
+	if last || qp.sinceAck >= rcAckEvery {
 		f.BTH.AckReq = true
-		q.sinceAck = 0
+		qp.sinceAck = 0
 	}
 	payload := Payload{Len: int(n)}
 	if n > 0 {
 		payload.Segs, payload.Off = wr.Segs, uint64(off)
 	}
-	return q.env.Transmit(path, f, payload)
+	return qp.env.Transmit(path, f, payload)
 }
 
 // armTimer starts the retransmission timer if it is not running (or
 // restarts it when progress was made).
-func (q *RC) armTimer(restart bool) {
-	timeout := roce.LocalACKTimeout(q.cfg.Timeout)
+func (qp *RC) armTimer(restart bool) {
+	timeout := roce.LocalACKTimeout(qp.cfg.Timeout)
 	if timeout == 0 {
 		return
 	}
-	if q.timerArmed && !restart {
+	if qp.timerArmed && !restart {
 		return
 	}
-	q.startTimer(timeout)
+	qp.startTimer(timeout)
 }
 
-func (q *RC) startTimer(d time.Duration) {
-	q.env.ArmTimer(d)
-	q.timerArmed = true
+func (qp *RC) startTimer(d time.Duration) {
+	qp.env.ArmTimer(d)
+	qp.timerArmed = true
 }
 
-func (q *RC) stopTimer() {
-	q.env.StopTimer()
-	q.timerArmed = false
+func (qp *RC) stopTimer() {
+	qp.env.StopTimer()
+	qp.timerArmed = false
 }
 
 // Timeout handles an expired timer: the end of an RNR wait, or a
 // retransmission timeout.
-func (q *RC) Timeout() {
-	if !q.timerArmed {
+func (qp *RC) Timeout() {
+	if !qp.timerArmed {
 		return
 	}
-	q.timerArmed = false
-	if !sends(q.state) {
+	qp.timerArmed = false
+	if !sends(qp.state) {
 		return
 	}
-	if q.rnrWait {
-		q.rnrWait = false
-		q.rewind(q.unacked)
-		q.Pump()
+	if qp.rnrWait {
+		qp.rnrWait = false
+		qp.rewind(qp.unacked)
+		qp.Pump()
 		return
 	}
-	if !q.outstanding() {
+	if !qp.outstanding() {
 		return
 	}
-	if q.retries == 0 {
-		q.failHead(StatusRetryExc)
+	if qp.retries == 0 {
+		qp.failHead(StatusRetryExc)
 		return
 	}
-	q.retries--
-	q.log.Debug("RC retransmission timeout", "psn", q.unacked, "retries_left", q.retries)
-	q.rewind(q.unacked)
-	q.Pump()
+	qp.retries--
+	qp.log.Debug("RC retransmission timeout", "psn", qp.unacked, "retries_left", qp.retries)
+	qp.rewind(qp.unacked)
+	qp.Pump()
 }
 
 // outstanding reports whether packets await acknowledgement.
-func (q *RC) outstanding() bool {
-	for _, req := range q.reqs {
+func (qp *RC) outstanding() bool {
+	for _, req := range qp.reqs {
 		if !req.done && req.npsn > 0 && req.next > 0 {
 			return true
 		}
@@ -471,8 +471,8 @@ func (q *RC) outstanding() bool {
 
 // rewind goes back to PSN from: every unfinished request at or after it is
 // resent from there (READ and atomic requests whole).
-func (q *RC) rewind(from uint32) {
-	for _, req := range q.reqs {
+func (qp *RC) rewind(from uint32) {
+	for _, req := range qp.reqs {
 		if req.done || req.npsn == 0 {
 			continue
 		}
@@ -492,12 +492,12 @@ func (q *RC) rewind(from uint32) {
 			req.next = uint32(roce.PSNDiff(from, req.first))
 		}
 	}
-	q.sinceAck = 0
+	qp.sinceAck = 0
 }
 
 // acked handles a cumulative acknowledgement of every PSN up to psn.
-func (q *RC) acked(psn uint32, progress bool) {
-	for _, req := range q.reqs {
+func (qp *RC) acked(psn uint32, progress bool) {
+	for _, req := range qp.reqs {
 		if req.done || req.npsn == 0 {
 			continue
 		}
@@ -508,92 +508,92 @@ func (q *RC) acked(psn uint32, progress bool) {
 			// Acknowledged past a READ/atomic whose response never came:
 			// it was lost; retry it.
 			if req.next > 0 {
-				q.rewind(req.first)
+				qp.rewind(req.first)
 			}
 			break
 		}
 		req.done = true
 	}
-	if roce.PSNDiff(psn, q.unacked) >= 0 {
-		q.unacked = roce.PSNAdd(psn, 1)
+	if roce.PSNDiff(psn, qp.unacked) >= 0 {
+		qp.unacked = roce.PSNAdd(psn, 1)
 		progress = true
 	}
 	if progress {
-		q.retries = q.cfg.RetryCnt
-		q.rnrRetries = q.cfg.RNRRetry
+		qp.retries = qp.cfg.RetryCnt
+		qp.rnrRetries = qp.cfg.RNRRetry
 	}
 }
 
 // complete posts completions for finished requests at the head, in order.
-func (q *RC) complete() {
-	for len(q.reqs) > 0 && q.state != StateErr {
-		req := q.reqs[0]
+func (qp *RC) complete() {
+	for len(qp.reqs) > 0 && qp.state != StateErr {
+		req := qp.reqs[0]
 		switch {
 		case req.status != StatusSuccess:
-			q.failRequest(req, req.status)
+			qp.failRequest(req, req.status)
 			return
 		case req.local:
-			if status := q.env.LocalOp(&req.wr); status != StatusSuccess {
-				q.failRequest(req, status)
+			if status := qp.env.LocalOp(&req.wr); status != StatusSuccess {
+				qp.failRequest(req, status)
 				return
 			}
 			req.done = true
 		case !req.done:
-			if !q.outstanding() {
-				q.stopTimer()
+			if !qp.outstanding() {
+				qp.stopTimer()
 			}
 			return
 		}
-		q.reqs = q.reqs[1:]
-		q.completeSend(&req.wr, StatusSuccess, req.length)
+		qp.reqs = qp.reqs[1:]
+		qp.completeSend(&req.wr, StatusSuccess, req.length)
 	}
-	if len(q.reqs) == 0 {
-		q.stopTimer()
-		q.env.Drained()
+	if len(qp.reqs) == 0 {
+		qp.stopTimer()
+		qp.env.Drained()
 	}
 }
 
 // completeSend posts the send completion of wr.
-func (q *RC) completeSend(wr *SendWR, status Status, byteLen uint32) {
-	q.env.Complete(Completion{WRID: wr.ID, Status: status, Opcode: wr.Opcode.Completion(),
+func (qp *RC) completeSend(wr *SendWR, status Status, byteLen uint32) {
+	qp.env.Complete(Completion{WRID: wr.ID, Status: status, Opcode: wr.Opcode.Completion(),
 		ByteLen: byteLen, Signaled: wr.Signaled})
 }
 
 // completeRecv posts a receive completion.
-func (q *RC) completeRecv(c Completion) {
+func (qp *RC) completeRecv(c Completion) {
 	c.Recv = true
-	q.env.Complete(c)
+	qp.env.Complete(c)
 }
 
 // failRequest completes the failed request req and moves the QP to ERR:
 // the finished requests before it complete first, everything after it is
 // flushed.
-func (q *RC) failRequest(req *request, status Status) {
-	for len(q.reqs) > 0 && q.reqs[0] != req && q.reqs[0].done {
-		head := q.reqs[0]
-		q.reqs = q.reqs[1:]
-		q.completeSend(&head.wr, StatusSuccess, head.length)
+func (qp *RC) failRequest(req *request, status Status) {
+	for len(qp.reqs) > 0 && qp.reqs[0] != req && qp.reqs[0].done {
+		head := qp.reqs[0]
+		qp.reqs = qp.reqs[1:]
+		qp.completeSend(&head.wr, StatusSuccess, head.length)
 	}
-	for i, held := range q.reqs {
+	for i, held := range qp.reqs {
 		if held == req {
-			q.reqs = q.reqs[i+1:]
+			qp.reqs = qp.reqs[i+1:]
 			break
 		}
 	}
-	q.completeSend(&req.wr, status, 0)
+	qp.completeSend(&req.wr, status, 0)
 	ev := EventQPRequestErr
 	if status == StatusLocProtErr || status == StatusRemAccess {
 		ev = EventQPAccessError
 	}
-	q.env.Error(ev)
+	qp.env.Error(ev)
 }
 
 // failHead fails the oldest request not done with status (retry and RNR
 // retry exhaustion).
-func (q *RC) failHead(status Status) {
-	for _, req := range q.reqs {
+func (qp *RC) failHead(status Status) {
+	for _, req := range qp.reqs {
 		if !req.done {
-			q.failRequest(req, status)
+			qp.failRequest(req, status)
 			return
 		}
 	}
@@ -603,34 +603,34 @@ func (q *RC) failHead(status Status) {
 // after completing the finished ones before it. A NAK names a PSN, but
 // under go-back-N every request before the NAKed PSN is acknowledged by
 // the NAK itself, so the first unfinished request is the one that failed.
-func (q *RC) failFirstUnfinished(status Status) {
-	for _, req := range q.reqs {
+func (qp *RC) failFirstUnfinished(status Status) {
+	for _, req := range qp.reqs {
 		if req.done || req.npsn == 0 {
 			continue
 		}
-		q.failRequest(req, status)
+		qp.failRequest(req, status)
 		return
 	}
 }
 
 // flush completes every request the requester holds, and the receive
 // request of a SEND in progress, with WR_FLUSH_ERR.
-func (q *RC) flush() {
-	reqs := q.reqs
-	q.reqs = nil
-	q.stopTimer()
+func (qp *RC) flush() {
+	reqs := qp.reqs
+	qp.reqs = nil
+	qp.stopTimer()
 	for _, req := range reqs {
-		q.completeSend(&req.wr, StatusWRFlushErr, 0)
+		qp.completeSend(&req.wr, StatusWRFlushErr, 0)
 	}
-	if recv := q.recv; recv != nil {
-		q.recv = nil
-		q.completeRecv(Completion{WRID: recv.ID, Opcode: WCRecv, Status: StatusWRFlushErr})
+	if recv := qp.recv; recv != nil {
+		qp.recv = nil
+		qp.completeRecv(Completion{WRID: recv.ID, Opcode: WCRecv, Status: StatusWRFlushErr})
 	}
 }
 
 // response handles ACK, NAK, READ response and atomic acknowledge packets.
-func (q *RC) response(pkt *roce.Packet) {
-	if !sends(q.state) {
+func (qp *RC) response(pkt *roce.Packet) {
+	if !sends(qp.state) {
 		return
 	}
 	op := pkt.Opcode()
@@ -643,46 +643,46 @@ func (q *RC) response(pkt *roce.Packet) {
 	case roce.RCAcknowledge:
 		switch {
 		case syn.IsACK():
-			q.acked(psn, false)
+			qp.acked(psn, false)
 		case syn.IsRNRNAK():
-			q.acked(roce.PSNAdd(psn, -1), false)
-			if q.rnrRetries == 0 {
-				q.failHead(StatusRNRRetryExc)
+			qp.acked(roce.PSNAdd(psn, -1), false)
+			if qp.rnrRetries == 0 {
+				qp.failHead(StatusRNRRetryExc)
 				return
 			}
-			if q.rnrRetries != rcInfiniteRNR {
-				q.rnrRetries--
+			if qp.rnrRetries != rcInfiniteRNR {
+				qp.rnrRetries--
 			}
-			q.unacked = psn
-			q.rnrWait = true
-			q.startTimer(roce.RNRTimer(syn.Code()))
+			qp.unacked = psn
+			qp.rnrWait = true
+			qp.startTimer(roce.RNRTimer(syn.Code()))
 			return
 		case syn.IsNAK():
-			q.acked(roce.PSNAdd(psn, -1), false)
+			qp.acked(roce.PSNAdd(psn, -1), false)
 			switch roce.NAKCode(syn.Code()) {
 			case roce.NAKPSNSequenceError:
-				if q.retries == 0 {
-					q.failHead(StatusRetryExc)
+				if qp.retries == 0 {
+					qp.failHead(StatusRetryExc)
 					return
 				}
-				q.retries--
-				q.unacked = psn
-				q.rewind(psn)
+				qp.retries--
+				qp.unacked = psn
+				qp.rewind(psn)
 			case roce.NAKInvalidRequest, roce.NAKInvalidRDRequest:
-				q.failFirstUnfinished(StatusRemInvReq)
+				qp.failFirstUnfinished(StatusRemInvReq)
 				return
 			case roce.NAKRemoteAccessError:
-				q.failFirstUnfinished(StatusRemAccess)
+				qp.failFirstUnfinished(StatusRemAccess)
 				return
 			default:
-				q.failFirstUnfinished(StatusRemOpErr)
+				qp.failFirstUnfinished(StatusRemOpErr)
 				return
 			}
 		}
 	case roce.RCRDMAReadResponseFirst, roce.RCRDMAReadResponseMiddle, roce.RCRDMAReadResponseLast, roce.RCRDMAReadResponseOnly:
-		q.readResponse(pkt)
+		qp.readResponse(pkt)
 	case roce.RCAtomicAcknowledge:
-		for _, req := range q.reqs {
+		for _, req := range qp.reqs {
 			if req.done || req.npsn == 0 {
 				continue
 			}
@@ -691,38 +691,38 @@ func (q *RC) response(pkt *roce.Packet) {
 			}
 			var orig [8]byte
 			binary.LittleEndian.PutUint64(orig[:], pkt.AtomicAckETH.OrigData())
-			if err := q.mem.Copy(req.wr.Segs, 0, orig[:], true); err != nil {
-				q.failRequest(req, StatusLocProtErr)
+			if err := qp.mem.Copy(req.wr.Segs, 0, orig[:], true); err != nil {
+				qp.failRequest(req, StatusLocProtErr)
 				return
 			}
-			q.acked(roce.PSNAdd(psn, -1), true)
+			qp.acked(roce.PSNAdd(psn, -1), true)
 			req.done = true
-			q.acked(psn, true)
+			qp.acked(psn, true)
 			break
 		}
 	default:
 		return
 	}
-	q.afterProgress()
+	qp.afterProgress()
 }
 
 // afterProgress completes, re-arms the timer and sends more.
-func (q *RC) afterProgress() {
-	q.complete()
-	if q.state == StateErr {
+func (qp *RC) afterProgress() {
+	qp.complete()
+	if qp.state == StateErr {
 		return
 	}
-	if q.outstanding() {
-		q.armTimer(true)
+	if qp.outstanding() {
+		qp.armTimer(true)
 	}
-	q.Pump()
+	qp.Pump()
 }
 
 // readResponse places one READ response packet.
-func (q *RC) readResponse(pkt *roce.Packet) {
+func (qp *RC) readResponse(pkt *roce.Packet) {
 	psn := pkt.BTH.PSN()
 	var req *request
-	for _, held := range q.reqs {
+	for _, held := range qp.reqs {
 		if held.done || held.npsn == 0 {
 			continue
 		}
@@ -740,7 +740,7 @@ func (q *RC) readResponse(pkt *roce.Packet) {
 		// instead of waiting for the timer.
 		if roce.PSNDiff(psn, want) > 0 && req.gap != req.resp+1 {
 			req.gap = req.resp + 1
-			q.rewind(want)
+			qp.rewind(want)
 		}
 		return
 	}
@@ -748,26 +748,26 @@ func (q *RC) readResponse(pkt *roce.Packet) {
 	wantFirst := req.resp == 0
 	isFirst := op == roce.RCRDMAReadResponseFirst || op == roce.RCRDMAReadResponseOnly
 	isLast := op == roce.RCRDMAReadResponseLast || op == roce.RCRDMAReadResponseOnly
-	pmtu := uint32(q.cfg.PMTU)
+	pmtu := uint32(qp.cfg.PMTU)
 	off := req.resp * pmtu
 	want := min(pmtu, req.length-min(off, req.length))
 	if wantFirst != isFirst || isLast != (req.resp+1 == req.npsn) || uint32(len(pkt.Payload)) != want {
-		q.failRequest(req, StatusBadRespErr)
+		qp.failRequest(req, StatusBadRespErr)
 		return
 	}
 	if want > 0 {
-		if err := q.mem.Copy(req.wr.Segs, uint64(off), pkt.Payload, true); err != nil {
-			q.failRequest(req, StatusLocProtErr)
+		if err := qp.mem.Copy(req.wr.Segs, uint64(off), pkt.Payload, true); err != nil {
+			qp.failRequest(req, StatusLocProtErr)
 			return
 		}
 	}
 	req.resp++
 	// The response implicitly acknowledges everything before the READ.
-	q.acked(roce.PSNAdd(req.first, -1), true)
-	q.retries = q.cfg.RetryCnt
+	qp.acked(roce.PSNAdd(req.first, -1), true)
+	qp.retries = qp.cfg.RetryCnt
 	if isLast {
 		req.done = true
-		q.acked(req.last(), true)
+		qp.acked(req.last(), true)
 	}
 }
 
@@ -775,37 +775,37 @@ func (q *RC) readResponse(pkt *roce.Packet) {
 
 // Receive handles an RC packet for this QP (a request for the responder,
 // or a response for the requester).
-func (q *RC) Receive(pkt *roce.Packet) {
+func (qp *RC) Receive(pkt *roce.Packet) {
 	op := pkt.Opcode()
 	info, _ := op.Info()
 	if info.Response {
-		q.response(pkt)
+		qp.response(pkt)
 		return
 	}
-	if !receives(q.state) {
+	if !receives(qp.state) {
 		return
 	}
 	psn := pkt.BTH.PSN()
-	diff := roce.PSNDiff(psn, q.ePSN)
+	diff := roce.PSNDiff(psn, qp.ePSN)
 	switch {
 	case diff > 0:
-		if !q.nakSent {
-			q.nakSent = true
-			q.sendAck(q.ePSN, roce.NAKSyndrome(roce.NAKPSNSequenceError))
+		if !qp.nakSent {
+			qp.nakSent = true
+			qp.sendAck(qp.ePSN, roce.NAKSyndrome(roce.NAKPSNSequenceError))
 		}
 		return
 	case diff < 0:
-		q.duplicate(pkt)
+		qp.duplicate(pkt)
 		return
 	}
-	q.nakSent = false
-	q.execute(pkt)
+	qp.nakSent = false
+	qp.execute(pkt)
 }
 
 // sendAck sends an ACK or NAK with the current MSN, after any responses
 // still queued.
-func (q *RC) sendAck(psn uint32, syn roce.Syndrome) {
-	q.respond(respItem{kind: respAck, psn: psn, syn: syn})
+func (qp *RC) sendAck(psn uint32, syn roce.Syndrome) {
+	qp.respond(respItem{kind: respAck, psn: psn, syn: syn})
 }
 
 // respond sends a response now, or queues it behind the ones waiting.
@@ -814,8 +814,8 @@ func (q *RC) sendAck(psn uint32, syn roce.Syndrome) {
 // queued: an ACK replaces a queued ACK at the tail (ACKs are cumulative),
 // and beyond maxQueuedResponses a response is dropped (the requester's
 // retry asks again).
-func (q *RC) respond(item respItem) {
-	out := q.out
+func (qp *RC) respond(item respItem) {
+	out := qp.out
 	switch {
 	case len(out) > 1 && item.kind == respAck && out[len(out)-1].kind == respAck:
 		out[len(out)-1] = item
@@ -823,62 +823,62 @@ func (q *RC) respond(item respItem) {
 	case len(out) >= maxQueuedResponses:
 		return
 	}
-	q.out = append(out, item)
-	if len(q.out) == 1 {
-		q.FlushResponses()
+	qp.out = append(out, item)
+	if len(qp.out) == 1 {
+		qp.FlushResponses()
 	}
 }
 
 // FlushResponses sends queued responses in order: at most respBatch READ
 // response packets per call; the device is kicked to go on (later, when the
 // requester's queue is full).
-func (q *RC) FlushResponses() {
+func (qp *RC) FlushResponses() {
 	budget := respBatch
-	for len(q.out) > 0 {
-		item := &q.out[0]
+	for len(qp.out) > 0 {
+		item := &qp.out[0]
 		var err error
 		switch item.kind {
 		case respAck:
-			err = q.sendAckNow(item.psn, item.syn)
+			err = qp.sendAckNow(item.psn, item.syn)
 		case respAtomic:
-			err = q.atomicAck(&item.res)
+			err = qp.atomicAck(&item.res)
 		case respRead:
 			for err == nil && item.next < item.res.count() && budget > 0 {
-				if err = q.readPacket(&item.res, item.next); err == nil {
+				if err = qp.readPacket(&item.res, item.next); err == nil {
 					item.next++
 					budget--
 				}
 			}
 			if err == nil && item.next < item.res.count() {
-				q.env.Kick(WorkRespond, false)
+				qp.env.Kick(WorkRespond, false)
 				return
 			}
 		}
 		if errors.Is(err, ErrPeerBusy) {
-			q.env.Kick(WorkRespond, true)
+			qp.env.Kick(WorkRespond, true)
 			return
 		}
-		q.out = q.out[1:]
+		qp.out = qp.out[1:]
 	}
-	q.out = nil
+	qp.out = nil
 }
 
 // sendAckNow sends an ACK or NAK with the current MSN.
-func (q *RC) sendAckNow(psn uint32, syn roce.Syndrome) error {
-	path, ok := q.env.Path()
+func (qp *RC) sendAckNow(psn uint32, syn roce.Syndrome) error {
+	path, ok := qp.env.Path()
 	if !ok {
 		return nil
 	}
-	f := q.fields(roce.RCAcknowledge, psn)
-	f.AETH = roce.AETHFields{Syndrome: syn, MSN: q.msn}
-	return q.env.Transmit(path, f, Payload{})
+	f := qp.fields(roce.RCAcknowledge, psn)
+	f.AETH = roce.AETHFields{Syndrome: syn, MSN: qp.msn}
+	return qp.env.Transmit(path, f, Payload{})
 }
 
 // nak sends a class-C NAK (at once: the QP stops here) and moves the QP to
 // ERR.
-func (q *RC) nak(psn uint32, code roce.NAKCode, ev Event) {
-	q.sendAckNow(psn, roce.NAKSyndrome(code))
-	q.env.Error(ev)
+func (qp *RC) nak(psn uint32, code roce.NAKCode, ev Event) {
+	qp.sendAckNow(psn, roce.NAKSyndrome(code))
+	qp.env.Error(ev)
 }
 
 func isSendOp(op roce.Opcode) bool {
@@ -891,7 +891,7 @@ func isWriteOp(op roce.Opcode) bool {
 
 // execute runs the validation pipeline (rocev2.md §4.2) and executes an
 // in-order request packet.
-func (q *RC) execute(pkt *roce.Packet) {
+func (qp *RC) execute(pkt *roce.Packet) {
 	op := pkt.Opcode()
 	info, _ := op.Info()
 	psn := pkt.BTH.PSN()
@@ -900,37 +900,37 @@ func (q *RC) execute(pkt *roce.Packet) {
 	// 1. Opcode sequence.
 	switch {
 	case isSendOp(op):
-		if q.inWrite || (q.inSend && first) || (!q.inSend && !first) {
-			q.nak(psn, roce.NAKInvalidRequest, EventQPRequestErr)
+		if qp.inWrite || (qp.inSend && first) || (!qp.inSend && !first) {
+			qp.nak(psn, roce.NAKInvalidRequest, EventQPRequestErr)
 			return
 		}
 	case isWriteOp(op):
-		if q.inSend || (q.inWrite && first) || (!q.inWrite && !first) {
-			q.nak(psn, roce.NAKInvalidRequest, EventQPRequestErr)
+		if qp.inSend || (qp.inWrite && first) || (!qp.inWrite && !first) {
+			qp.nak(psn, roce.NAKInvalidRequest, EventQPRequestErr)
 			return
 		}
 	default:
-		if q.inSend || q.inWrite {
-			q.nak(psn, roce.NAKInvalidRequest, EventQPRequestErr)
+		if qp.inSend || qp.inWrite {
+			qp.nak(psn, roce.NAKInvalidRequest, EventQPRequestErr)
 			return
 		}
 	}
 	// 2, 3. QP access flags and responder resources.
-	access := q.cfg.Access
+	access := qp.cfg.Access
 	switch {
 	case op == roce.RCRDMAReadRequest:
-		if access&mr.RemoteRead == 0 || q.cfg.MaxDestRdAtomic == 0 {
-			q.nak(psn, roce.NAKInvalidRequest, EventQPRequestErr)
+		if access&mr.RemoteRead == 0 || qp.cfg.MaxDestRdAtomic == 0 {
+			qp.nak(psn, roce.NAKInvalidRequest, EventQPRequestErr)
 			return
 		}
 	case op == roce.RCCompareSwap || op == roce.RCFetchAdd:
-		if access&mr.RemoteAtomic == 0 || q.cfg.MaxDestRdAtomic == 0 {
-			q.nak(psn, roce.NAKInvalidRequest, EventQPRequestErr)
+		if access&mr.RemoteAtomic == 0 || qp.cfg.MaxDestRdAtomic == 0 {
+			qp.nak(psn, roce.NAKInvalidRequest, EventQPRequestErr)
 			return
 		}
 	case isWriteOp(op) && first:
 		if access&mr.RemoteWrite == 0 {
-			q.nak(psn, roce.NAKInvalidRequest, EventQPRequestErr)
+			qp.nak(psn, roce.NAKInvalidRequest, EventQPRequestErr)
 			return
 		}
 	}
@@ -940,196 +940,196 @@ func (q *RC) execute(pkt *roce.Packet) {
 	if needRQ {
 		var status Status
 		var ok bool
-		recv, status, ok = q.env.PeekRecv()
+		recv, status, ok = qp.env.PeekRecv()
 		if !ok {
-			q.sendAck(psn, roce.RNRNAKSyndrome(q.cfg.MinRNRTimer))
+			qp.sendAck(psn, roce.RNRNAKSyndrome(qp.cfg.MinRNRTimer))
 			return
 		}
 		if status != StatusSuccess {
-			q.env.PopRecv()
-			q.completeRecv(Completion{WRID: recv.ID, Opcode: WCRecv, Status: StatusLocQPOpErr})
-			q.nak(psn, roce.NAKRemoteOperationalErr, EventQPFatal)
+			qp.env.PopRecv()
+			qp.completeRecv(Completion{WRID: recv.ID, Opcode: WCRecv, Status: StatusLocQPOpErr})
+			qp.nak(psn, roce.NAKRemoteOperationalErr, EventQPFatal)
 			return
 		}
 	}
 	// 5. Lengths.
-	pmtu := q.cfg.PMTU
+	pmtu := qp.cfg.PMTU
 	if roce.CheckPayloadLen(op, len(pkt.Payload), pmtu) != nil {
-		q.nak(psn, roce.NAKInvalidRequest, EventQPRequestErr)
+		qp.nak(psn, roce.NAKInvalidRequest, EventQPRequestErr)
 		return
 	}
 	payload := pkt.Payload
 	switch {
 	case isSendOp(op):
 		if first {
-			q.env.PopRecv()
+			qp.env.PopRecv()
 			held := recv
-			q.recv, q.recvOff, q.inSend = &held, 0, true
+			qp.recv, qp.recvOff, qp.inSend = &held, 0, true
 		}
-		cur := q.recv
-		if q.recvOff+uint64(len(payload)) > uint64(cur.Cap) {
+		cur := qp.recv
+		if qp.recvOff+uint64(len(payload)) > uint64(cur.Cap) {
 			// 9. Larger than the receive buffers.
-			q.recv, q.inSend = nil, false
-			q.completeRecv(Completion{WRID: cur.ID, Opcode: WCRecv, Status: StatusLocLenErr})
-			q.nak(psn, roce.NAKInvalidRequest, EventQPRequestErr)
+			qp.recv, qp.inSend = nil, false
+			qp.completeRecv(Completion{WRID: cur.ID, Opcode: WCRecv, Status: StatusLocLenErr})
+			qp.nak(psn, roce.NAKInvalidRequest, EventQPRequestErr)
 			return
 		}
-		if err := q.mem.Copy(cur.Segs, q.recvOff, payload, true); err != nil {
-			q.recv, q.inSend = nil, false
-			q.completeRecv(Completion{WRID: cur.ID, Opcode: WCRecv, Status: StatusLocProtErr})
-			q.nak(psn, roce.NAKRemoteOperationalErr, EventQPAccessError)
+		if err := qp.mem.Copy(cur.Segs, qp.recvOff, payload, true); err != nil {
+			qp.recv, qp.inSend = nil, false
+			qp.completeRecv(Completion{WRID: cur.ID, Opcode: WCRecv, Status: StatusLocProtErr})
+			qp.nak(psn, roce.NAKRemoteOperationalErr, EventQPAccessError)
 			return
 		}
-		q.recvOff += uint64(len(payload))
+		qp.recvOff += uint64(len(payload))
 		if last {
-			q.recv, q.inSend = nil, false
-			c := Completion{WRID: cur.ID, Opcode: WCRecv, ByteLen: uint32(q.recvOff)}
+			qp.recv, qp.inSend = nil, false
+			c := Completion{WRID: cur.ID, Opcode: WCRecv, ByteLen: uint32(qp.recvOff)}
 			if pkt.ImmDt != nil {
 				copy(c.Imm[:], pkt.ImmDt)
 				c.HasImm = true
 			}
 			if pkt.IETH != nil {
 				key := pkt.IETH.RKey()
-				if !q.mem.Invalidate(q.cfg.PD, key) {
+				if !qp.mem.Invalidate(qp.cfg.PD, key) {
 					c.Status = StatusRemInvReq
-					q.completeRecv(c)
-					q.env.Error(EventQPRequestErr)
+					qp.completeRecv(c)
+					qp.env.Error(EventQPRequestErr)
 					return
 				}
 				binary.LittleEndian.PutUint32(c.Imm[:], key)
 				c.Invalidated = true
 			}
-			q.msn = roce.PSNAdd(q.msn, 1)
+			qp.msn = roce.PSNAdd(qp.msn, 1)
 			c.Solicited = pkt.BTH.SE()
-			q.completeRecv(c)
+			qp.completeRecv(c)
 		}
 	case isWriteOp(op):
 		if first {
 			reth := pkt.RETH
 			va, key, n := reth.VA(), reth.RKey(), uint64(reth.DMALength())
 			if n > maxRDMAMessage {
-				q.nak(psn, roce.NAKInvalidRequest, EventQPRequestErr)
+				qp.nak(psn, roce.NAKInvalidRequest, EventQPRequestErr)
 				return
 			}
 			var ref mr.Ref
 			if n > 0 {
 				var ok bool
-				if ref, ok = q.mem.Remote(q.cfg.PD, key, va, n, mr.RemoteWrite); !ok {
-					q.nak(psn, roce.NAKRemoteAccessError, EventQPAccessError)
+				if ref, ok = qp.mem.Remote(qp.cfg.PD, key, va, n, mr.RemoteWrite); !ok {
+					qp.nak(psn, roce.NAKRemoteAccessError, EventQPAccessError)
 					return
 				}
 			}
-			q.writeRef, q.writeVA, q.writeRem, q.inWrite = ref, va, n, true
-			q.writeLen = uint32(n)
+			qp.writeRef, qp.writeVA, qp.writeRem, qp.inWrite = ref, va, n, true
+			qp.writeLen = uint32(n)
 		}
 		// 7. Payload against the RETH length.
 		n := uint64(len(payload))
-		if n > q.writeRem || (!last && n != uint64(pmtu)) || (last && n != q.writeRem) {
-			q.inWrite = false
-			q.nak(psn, roce.NAKInvalidRequest, EventQPRequestErr)
+		if n > qp.writeRem || (!last && n != uint64(pmtu)) || (last && n != qp.writeRem) {
+			qp.inWrite = false
+			qp.nak(psn, roce.NAKInvalidRequest, EventQPRequestErr)
 			return
 		}
 		if n > 0 {
-			if err := q.mem.Write(q.writeRef, q.writeVA, payload); err != nil {
-				q.inWrite = false
-				q.nak(psn, roce.NAKRemoteOperationalErr, EventQPFatal)
+			if err := qp.mem.Write(qp.writeRef, qp.writeVA, payload); err != nil {
+				qp.inWrite = false
+				qp.nak(psn, roce.NAKRemoteOperationalErr, EventQPFatal)
 				return
 			}
 		}
-		q.writeVA += n
-		q.writeRem -= n
+		qp.writeVA += n
+		qp.writeRem -= n
 		if last {
-			q.inWrite = false
-			q.msn = roce.PSNAdd(q.msn, 1)
+			qp.inWrite = false
+			qp.msn = roce.PSNAdd(qp.msn, 1)
 			if needRQ {
-				q.env.PopRecv()
-				c := Completion{WRID: recv.ID, Opcode: WCRecvWriteImm, ByteLen: q.writeLen, HasImm: true,
+				qp.env.PopRecv()
+				c := Completion{WRID: recv.ID, Opcode: WCRecvWriteImm, ByteLen: qp.writeLen, HasImm: true,
 					Solicited: pkt.BTH.SE()}
 				copy(c.Imm[:], pkt.ImmDt)
-				q.completeRecv(c)
+				qp.completeRecv(c)
 			}
 		}
 	case op == roce.RCRDMAReadRequest:
 		reth := pkt.RETH
 		va, key, n := reth.VA(), reth.RKey(), reth.DMALength()
 		if uint64(n) > maxRDMAMessage {
-			q.nak(psn, roce.NAKInvalidRequest, EventQPRequestErr)
+			qp.nak(psn, roce.NAKInvalidRequest, EventQPRequestErr)
 			return
 		}
 		if n > 0 {
-			if _, ok := q.mem.Remote(q.cfg.PD, key, va, uint64(n), mr.RemoteRead); !ok {
-				q.nak(psn, roce.NAKRemoteAccessError, EventQPAccessError)
+			if _, ok := qp.mem.Remote(qp.cfg.PD, key, va, uint64(n), mr.RemoteRead); !ok {
+				qp.nak(psn, roce.NAKRemoteAccessError, EventQPAccessError)
 				return
 			}
 		}
 		count := max(1, (n+uint32(pmtu)-1)/uint32(pmtu))
-		res := q.newResource()
+		res := qp.newResource()
 		*res = resource{valid: true, first: psn, last: roce.PSNAdd(psn, int(count)-1), va: va, rkey: key, length: n}
-		q.msn = roce.PSNAdd(q.msn, 1)
-		q.ePSN = roce.PSNAdd(psn, int(count))
-		q.readRespond(res, psn)
+		qp.msn = roce.PSNAdd(qp.msn, 1)
+		qp.ePSN = roce.PSNAdd(psn, int(count))
+		qp.readRespond(res, psn)
 		return
 	case op == roce.RCCompareSwap || op == roce.RCFetchAdd:
 		atomicETH := pkt.AtomicETH
 		va, key := atomicETH.VA(), atomicETH.RKey()
 		if va%8 != 0 {
-			q.nak(psn, roce.NAKInvalidRequest, EventQPRequestErr)
+			qp.nak(psn, roce.NAKInvalidRequest, EventQPRequestErr)
 			return
 		}
-		ref, ok := q.mem.Remote(q.cfg.PD, key, va, 8, mr.RemoteAtomic)
+		ref, ok := qp.mem.Remote(qp.cfg.PD, key, va, 8, mr.RemoteAtomic)
 		if !ok {
-			q.nak(psn, roce.NAKRemoteAccessError, EventQPAccessError)
+			qp.nak(psn, roce.NAKRemoteAccessError, EventQPAccessError)
 			return
 		}
-		orig, err := q.mem.Atomic(ref, va, op == roce.RCCompareSwap, atomicETH.Compare(), atomicETH.SwapAdd())
+		orig, err := qp.mem.Atomic(ref, va, op == roce.RCCompareSwap, atomicETH.Compare(), atomicETH.SwapAdd())
 		if err != nil {
-			q.nak(psn, roce.NAKRemoteOperationalErr, EventQPFatal)
+			qp.nak(psn, roce.NAKRemoteOperationalErr, EventQPFatal)
 			return
 		}
-		res := q.newResource()
+		res := qp.newResource()
 		*res = resource{valid: true, atomic: true, first: psn, last: psn, va: va, rkey: key, length: 8, orig: orig}
-		q.msn = roce.PSNAdd(q.msn, 1)
-		q.ePSN = roce.PSNAdd(psn, 1)
-		q.respond(respItem{kind: respAtomic, res: *res})
+		qp.msn = roce.PSNAdd(qp.msn, 1)
+		qp.ePSN = roce.PSNAdd(psn, 1)
+		qp.respond(respItem{kind: respAtomic, res: *res})
 		return
 	default:
-		q.nak(psn, roce.NAKInvalidRequest, EventQPRequestErr)
+		qp.nak(psn, roce.NAKInvalidRequest, EventQPRequestErr)
 		return
 	}
-	q.ePSN = roce.PSNAdd(psn, 1)
+	qp.ePSN = roce.PSNAdd(psn, 1)
 	if pkt.BTH.AckReq() {
-		q.sendAck(psn, roce.SyndromeACKNoCredit)
+		qp.sendAck(psn, roce.SyndromeACKNoCredit)
 	}
 }
 
 // newResource recycles the oldest responder resource.
-func (q *RC) newResource() *resource {
-	res := &q.res[q.resNext]
-	q.resNext = (q.resNext + 1) % rcResources
+func (qp *RC) newResource() *resource {
+	res := &qp.res[qp.resNext]
+	qp.resNext = (qp.resNext + 1) % rcResources
 	return res
 }
 
 // readRespond queues the READ responses of resource res from PSN from on
 // (a duplicate READ restarts a stream still queued).
-func (q *RC) readRespond(res *resource, from uint32) {
+func (qp *RC) readRespond(res *resource, from uint32) {
 	next := uint32(roce.PSNDiff(from, res.first))
-	for i := range q.out {
-		if item := &q.out[i]; item.kind == respRead && item.res.first == res.first {
+	for i := range qp.out {
+		if item := &qp.out[i]; item.kind == respRead && item.res.first == res.first {
 			item.next = min(item.next, next)
 			return
 		}
 	}
-	q.respond(respItem{kind: respRead, res: *res, next: next})
+	qp.respond(respItem{kind: respRead, res: *res, next: next})
 }
 
 // readPacket sends READ response packet i of resource res.
-func (q *RC) readPacket(res *resource, i uint32) error {
-	path, ok := q.env.Path()
+func (qp *RC) readPacket(res *resource, i uint32) error {
+	path, ok := qp.env.Path()
 	if !ok {
 		return nil
 	}
-	pmtu := uint32(q.cfg.PMTU)
-	f := q.fields(0, roce.PSNAdd(res.first, int(i)))
+	pmtu := uint32(qp.cfg.PMTU)
+	f := qp.fields(0, roce.PSNAdd(res.first, int(i)))
 	switch position(i, res.count()) {
 	case 0:
 		f.BTH.Opcode = roce.RCRDMAReadResponseFirst
@@ -1141,7 +1141,7 @@ func (q *RC) readPacket(res *resource, i uint32) error {
 		f.BTH.Opcode = roce.RCRDMAReadResponseOnly
 	}
 	if f.BTH.Opcode != roce.RCRDMAReadResponseMiddle {
-		f.AETH = roce.AETHFields{Syndrome: roce.SyndromeACKNoCredit, MSN: q.msn}
+		f.AETH = roce.AETHFields{Syndrome: roce.SyndromeACKNoCredit, MSN: qp.msn}
 	}
 	off := i * pmtu
 	n := min(pmtu, res.length-min(off, res.length))
@@ -1149,56 +1149,56 @@ func (q *RC) readPacket(res *resource, i uint32) error {
 	if n > 0 {
 		// Re-validated now: a region deregistered since the request sends
 		// nothing (the requester times out).
-		payload.Ref = mr.Ref{Handle: mr.Handle(res.rkey), Key: res.rkey, PD: q.cfg.PD, Remote: true}
+		payload.Ref = mr.Ref{Handle: mr.Handle(res.rkey), Key: res.rkey, PD: qp.cfg.PD, Remote: true}
 		payload.VA = res.va + uint64(off)
 	}
-	err := q.env.Transmit(path, f, payload)
+	err := qp.env.Transmit(path, f, payload)
 	if err != nil && !errors.Is(err, ErrPeerBusy) {
-		q.log.Debug("READ response failed", "err", err)
+		qp.log.Debug("READ response failed", "err", err)
 		return nil
 	}
 	return err
 }
 
 // atomicAck sends the atomic acknowledge of resource res.
-func (q *RC) atomicAck(res *resource) error {
-	path, ok := q.env.Path()
+func (qp *RC) atomicAck(res *resource) error {
+	path, ok := qp.env.Path()
 	if !ok {
 		return nil
 	}
-	f := q.fields(roce.RCAtomicAcknowledge, res.first)
-	f.AETH = roce.AETHFields{Syndrome: roce.SyndromeACKNoCredit, MSN: q.msn}
+	f := qp.fields(roce.RCAtomicAcknowledge, res.first)
+	f.AETH = roce.AETHFields{Syndrome: roce.SyndromeACKNoCredit, MSN: qp.msn}
 	f.AtomicAckETH = res.orig
-	return q.env.Transmit(path, f, Payload{})
+	return qp.env.Transmit(path, f, Payload{})
 }
 
 // duplicate answers a duplicate request (rocev2.md §4.6).
-func (q *RC) duplicate(pkt *roce.Packet) {
+func (qp *RC) duplicate(pkt *roce.Packet) {
 	op := pkt.Opcode()
 	psn := pkt.BTH.PSN()
 	switch {
 	case op == roce.RCRDMAReadRequest:
 		reth := pkt.RETH
-		for i := range q.res {
-			res := &q.res[i]
+		for i := range qp.res {
+			res := &qp.res[i]
 			if res.valid && !res.atomic && roce.PSNInRange(psn, res.first, res.last) && res.rkey == reth.RKey() {
 				end, ok := dma.End(reth.VA(), uint64(reth.DMALength()))
 				if ok && reth.VA() >= res.va && end <= res.va+uint64(res.length) {
-					q.readRespond(res, psn)
+					qp.readRespond(res, psn)
 				}
 				return
 			}
 		}
 	case op == roce.RCCompareSwap || op == roce.RCFetchAdd:
-		for i := range q.res {
-			res := &q.res[i]
+		for i := range qp.res {
+			res := &qp.res[i]
 			if res.valid && res.atomic && res.first == psn {
-				q.respond(respItem{kind: respAtomic, res: *res})
+				qp.respond(respItem{kind: respAtomic, res: *res})
 				return
 			}
 		}
 	default:
-		q.sendAck(roce.PSNAdd(q.ePSN, -1), roce.SyndromeACKNoCredit)
+		qp.sendAck(roce.PSNAdd(qp.ePSN, -1), roce.SyndromeACKNoCredit)
 	}
 }
 

@@ -253,7 +253,7 @@ func TestRNR(t *testing.T) {
 			h.take()
 			for i := 0; i < tt.naks; i++ {
 				h.receive(ack(testSQPSN, roce.RNRNAKSyndrome(testMinRNR), 0))
-				if h.q.State() == StateErr {
+				if h.qp.State() == StateErr {
 					break
 				}
 				if h.timer != roce.RNRTimer(testMinRNR) {
@@ -267,7 +267,7 @@ func TestRNR(t *testing.T) {
 					{op: roce.RCSendOnly, psn: testSQPSN, ackReq: true},
 					{op: roce.RCSendOnly, psn: testSQPSN + 1, ackReq: true}})
 			}
-			if h.q.State() != StateErr {
+			if h.qp.State() != StateErr {
 				h.receive(ack(testSQPSN, ackOK, 1))
 			}
 			done := h.completions()
@@ -312,7 +312,7 @@ func TestRetryExhaustion(t *testing.T) {
 			if h.timer != roce.LocalACKTimeout(testTimeout) {
 				t.Fatalf("timer %v, want %v", h.timer, roce.LocalACKTimeout(testTimeout))
 			}
-			for i := 0; h.q.State() != StateErr; i++ {
+			for i := 0; h.qp.State() != StateErr; i++ {
 				if i == tt.ackAfter {
 					h.receive(ack(testSQPSN+2, ackOK, 2))
 					break
@@ -321,7 +321,7 @@ func TestRetryExhaustion(t *testing.T) {
 					t.Fatalf("still retrying after %d timeouts", i)
 				}
 				h.fire()
-				if h.q.State() == StateErr {
+				if h.qp.State() == StateErr {
 					break
 				}
 				checkPackets(t, h.take(), []wantPacket{

@@ -39,42 +39,42 @@ func NewUD(env Env, mem mr.Space, log *slog.Logger) *UD {
 }
 
 // Configure takes the QP's current attributes.
-func (q *UD) Configure(cfg UDConfig) { q.cfg = cfg }
+func (qp *UD) Configure(cfg UDConfig) { qp.cfg = cfg }
 
 // SetState moves the transport with its QP (RESET restarts the PSNs).
-func (q *UD) SetState(next State) {
-	q.state = next
+func (qp *UD) SetState(next State) {
+	qp.state = next
 	if next == StateReset {
-		q.psn = 0
+		qp.psn = 0
 	}
 }
 
 // Send transmits one send request as a single SEND_ONLY datagram and
 // completes it locally.
-func (q *UD) Send(wr *SendWR) {
+func (qp *UD) Send(wr *SendWR) {
 	if wr.Opcode != OpSend && wr.Opcode != OpSendImm {
-		q.fail(wr, StatusLocQPOpErr, EventQPRequestErr)
+		qp.fail(wr, StatusLocQPOpErr, EventQPRequestErr)
 		return
 	}
 	if wr.Status != StatusSuccess {
-		q.fail(wr, wr.Status, EventQPAccessError)
+		qp.fail(wr, wr.Status, EventQPAccessError)
 		return
 	}
 	qkey := wr.QKey
 	if qkey&0x80000000 != 0 {
-		qkey = q.cfg.QKey
+		qkey = qp.cfg.QKey
 	}
-	if q.cfg.GSI {
+	if qp.cfg.GSI {
 		qkey = roce.GSIQKey
 	}
-	path, ok := q.env.PathTo(&wr.AH)
+	path, ok := qp.env.PathTo(&wr.AH)
 	if !ok || wr.DestQPN > roce.Mask24 {
-		q.fail(wr, StatusLocQPOpErr, EventQPRequestErr)
+		qp.fail(wr, StatusLocQPOpErr, EventQPRequestErr)
 		return
 	}
 	if wr.Length > UDMTU {
 		// IBTA C10-93.1.1, as rxe: complete without sending.
-		q.complete(wr, StatusSuccess, wr.Length)
+		qp.complete(wr, StatusSuccess, wr.Length)
 		return
 	}
 	f := roce.PacketFields{}
@@ -86,48 +86,48 @@ func (q *UD) Send(wr *SendWR) {
 	f.BTH.SE = wr.Solicited
 	f.BTH.PKey = roce.DefaultPKey
 	f.BTH.DestQP = wr.DestQPN
-	f.BTH.PSN = q.psn
-	q.psn = roce.PSNAdd(q.psn, 1)
+	f.BTH.PSN = qp.psn
+	qp.psn = roce.PSNAdd(qp.psn, 1)
 	f.DETH.QKey = qkey
-	f.DETH.SrcQP = q.cfg.QPN
-	err := q.env.Transmit(path, f, Payload{Len: int(wr.Length), Segs: wr.Segs})
+	f.DETH.SrcQP = qp.cfg.QPN
+	err := qp.env.Transmit(path, f, Payload{Len: int(wr.Length), Segs: wr.Segs})
 	if err != nil {
-		q.log.Debug("UD send failed", "err", err)
-		q.fail(wr, StatusLocProtErr, EventQPAccessError)
+		qp.log.Debug("UD send failed", "err", err)
+		qp.fail(wr, StatusLocProtErr, EventQPAccessError)
 		return
 	}
-	q.complete(wr, StatusSuccess, wr.Length)
+	qp.complete(wr, StatusSuccess, wr.Length)
 }
 
-func (q *UD) complete(wr *SendWR, status Status, byteLen uint32) {
-	q.env.Complete(Completion{WRID: wr.ID, Status: status, Opcode: wr.Opcode.Completion(), ByteLen: byteLen, Signaled: wr.Signaled})
+func (qp *UD) complete(wr *SendWR, status Status, byteLen uint32) {
+	qp.env.Complete(Completion{WRID: wr.ID, Status: status, Opcode: wr.Opcode.Completion(), ByteLen: byteLen, Signaled: wr.Signaled})
 }
 
 // fail completes wr with an error and moves the QP to ERR.
-func (q *UD) fail(wr *SendWR, status Status, ev Event) {
-	q.complete(wr, status, 0)
-	q.env.Error(ev)
+func (qp *UD) fail(wr *SendWR, status Status, ev Event) {
+	qp.complete(wr, status, 0)
+	qp.env.Error(ev)
 }
 
 // Receive delivers a datagram into the QP's next receive request: the GRH
 // area (ipHeader, the received IP header), then the payload. It returns
 // false for a Q_Key violation (the datagram is dropped; the device counts
 // it).
-func (q *UD) Receive(pkt *roce.Packet, ipHeader []byte) bool {
-	if !receives(q.state) {
+func (qp *UD) Receive(pkt *roce.Packet, ipHeader []byte) bool {
+	if !receives(qp.state) {
 		return true
 	}
-	if pkt.DETH.QKey() != q.cfg.QKey {
+	if pkt.DETH.QKey() != qp.cfg.QKey {
 		return false
 	}
-	recv, status, ok := q.env.PeekRecv()
+	recv, status, ok := qp.env.PeekRecv()
 	if !ok {
 		return true // no receive request: dropped
 	}
 	if status != StatusSuccess {
-		q.env.PopRecv()
-		q.env.Complete(Completion{Recv: true, WRID: recv.ID, Opcode: WCRecv, Status: status})
-		q.env.Error(EventQPAccessError)
+		qp.env.PopRecv()
+		qp.env.Complete(Completion{Recv: true, WRID: recv.ID, Opcode: WCRecv, Status: status})
+		qp.env.Error(EventQPAccessError)
 		return true
 	}
 	payload := pkt.Payload
@@ -143,19 +143,19 @@ func (q *UD) Receive(pkt *roce.Packet, ipHeader []byte) bool {
 	} else {
 		copy(grh[:], ipHeader)
 	}
-	if err := q.mem.Copy(recv.Segs, 0, grh[:], true); err != nil {
+	if err := qp.mem.Copy(recv.Segs, 0, grh[:], true); err != nil {
 		return true
 	}
-	if err := q.mem.Copy(recv.Segs, GRHSize, payload, true); err != nil {
+	if err := qp.mem.Copy(recv.Segs, GRHSize, payload, true); err != nil {
 		return true
 	}
-	q.env.PopRecv()
+	qp.env.PopRecv()
 	c := Completion{Recv: true, WRID: recv.ID, Opcode: WCRecv, ByteLen: uint32(need),
 		SrcQP: pkt.DETH.SrcQP(), GRH: true, NetworkHdrType: hdrType, Solicited: pkt.BTH.SE()}
 	if pkt.ImmDt != nil {
 		copy(c.Imm[:], pkt.ImmDt)
 		c.HasImm = true
 	}
-	q.env.Complete(c)
+	qp.env.Complete(c)
 	return true
 }
