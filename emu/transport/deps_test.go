@@ -32,7 +32,7 @@ func TestDeps(t *testing.T) {
 				found = found || rel == a
 			}
 			if !found {
-				t.Errorf("%s imports %s; allowed: %v", pkg.ImportPath, rel, imports)
+				t.Errorf("%s (%s) imports %s; allowed: %v", dir, pkg.Name, rel, imports)
 			}
 		}
 	}
