@@ -599,10 +599,12 @@ func (qp *RC) failHead(status Status) {
 	}
 }
 
-// failFirstUnfinished fails the oldest unfinished request that has packets,
-// after completing the finished ones before it. A NAK names a PSN, but
-// under go-back-N every request before the NAKed PSN is acknowledged by
-// the NAK itself, so the first unfinished request is the one that failed.
+// failFirstUnfinished fails the oldest unfinished request that has packets
+// (class-C NAKs), after completing the finished ones before it. It does not
+// look at the NAK's PSN: the NAK acknowledges the requests before that PSN,
+// so this is the request at the PSN, except when a READ or atomic before
+// it still awaits its response (acked stops there); then that READ or
+// atomic fails instead (rocev2.md §3.5 says the request at the PSN).
 func (qp *RC) failFirstUnfinished(status Status) {
 	for _, req := range qp.reqs {
 		if req.done || req.npsn == 0 {
