@@ -309,7 +309,7 @@ func (d *Device) resetLocked(why string) {
 		d.log.Info("reset: all objects freed", "why", why, "objects", d.res.count())
 	}
 	for _, h := range d.res.qp.handles() {
-		d.rcReset(d.res.qp.get(h))
+		d.resetTransport(d.res.qp.get(h))
 	}
 	d.powerOn()
 	d.eng.drop()

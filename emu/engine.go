@@ -4,10 +4,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hcaemu/hcaemu/dma"
 	"github.com/hcaemu/hcaemu/doorbell"
 	"github.com/hcaemu/hcaemu/emu/fabric"
-	"github.com/hcaemu/hcaemu/uverbs"
 )
 
 // engine runs the device's work queues off the connection's reader: a
@@ -130,7 +128,7 @@ func (e *engine) run(d *Device) {
 			case kickQP:
 				if x := d.res.qp.get(h); x != nil {
 					if gen, ok := fired[h]; ok && flags&kickTimer != 0 {
-						d.rcTimer(x, gen)
+						d.qpTimer(x, gen)
 					}
 					d.serviceQP(x, flags)
 				}
@@ -287,139 +285,16 @@ func (d *Device) serviceQP(x *qp, flags uint32) {
 			return
 		}
 	}
-	if x.typ == QPTypeRC {
+	if x.rc != nil {
 		if flags&kickResp != 0 {
-			d.rcFlushOut(x)
+			x.rc.FlushResponses()
 		}
 		if flags&(kickSend|kickTimer) != 0 {
-			d.rcPump(x)
+			x.rc.Pump()
 		}
 		return
 	}
 	if flags&kickSend != 0 && x.state == StateRTS {
 		d.processSQ(x)
-	}
-}
-
-// pendingWQEs reads the guest-owned producer index of a work queue and
-// returns how many WQEs are posted but not consumed.
-func (d *Device) pendingWQEs(pages dma.Pages, w *wq) (uint32, error) {
-	prod, err := dma.LoadUint32(d.mem, pages[0]+w.prodOff)
-	if err != nil {
-		return 0, err
-	}
-	if !w.ring.Valid(prod) {
-		return 0, dma.Fault(pages[0]+w.prodOff, 4, "producer index out of range")
-	}
-	n := w.ring.Pending(prod, w.cons)
-	if n > w.ring.N {
-		return 0, dma.Fault(pages[0]+w.prodOff, 4, "producer index more than a ring ahead")
-	}
-	return n, nil
-}
-
-// takeWQE copies the WQE at the consumer index out of guest memory (once)
-// and advances the consumer index.
-func (d *Device) takeWQE(pages dma.Pages, w *wq, buf []byte) error {
-	off := w.base + uint64(w.ring.Slot(w.cons))*uint64(w.stride)
-	if err := pages.ReadAt(d.mem, buf[:w.stride], off); err != nil {
-		return err
-	}
-	w.cons = w.ring.Next(w.cons)
-	return dma.StoreUint32(d.mem, pages[0]+w.consOff, w.cons)
-}
-
-// processSQ executes posted send WQEs in order, at most one ring's worth per
-// call.
-func (d *Device) processSQ(x *qp) {
-	n, err := d.pendingWQEs(x.pages, &x.sq)
-	if err != nil {
-		d.log.Warn("SQ producer index invalid", "qp", x.handle, "err", err)
-		d.qpError(x, EvQPFatal)
-		return
-	}
-	buf := make([]byte, x.sq.stride)
-	for ; n > 0 && x.state != StateErr; n-- {
-		if err := d.takeWQE(x.pages, &x.sq, buf); err != nil {
-			d.log.Warn("SQ WQE unreadable", "qp", x.handle, "err", err)
-			d.qpError(x, EvQPFatal)
-			return
-		}
-		w, err := uverbs.DecodeSendWQE(buf, x.sq.maxSGE)
-		if err != nil {
-			d.completeSend(x, &w, uverbs.WCLocLenErr, 0)
-			d.qpError(x, EvQPReqErr)
-			return
-		}
-		d.sendUD(x, &w)
-	}
-	if x.state == StateErr {
-		d.flush(x)
-	}
-}
-
-// completeSend posts the send-side completion of a WQE when it is signaled
-// (or failed).
-func (d *Device) completeSend(x *qp, w *uverbs.SendWQE, status, byteLen uint32) {
-	if status == uverbs.WCSuccess && !x.sigAll && w.SendFlags&uverbs.SendSignaled == 0 {
-		return
-	}
-	c := d.res.cq.get(x.sendCQ)
-	if c == nil {
-		return
-	}
-	e := uverbs.CQE{WRID: w.WRID, QP: uint64(x.handle), Opcode: sendWCOpcode(w.Opcode),
-		Status: status, ByteLen: byteLen, PortNum: 1}
-	d.post(c, &e, false)
-}
-
-func sendWCOpcode(op uint32) uint32 {
-	switch op {
-	case uverbs.OpRDMAWrite, uverbs.OpRDMAWriteImm:
-		return uverbs.WCRDMAWrite
-	case uverbs.OpRDMARead:
-		return uverbs.WCRDMARead
-	case uverbs.OpAtomicCmpSwp:
-		return uverbs.WCCompSwap
-	case uverbs.OpAtomicFetchAdd:
-		return uverbs.WCFetchAdd
-	case uverbs.OpLocalInv:
-		return uverbs.WCLocalInv
-	case uverbs.OpFastRegMR:
-		return uverbs.WCFastRegMR
-	}
-	return uverbs.WCSend
-}
-
-// flush completes every outstanding WQE of an ERR QP with WR_FLUSH_ERR:
-// send WQEs to the send CQ, receive WQEs (own RQ only) to the receive CQ.
-func (d *Device) flush(x *qp) {
-	if n, err := d.pendingWQEs(x.pages, &x.sq); err == nil {
-		buf := make([]byte, x.sq.stride)
-		for ; n > 0; n-- {
-			if d.takeWQE(x.pages, &x.sq, buf) != nil {
-				break
-			}
-			w, _ := uverbs.DecodeSendWQE(buf, x.sq.maxSGE)
-			d.completeSend(x, &w, uverbs.WCWRFlushErr, 0)
-		}
-	}
-	if x.srq != 0 {
-		return
-	}
-	if n, err := d.pendingWQEs(x.pages, &x.rq); err == nil {
-		buf := make([]byte, x.rq.stride)
-		c := d.res.cq.get(x.recvCQ)
-		for ; n > 0; n-- {
-			if d.takeWQE(x.pages, &x.rq, buf) != nil {
-				break
-			}
-			w, _ := uverbs.DecodeRecvWQE(buf, x.rq.maxSGE)
-			if c != nil {
-				e := uverbs.CQE{WRID: w.WRID, QP: uint64(x.handle), Opcode: uverbs.WCRecv,
-					Status: uverbs.WCWRFlushErr, PortNum: 1}
-				d.post(c, &e, false)
-			}
-		}
 	}
 }

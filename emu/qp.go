@@ -3,6 +3,7 @@ package emu
 import (
 	"github.com/hcaemu/hcaemu/dma"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
+	"github.com/hcaemu/hcaemu/emu/transport"
 	"github.com/hcaemu/hcaemu/uverbs"
 )
 
@@ -51,8 +52,11 @@ type qp struct {
 	sq, rq      wq
 	state       uint8
 	attr        pvrdma.QPAttr
-	rc          rcState
-	udPSN       uint32
+	// The transport (bound when the QP first leaves RESET): rc for RC QPs,
+	// ud for UD and GSI QPs, and env, what they reach the device through.
+	rc  *transport.RC
+	ud  *transport.UD
+	env *qpEnv
 }
 
 // transition is one legal edge of the IB QP state table with the attributes
@@ -253,18 +257,22 @@ func (d *Device) cmdModifyQP(req *pvrdma.CmdModifyQP) (pvrdma.Response, *cmdErr)
 func (d *Device) setState(x *qp, next uint8) {
 	prev := x.state
 	x.state = next
-	if x.typ == QPTypeRC {
-		d.rcOnState(x, prev, next)
+	d.bindTransport(x)
+	d.configureTransport(x)
+	// The transport moves first: RESET clears it, ERR flushes the requests
+	// it holds before the ring's.
+	switch {
+	case x.rc != nil:
+		x.rc.SetState(transport.State(next))
+	case x.ud != nil:
+		x.ud.SetState(transport.State(next))
 	}
 	switch next {
 	case StateReset:
 		// The guest zeroes the ring indices after RESET; forget ours.
 		x.sq.cons, x.rq.cons = 0, 0
-		d.rcReset(x)
-		x.udPSN = 0
 	case StateErr:
 		if prev != StateErr {
-			d.rcFlushTx(x)
 			d.flush(x)
 		}
 	case StateRTS:
@@ -284,7 +292,7 @@ func (d *Device) setState(x *qp, next uint8) {
 // checkDrained posts SQ_DRAINED for a QP in SQD with nothing in flight,
 // when the guest asked for it.
 func (d *Device) checkDrained(x *qp) {
-	if x.state == StateSQD && len(x.rc.tx) == 0 && x.attr.EnSQDAsyncNotify != 0 {
+	if x.state == StateSQD && (x.rc == nil || x.rc.Outstanding() == 0) && x.attr.EnSQDAsyncNotify != 0 {
 		x.attr.EnSQDAsyncNotify = 0
 		d.event(EvSQDrained, x.handle)
 	}
@@ -422,7 +430,7 @@ func (d *Device) cmdDestroyQP(req *pvrdma.CmdDestroyQP) (pvrdma.Response, *cmdEr
 
 // destroyQP discards the QP and its outstanding WQEs without completions.
 func (d *Device) destroyQP(h uint32, x *qp) {
-	d.rcReset(x)
+	d.resetTransport(x)
 	d.res.unpin(len(x.pages))
 	if o := d.res.pd.get(x.pd); o != nil {
 		o.refs--

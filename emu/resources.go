@@ -6,6 +6,7 @@ import (
 
 	"github.com/hcaemu/hcaemu/dma"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
+	"github.com/hcaemu/hcaemu/emu/mr"
 )
 
 // table is a handle table: handles are small integers in [first, limit),
@@ -88,27 +89,11 @@ type pd struct {
 	refs int    // MRs, QPs and SRQs using it
 }
 
-// mr is a memory region.
-type mr struct {
-	pd       uint32
-	ctx      uint32
-	access   uint32
-	dmaMR    bool   // the kernel's local DMA lkey: GPA addressing
-	frmr     bool   // fast-register MR
-	valid    bool   // FRMRs are invalid until registered
-	start    uint64 // I/O virtual address of byte 0
-	length   uint64
-	pages    dma.Pages
-	lkey     uint32
-	rkey     uint32
-	maxPages uint32 // FRMR page list capacity
-}
-
 // resources are the device's object tables and GID table.
 type resources struct {
 	uc   table[ucontext]
 	pd   table[pd]
-	mr   table[mr]
+	mr   table[mr.Region] // memory regions (package mr checks their keys)
 	cq   table[cq]
 	qp   table[qp]
 	srq  table[srq]
@@ -124,19 +109,18 @@ const maxPinnedPages = 4 << 20
 
 // Access flags (pvrdma.Access*) under the names the transport code uses.
 const (
-	accLocalWrite   = pvrdma.AccessLocalWrite
-	accRemoteWrite  = pvrdma.AccessRemoteWrite
-	accRemoteRead   = pvrdma.AccessRemoteRead
-	accRemoteAtomic = pvrdma.AccessRemoteAtomic
-	accMWBind       = pvrdma.AccessMWBind
-	accZeroBased    = pvrdma.AccessZeroBased
-	accKnown        = accLocalWrite | accRemoteWrite | accRemoteRead | accRemoteAtomic | accMWBind | accZeroBased
+	accLocalWrite   = mr.LocalWrite
+	accRemoteWrite  = mr.RemoteWrite
+	accRemoteRead   = mr.RemoteRead
+	accRemoteAtomic = mr.RemoteAtomic
+	accMWBind       = mr.MWBind
+	accKnown        = mr.KnownAccess
 )
 
 func (r *resources) init(c *Caps) {
 	r.uc = newTable[ucontext]("context", 1, c.MaxUAR)
 	r.pd = newTable[pd]("PD", 1, min(c.MaxPD+1, 1<<24))
-	r.mr = newTable[mr]("MR", 1, min(c.MaxMR+1, 1<<24))
+	r.mr = newTable[mr.Region]("MR", 1, min(c.MaxMR+1, 1<<24))
 	r.cq = newTable[cq]("CQ", 1, c.MaxCQ)
 	r.qp = newTable[qp]("QP", 1, min(c.MaxQP, 1<<16))
 	r.qp.reserved = 1 // QPN 1 is the GSI QP's
@@ -194,7 +178,7 @@ func (d *Device) destroyContextObjects(ctx uint32) {
 		}
 	}
 	for _, h := range r.mr.handles() {
-		if m := r.mr.get(h); m.ctx == ctx {
+		if m := r.mr.get(h); m.Ctx == ctx {
 			d.destroyMR(h, m)
 		}
 	}
@@ -258,7 +242,7 @@ func (d *Device) cmdCreateMR(req *pvrdma.CmdCreateMR) (pvrdma.Response, *cmdErr)
 	if access&(accRemoteWrite|accRemoteAtomic) != 0 && access&accLocalWrite == 0 {
 		return nil, fail(errInval, "remote write/atomic access without local write")
 	}
-	m := &mr{pd: pdh, ctx: x.ctx, access: access}
+	m := &mr.Region{PD: pdh, Ctx: x.ctx, Access: access}
 	switch flags {
 	case pvrdma.MRFlagDMA:
 		if x.ctx != 0 {
@@ -267,12 +251,12 @@ func (d *Device) cmdCreateMR(req *pvrdma.CmdCreateMR) (pvrdma.Response, *cmdErr)
 		if access != accLocalWrite {
 			return nil, fail(errInval, "DMA MR access %#x, want LOCAL_WRITE only", access)
 		}
-		m.dmaMR, m.valid = true, true
+		m.DMA, m.Valid = true, true
 	case pvrdma.MRFlagFRMR:
 		if nchunks == 0 || nchunks > maxFRMRPages {
 			return nil, fail(errInval, "FRMR with %d pages (1..%d)", nchunks, maxFRMRPages)
 		}
-		m.frmr, m.maxPages = true, nchunks
+		m.FRMR, m.MaxPages = true, nchunks
 	case 0:
 		if length == 0 || length > d.caps.MaxMRSize {
 			return nil, fail(errInval, "MR length %#x outside 1..%#x", length, d.caps.MaxMRSize)
@@ -289,19 +273,19 @@ func (d *Device) cmdCreateMR(req *pvrdma.CmdCreateMR) (pvrdma.Response, *cmdErr)
 		if e != nil {
 			return nil, e
 		}
-		m.pages, m.start, m.length, m.valid = pages, start, length, true
+		m.Pages, m.Start, m.Length, m.Valid = pages, start, length, true
 	default:
 		return nil, fail(errInval, "MR flags %#x", flags)
 	}
 	h, e := d.res.mr.add(m)
 	if e != nil {
-		d.res.unpin(len(m.pages))
+		d.res.unpin(len(m.Pages))
 		return nil, e
 	}
-	m.lkey = h << 8
-	m.rkey = m.lkey
+	m.LKey = h << 8
+	m.RKey = m.LKey
 	x.refs++
-	return &pvrdma.CmdCreateMRResp{MRHandle: h, LKey: m.lkey, RKey: m.rkey}, nil
+	return &pvrdma.CmdCreateMRResp{MRHandle: h, LKey: m.LKey, RKey: m.RKey}, nil
 }
 
 func (d *Device) cmdDestroyMR(req *pvrdma.CmdDestroyMR) (pvrdma.Response, *cmdErr) {
@@ -314,27 +298,10 @@ func (d *Device) cmdDestroyMR(req *pvrdma.CmdDestroyMR) (pvrdma.Response, *cmdEr
 	return nil, nil
 }
 
-func (d *Device) destroyMR(h uint32, m *mr) {
-	d.res.unpin(len(m.pages))
-	if x := d.res.pd.get(m.pd); x != nil {
+func (d *Device) destroyMR(h uint32, m *mr.Region) {
+	d.res.unpin(len(m.Pages))
+	if x := d.res.pd.get(m.PD); x != nil {
 		x.refs--
 	}
 	d.res.mr.del(h)
-}
-
-// lookupKey finds the MR a key names (bits 31:8 select it, the whole key
-// must match).
-func (d *Device) lookupKey(key uint32, remote bool) *mr {
-	m := d.res.mr.get(key >> 8)
-	if m == nil || !m.valid {
-		return nil
-	}
-	if remote {
-		if m.dmaMR || m.rkey != key {
-			return nil
-		}
-	} else if m.lkey != key {
-		return nil
-	}
-	return m
 }
