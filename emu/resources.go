@@ -5,8 +5,8 @@ import (
 	"sort"
 
 	"github.com/hcaemu/hcaemu/dma"
-	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/mr"
+	"github.com/hcaemu/hcaemu/emu/pvrdma"
 )
 
 // table is a handle table: handles are small integers in [first, limit),
