@@ -36,6 +36,8 @@ const (
 	backoff = 50 * time.Microsecond // wait for a busy receiver
 
 	rxQueue = 8192 // frames queued per device; beyond that the wire drops
+	rxBatch = 256  // frames handled per wake-up before doorbell work gets a turn
+	sqBatch = 64   // UD send WQEs taken per lock hold; the QP is kicked again for more
 )
 
 func (e *engine) start(d *Device) {
@@ -92,18 +94,18 @@ func (e *engine) run(d *Device) {
 		case first = <-e.rx:
 		}
 		if first != nil {
-			d.mu.Lock()
-			d.receiveFrame(first)
+			// The lock is taken per frame, not per batch: a doorbell or a
+			// command from a vCPU waits for one frame at most.
+			d.receiveLocked(first)
 		batch:
-			for i := 0; i < 256; i++ {
+			for i := 0; i < rxBatch; i++ {
 				select {
 				case f := <-e.rx:
-					d.receiveFrame(f)
+					d.receiveLocked(f)
 				default:
 					break batch
 				}
 			}
-			d.unlock()
 		}
 		e.mu.Lock()
 		if len(e.pending) == 0 && len(e.barriers) == 0 {
@@ -118,9 +120,13 @@ func (e *engine) run(d *Device) {
 			fired = nil // e.fired stays the timers'; never read it unlocked
 		}
 		e.mu.Unlock()
-		d.mu.Lock()
 		for key, flags := range work {
+			// One QP per lock hold: a doorbell or command waits for one
+			// QP's bounded batch of work at most (sqBatch WQEs, a window of
+			// RC packets), not for every QP with news.
+			d.mu.Lock()
 			if d.closed {
+				d.unlock()
 				break
 			}
 			kind, h := uint32(key>>32), uint32(key)
@@ -135,8 +141,8 @@ func (e *engine) run(d *Device) {
 			case kickSRQ:
 				// SRQ WQEs are consumed when a message arrives; nothing to do.
 			}
+			d.unlock()
 		}
-		d.unlock()
 		clear(work)
 		e.mu.Lock()
 		e.spare = work // the two maps alternate: no allocation per wake-up
@@ -145,6 +151,13 @@ func (e *engine) run(d *Device) {
 			close(b)
 		}
 	}
+}
+
+// receiveLocked handles one received frame under the device lock.
+func (d *Device) receiveLocked(frame []byte) {
+	d.mu.Lock()
+	d.receiveFrame(frame)
+	d.unlock()
 }
 
 func (e *engine) drainRx() {

@@ -47,6 +47,12 @@ func (d *Device) processSQ(x *qp) {
 	if !ok {
 		return
 	}
+	if n > sqBatch {
+		// Come back for the rest after other queues and frames have had
+		// the device lock.
+		n = sqBatch
+		d.eng.kick(kickQP, x.handle, kickSend)
+	}
 	buf := make([]byte, x.sq.stride)
 	for ; n > 0 && x.state != StateErr; n-- {
 		if err := d.takeWQE(x.pages, &x.sq, buf); err != nil {
