@@ -396,7 +396,8 @@ func (r *Replay) compare() {
 			default:
 				ev := &r.rec.Events[w[k]]
 				if !bytes.Equal(ev.Data, g[k]) {
-					r.diff(Diff{Event: w[k], What: what, Want: r.memWrite(gpa, ev.Data), Got: r.memWrite(gpa, g[k]) + firstDiff(ev.Data, g[k])})
+					at := diffAt(ev.Data, g[k])
+					r.diff(Diff{Event: w[k], What: what, Want: r.memWriteAt(gpa, ev.Data, at), Got: r.memWriteAt(gpa, g[k], at) + firstDiff(ev.Data, g[k])})
 				}
 			}
 		}
@@ -507,13 +508,17 @@ func (r *Replay) frame(b []byte) string {
 	return hexBytes(b)
 }
 
-func (r *Replay) memWrite(gpa uint64, b []byte) string {
+func (r *Replay) memWrite(gpa uint64, b []byte) string { return r.memWriteAt(gpa, b, 0) }
+
+// memWriteAt describes a write, showing the bytes around offset at when it
+// has no decoder for them.
+func (r *Replay) memWriteAt(gpa uint64, b []byte, at int) string {
 	if r.opts.MemWrite != nil {
 		if s := r.opts.MemWrite(gpa, b); s != "" {
 			return s
 		}
 	}
-	return hexBytes(b)
+	return hexAround(b, at)
 }
 
 func quoteErr(s string) string {
@@ -529,6 +534,26 @@ func hexBytes(b []byte) string {
 		return fmt.Sprintf("%d bytes % x …", len(b), b[:64])
 	}
 	return fmt.Sprintf("% x", b)
+}
+
+// hexAround shows the bytes of b around offset at (all of b when short).
+func hexAround(b []byte, at int) string {
+	if len(b) <= 64 {
+		return hexBytes(b)
+	}
+	from := max(0, min(at-16, len(b)-48))
+	to := min(len(b), from+48)
+	return fmt.Sprintf("%d bytes, [%d:%d]: % x", len(b), from, to, b[from:to])
+}
+
+// diffAt returns the offset of the first difference (0 if none).
+func diffAt(want, got []byte) int {
+	for k := 0; k < min(len(want), len(got)); k++ {
+		if want[k] != got[k] {
+			return k
+		}
+	}
+	return min(len(want), len(got))
 }
 
 // firstDiff says where two byte strings first differ.
