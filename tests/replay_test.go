@@ -251,7 +251,35 @@ func replay(t *testing.T, rec *record.Recording, caps *emu.Caps) *record.Result 
 	dev := emu.New(emu.Config{Name: rec.Name, Mem: host.Mem, MSIX: host.MSIX, MAC: mac, Caps: caps,
 		Log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Attach: func(rx func([]byte) bool) emu.Port { return rp.Attach(rx) }})
-	return rp.Run(dev, dev.Sync)
+	stuck := false
+	res := rp.Run(dev, func() {
+		if !stuck && !settle(dev) {
+			stuck = true
+			t.Errorf("replay of %s: the device never became idle", rec.Name)
+		}
+	})
+	return res
+}
+
+// settle waits until dev has done all the work queued so far, received
+// frames included. dev.Sync alone does not wait for frames: the engine may
+// take the barrier's wake-up before a queued frame, and may take a frame
+// right after closing the barrier; so Sync until Idle (nothing queued), then
+// Sync once more (a frame the engine took meanwhile is done before that
+// barrier is closed, with the work it queued). It reports false if the
+// device kept finding work.
+func settle(dev *emu.Device) bool {
+	for range 10000 {
+		dev.Sync()
+		if dev.Idle() {
+			dev.Sync()
+			if dev.Idle() {
+				return true
+			}
+		}
+		runtime.Gosched()
+	}
+	return false
 }
 
 // describeFrame shows a RoCEv2 frame in one line.
