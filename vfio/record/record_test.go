@@ -301,3 +301,27 @@ func TestReadRejects(t *testing.T) {
 		})
 	}
 }
+
+func TestRepeatedFrames(t *testing.T) {
+	tests := []struct {
+		name   string
+		frames []string
+		want   int
+	}{
+		{"none", nil, 0},
+		{"distinct", []string{"a", "b", "c"}, 0},
+		{"one retransmission", []string{"a", "b", "a"}, 1},
+		{"go-back-N", []string{"a", "b", "c", "b", "c"}, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := &Recording{}
+			for _, f := range tt.frames {
+				rec.Events = append(rec.Events, Event{Kind: FrameTx, Data: []byte(f)}, Event{Kind: FrameRx, Data: []byte(f)})
+			}
+			if got := rec.RepeatedFrames(); got != tt.want {
+				t.Errorf("RepeatedFrames() = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}

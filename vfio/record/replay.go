@@ -20,11 +20,6 @@ type Options struct {
 	// MemWrite describes data written to guest memory at gpa for a diff
 	// (nil, or "" from it: hex).
 	MemWrite func(gpa uint64, data []byte) string
-	// IgnoreRepeatedFrames leaves out of the comparison each sent frame that
-	// is byte for byte an earlier sent frame, in the recording and in the
-	// replay alike: retransmissions that a timer may or may not fire,
-	// depending on how loaded the machine was.
-	IgnoreRepeatedFrames bool
 	// MaxDiffs bounds the diffs kept (0: 30).
 	MaxDiffs int
 }
@@ -53,8 +48,35 @@ func (d Diff) String() string {
 type Result struct {
 	Diffs      []Diff // the first MaxDiffs differences
 	TotalDiffs int
-	// Counts of what was replayed and compared.
+	// Counts of what was replayed and compared. RepeatedFrames counts the
+	// sent frames that repeat an earlier one byte for byte: for a network
+	// function, retransmissions, which a timer may fire when the replay is
+	// slow (see Recording.RepeatedFrames).
 	Inputs, Reads, ExtraReads, Writes, IRQs, Frames, RepeatedFrames int
+}
+
+// RepeatedFrames counts the recorded sent frames that repeat an earlier
+// one byte for byte.
+func (rec *Recording) RepeatedFrames() int {
+	var frames [][]byte
+	for _, ev := range rec.Events {
+		if ev.Kind == FrameTx {
+			frames = append(frames, ev.Data)
+		}
+	}
+	return repeats(frames)
+}
+
+func repeats(frames [][]byte) int {
+	seen := map[string]bool{}
+	n := 0
+	for _, f := range frames {
+		if seen[string(f)] {
+			n++
+		}
+		seen[string(f)] = true
+	}
+	return n
 }
 
 // Err returns nil when the replay matched the recording, else an error
@@ -446,18 +468,17 @@ func (r *Replay) compare() {
 	for k, i := range wantTx {
 		wantFrames[k] = r.rec.Events[i].Data
 	}
-	wantIdx, wantFrames := r.dropRepeats(wantTx, wantFrames)
-	gotIdx, gotFrames := r.dropRepeats(nil, r.tx)
+	gotFrames := r.tx
 	r.res.Frames = len(r.tx)
-	r.res.RepeatedFrames = len(r.tx) - len(gotFrames)
+	r.res.RepeatedFrames = repeats(r.tx)
 	for k := 0; k < max(len(wantFrames), len(gotFrames)); k++ {
 		switch {
 		case k >= len(gotFrames):
-			r.diff(Diff{Event: wantIdx[k], What: fmt.Sprintf("sent frame #%d: missing", k+1), Want: r.frame(wantFrames[k]), Got: "(no such frame)"})
+			r.diff(Diff{Event: wantTx[k], What: fmt.Sprintf("sent frame #%d: missing", k+1), Want: r.frame(wantFrames[k]), Got: "(no such frame)"})
 		case k >= len(wantFrames):
-			r.diff(Diff{Event: -1, What: fmt.Sprintf("sent frame #%d (replay's #%d): not in the recording", k+1, gotIdx[k]+1), Want: "(no such frame)", Got: r.frame(gotFrames[k])})
+			r.diff(Diff{Event: -1, What: fmt.Sprintf("sent frame #%d: not in the recording", k+1), Want: "(no such frame)", Got: r.frame(gotFrames[k])})
 		case !bytes.Equal(wantFrames[k], gotFrames[k]):
-			r.diff(Diff{Event: wantIdx[k], What: fmt.Sprintf("sent frame #%d", k+1), Want: r.frame(wantFrames[k]), Got: r.frame(gotFrames[k]) + firstDiff(wantFrames[k], gotFrames[k])})
+			r.diff(Diff{Event: wantTx[k], What: fmt.Sprintf("sent frame #%d", k+1), Want: r.frame(wantFrames[k]), Got: r.frame(gotFrames[k]) + firstDiff(wantFrames[k], gotFrames[k])})
 		}
 	}
 
@@ -476,29 +497,6 @@ func (r *Replay) compare() {
 			r.diff(Diff{Event: wi, What: fmt.Sprintf("port addresses, change #%d", k+1), Want: fmt.Sprint(w), Got: fmt.Sprint(g)})
 		}
 	}
-}
-
-// dropRepeats leaves out frames equal to an earlier one when asked to. idx
-// maps the frames kept to their events (or, with idx nil, to their position).
-func (r *Replay) dropRepeats(idx []int, frames [][]byte) ([]int, [][]byte) {
-	keptIdx := make([]int, 0, len(frames))
-	kept := make([][]byte, 0, len(frames))
-	seen := map[string]bool{}
-	for k, f := range frames {
-		if r.opts.IgnoreRepeatedFrames {
-			if seen[string(f)] {
-				continue
-			}
-			seen[string(f)] = true
-		}
-		if idx != nil {
-			keptIdx = append(keptIdx, idx[k])
-		} else {
-			keptIdx = append(keptIdx, k)
-		}
-		kept = append(kept, f)
-	}
-	return keptIdx, kept
 }
 
 func (r *Replay) frame(b []byte) string {
