@@ -78,7 +78,7 @@ func TestReplay(t *testing.T) {
 					t.Logf("%s: %d inputs, %d guest memory reads (%d beyond the recording's), %d writes, %d interrupts, %d frames sent",
 						file, res.Inputs, res.Reads, res.ExtraReads, res.Writes, res.IRQs, res.Frames)
 					if err := res.Err(); err != nil {
-						t.Error(err)
+						t.Errorf("%v\n(if the device is meant to behave differently now, record again: go test ./tests -run Replay -update)", err)
 					}
 				})
 			}
