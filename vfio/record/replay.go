@@ -129,8 +129,8 @@ type Replay struct {
 }
 
 type memRange struct {
-	gpa uint64
-	n   int
+	gpa  uint64
+	size int
 }
 
 type readQueue struct {
@@ -149,12 +149,12 @@ func NewReplay(rec *Recording, opts Options) *Replay {
 		switch ev.Kind {
 		case MemRead:
 			k := memRange{ev.GPA, ev.Len}
-			q := r.reads[k]
-			if q == nil {
-				q = &readQueue{}
-				r.reads[k] = q
+			queue := r.reads[k]
+			if queue == nil {
+				queue = &readQueue{}
+				r.reads[k] = queue
 			}
-			q.events = append(q.events, i)
+			queue.events = append(queue.events, i)
 		case FrameTx:
 			r.txRef = append(r.txRef, ev.Refused)
 		}
@@ -193,31 +193,31 @@ func (r *Replay) Attach(rx Receiver) Port {
 
 type replayMemory struct{ r *Replay }
 
-// read serves the next recorded read of [gpa, +n).
-func (m replayMemory) read(gpa uint64, n int, how string) ([]byte, error) {
+// read serves the next recorded read of [gpa, +size).
+func (m replayMemory) read(gpa uint64, size int, how string) ([]byte, error) {
 	r := m.r
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.res.Reads++
-	q := r.reads[memRange{gpa, n}]
-	if q == nil {
-		r.diff(Diff{Event: -1, What: fmt.Sprintf("guest memory %s of [%#x, +%d) that the recording never made", how, gpa, n)})
-		return nil, dma.Fault(gpa, uint64(n), "not in the recording")
+	queue := r.reads[memRange{gpa, size}]
+	if queue == nil {
+		r.diff(Diff{Event: -1, What: fmt.Sprintf("guest memory %s of [%#x, +%d) that the recording never made", how, gpa, size)})
+		return nil, dma.Fault(gpa, uint64(size), "not in the recording")
 	}
-	i := q.next
-	if i < len(q.events) {
-		q.next++
+	nth := queue.next
+	if nth < len(queue.events) {
+		queue.next++
 	} else {
-		i = len(q.events) - 1
+		nth = len(queue.events) - 1
 		r.res.ExtraReads++
 	}
-	ev := &r.rec.Events[q.events[i]]
+	ev := &r.rec.Events[queue.events[nth]]
 	if ev.Err != "" {
 		return nil, fmt.Errorf("%w (recorded: %s)", dma.ErrFault, ev.Err)
 	}
-	if len(ev.Data) != n {
-		r.diff(Diff{Event: q.events[i], What: fmt.Sprintf("recorded read of [%#x, +%d) holds %d bytes", gpa, n, len(ev.Data))})
-		return nil, dma.Fault(gpa, uint64(n), "bad recording")
+	if len(ev.Data) != size {
+		r.diff(Diff{Event: queue.events[nth], What: fmt.Sprintf("recorded read of [%#x, +%d) holds %d bytes", gpa, size, len(ev.Data))})
+		return nil, dma.Fault(gpa, uint64(size), "bad recording")
 	}
 	return clone(ev.Data), nil
 }
@@ -405,21 +405,21 @@ func (r *Replay) compare() {
 	}
 	slices.Sort(gpas)
 	for _, gpa := range gpas {
-		w, g := want[gpa], r.writes[gpa]
-		r.res.Writes += len(g)
-		for k := 0; k < max(len(w), len(g)); k++ {
+		wantEvs, got := want[gpa], r.writes[gpa]
+		r.res.Writes += len(got)
+		for k := 0; k < max(len(wantEvs), len(got)); k++ {
 			what := fmt.Sprintf("guest memory write #%d at %#x", k+1, gpa)
 			switch {
-			case k >= len(g):
-				ev := &r.rec.Events[w[k]]
-				r.diff(Diff{Event: w[k], What: what + ": missing", Want: r.memWrite(gpa, ev.Data), Got: "(no such write)"})
-			case k >= len(w):
-				r.diff(Diff{Event: -1, What: what + ": not in the recording", Want: "(no such write)", Got: r.memWrite(gpa, g[k])})
+			case k >= len(got):
+				ev := &r.rec.Events[wantEvs[k]]
+				r.diff(Diff{Event: wantEvs[k], What: what + ": missing", Want: r.memWrite(gpa, ev.Data), Got: "(no such write)"})
+			case k >= len(wantEvs):
+				r.diff(Diff{Event: -1, What: what + ": not in the recording", Want: "(no such write)", Got: r.memWrite(gpa, got[k])})
 			default:
-				ev := &r.rec.Events[w[k]]
-				if !bytes.Equal(ev.Data, g[k]) {
-					at := diffAt(ev.Data, g[k])
-					r.diff(Diff{Event: w[k], What: what, Want: r.memWriteAt(gpa, ev.Data, at), Got: r.memWriteAt(gpa, g[k], at) + firstDiff(ev.Data, g[k])})
+				ev := &r.rec.Events[wantEvs[k]]
+				if !bytes.Equal(ev.Data, got[k]) {
+					at := diffAt(ev.Data, got[k])
+					r.diff(Diff{Event: wantEvs[k], What: what, Want: r.memWriteAt(gpa, ev.Data, at), Got: r.memWriteAt(gpa, got[k], at) + firstDiff(ev.Data, got[k])})
 				}
 			}
 		}
@@ -427,8 +427,8 @@ func (r *Replay) compare() {
 
 	// Recorded reads the replay never made.
 	var ranges []memRange
-	for k, q := range r.reads {
-		if q.next < len(q.events) {
+	for k, queue := range r.reads {
+		if queue.next < len(queue.events) {
 			ranges = append(ranges, k)
 		}
 	}
@@ -436,12 +436,12 @@ func (r *Replay) compare() {
 		if a.gpa != b.gpa {
 			return cmp.Compare(a.gpa, b.gpa)
 		}
-		return a.n - b.n
+		return a.size - b.size
 	})
 	for _, k := range ranges {
-		q := r.reads[k]
-		r.diff(Diff{Event: q.events[q.next], What: fmt.Sprintf("guest memory read of [%#x, +%d)", k.gpa, k.n),
-			Want: fmt.Sprintf("%d reads", len(q.events)), Got: fmt.Sprintf("%d reads", q.next)})
+		queue := r.reads[k]
+		r.diff(Diff{Event: queue.events[queue.next], What: fmt.Sprintf("guest memory read of [%#x, +%d)", k.gpa, k.size),
+			Want: fmt.Sprintf("%d reads", len(queue.events)), Got: fmt.Sprintf("%d reads", queue.next)})
 	}
 
 	// Interrupts, counted per vector.
@@ -484,17 +484,17 @@ func (r *Replay) compare() {
 
 	// Announced addresses, in order.
 	for k := 0; k < max(len(wantAddrs), len(r.addrs)); k++ {
-		var w, g []string
-		wi := -1
+		var wantList, gotList []string
+		event := -1
 		if k < len(wantAddrs) {
-			wi = wantAddrs[k]
-			w = r.rec.Events[wi].Addrs
+			event = wantAddrs[k]
+			wantList = r.rec.Events[event].Addrs
 		}
 		if k < len(r.addrs) {
-			g = r.addrs[k]
+			gotList = r.addrs[k]
 		}
-		if k >= len(wantAddrs) || k >= len(r.addrs) || !slices.Equal(w, g) {
-			r.diff(Diff{Event: wi, What: fmt.Sprintf("port addresses, change #%d", k+1), Want: fmt.Sprint(w), Got: fmt.Sprint(g)})
+		if k >= len(wantAddrs) || k >= len(r.addrs) || !slices.Equal(wantList, gotList) {
+			r.diff(Diff{Event: event, What: fmt.Sprintf("port addresses, change #%d", k+1), Want: fmt.Sprint(wantList), Got: fmt.Sprint(gotList)})
 		}
 	}
 }
@@ -523,7 +523,7 @@ func quoteErr(s string) string {
 	if s == "" {
 		return "no error"
 	}
-	return fmt.Sprintf("%q", s)
+	return fmt.Sprintf("%queue", s)
 }
 
 // hexBytes shows up to 64 bytes in hex.
