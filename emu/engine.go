@@ -147,6 +147,18 @@ func (e *engine) run(d *Device) {
 		e.mu.Lock()
 		e.spare = work // the two maps alternate: no allocation per wake-up
 		e.mu.Unlock()
+		if len(barriers) > 0 {
+			// A barrier also covers the frames received before it: handle
+			// those queued now (bounded by the queue's length at this point).
+			for n := len(e.rx); n > 0; n-- {
+				select {
+				case f := <-e.rx:
+					d.receiveLocked(f)
+				default:
+					n = 1
+				}
+			}
+		}
 		for _, b := range barriers {
 			close(b)
 		}
@@ -207,8 +219,10 @@ func (e *engine) sync() {
 	}
 }
 
-// Sync waits until every doorbell written before the call has been
-// processed (tests and fake drivers use it instead of sleeping).
+// Sync waits until every doorbell written and every frame received before
+// the call has been processed (tests and fake drivers use it instead of
+// sleeping). Work those cause (responses, completions of their own) may
+// still be queued: loop on Idle for quiescence.
 func (d *Device) Sync() { d.eng.sync() }
 
 // Idle reports whether the device has no queued frames or doorbells.
