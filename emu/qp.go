@@ -4,6 +4,8 @@ import (
 	"github.com/hcaemu/hcaemu/dma"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/transport"
+	"github.com/hcaemu/hcaemu/emu/transport/rc"
+	"github.com/hcaemu/hcaemu/emu/transport/ud"
 	"github.com/hcaemu/hcaemu/uverbs"
 )
 
@@ -54,8 +56,8 @@ type qp struct {
 	attr        pvrdma.QPAttr
 	// The transport (bound when the QP first leaves RESET): rc for RC QPs,
 	// ud for UD and GSI QPs, and env, what they reach the device through.
-	rc  *transport.RC
-	ud  *transport.UD
+	rc  *rc.QP
+	ud  *ud.QP
 	env *qpEnv
 }
 

@@ -8,12 +8,15 @@ import (
 	"github.com/hcaemu/hcaemu/emu/mr"
 	"github.com/hcaemu/hcaemu/emu/roce"
 	"github.com/hcaemu/hcaemu/emu/transport"
+	"github.com/hcaemu/hcaemu/emu/transport/rc"
+	"github.com/hcaemu/hcaemu/emu/transport/ud"
 	"github.com/hcaemu/hcaemu/uverbs"
 )
 
-// The glue between a PVRDMA QP and its transport (package transport): the
-// device turns its WQEs into work requests, the transport's completions
-// into CQEs, and gives it the QP's timer, paths and rings.
+// The glue between a PVRDMA QP and its transport (an rc.QP or a ud.QP, on
+// the shared ground of package transport): the device turns its WQEs into
+// work requests, the transport's completions into CQEs, and gives it the
+// QP's timer, paths and rings.
 
 // qpEnv is a QP's transport.Env.
 type qpEnv struct {
@@ -42,9 +45,9 @@ func (d *Device) bindTransport(x *qp) {
 	log := d.log.With("qp", x.handle)
 	switch x.typ {
 	case QPTypeRC:
-		x.rc = transport.NewRC(env, env.mem, log)
+		x.rc = rc.New(env, env.mem, log)
 	case QPTypeUD, QPTypeGSI:
-		x.ud = transport.NewUD(env, env.mem, log)
+		x.ud = ud.New(env, env.mem, log)
 	default:
 		return
 	}
@@ -56,14 +59,14 @@ func (d *Device) configureTransport(x *qp) {
 	a := &x.attr
 	switch {
 	case x.rc != nil:
-		x.rc.Configure(transport.RCConfig{
+		x.rc.Configure(rc.Config{
 			PD: x.pd, DestQPN: a.DestQPN, PMTU: transport.PMTU(a.PathMTU),
 			SQPSN: a.SQPSN, RQPSN: a.RQPSN, SQDepth: x.sq.ring.N,
 			RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry, Timeout: a.Timeout, MinRNRTimer: a.MinRNRTimer,
 			MaxRdAtomic: a.MaxRdAtomic, MaxDestRdAtomic: a.MaxDestRdAtomic, Access: a.AccessFlags,
 		})
 	case x.ud != nil:
-		x.ud.Configure(transport.UDConfig{QPN: x.qpn, QKey: a.QKey, GSI: x.typ == QPTypeGSI})
+		x.ud.Configure(ud.Config{QPN: x.qpn, QKey: a.QKey, GSI: x.typ == QPTypeGSI})
 	}
 }
 

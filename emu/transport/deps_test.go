@@ -6,15 +6,17 @@ import (
 	"testing"
 )
 
-// TestDeps: the transport and the memory regions belong to no device
-// model (DESIGN.md, "Where we are going" item 8). Each package may import
-// only the project packages listed here (and the standard library); in
-// particular never the device (emu), its command ABI or its ring formats
-// (uverbs).
+// TestDeps: the transport services and the memory regions belong to no
+// device model (DESIGN.md, "Where we are going" item 8). Each package may
+// import only the project packages listed here (and the standard library):
+// RC and UD their shared ground (this package), never the device (emu), its
+// command ABI (emu/pvrdma) or its ring formats (uverbs).
 func TestDeps(t *testing.T) {
 	const module = "github.com/hcaemu/hcaemu/"
 	allowed := map[string][]string{
 		".":     {"dma", "emu/mr", "emu/roce"},
+		"rc":    {"dma", "emu/mr", "emu/roce", "emu/transport"},
+		"ud":    {"dma", "emu/mr", "emu/roce", "emu/transport"},
 		"../mr": {"dma"},
 	}
 	for dir, imports := range allowed {

@@ -1,20 +1,21 @@
-// Package transport models the IBTA transport services of a queue pair:
-// the Reliable Connected requester and responder (rocev2.md §3, §4) and
-// the Unreliable Datagram service (UD and GSI QPs). It belongs to no device
-// model: a device takes work requests from its own rings, turns them into
-// SendWR and RecvWR values, hands received packets to the QP's RC or UD
-// object, and turns the Completion values it gets back into its own
-// completion format.
+// Package transport is the ground the IBTA transport services of a queue
+// pair share: the work-request and completion values (SendWR, RecvWR,
+// Completion, their opcodes and statuses), the QP states and asynchronous
+// error events, the path a QP's packets take, and the Env a transport
+// object reaches its device through. The services themselves are its
+// subpackages: rc, the Reliable Connected requester and responder
+// (rocev2.md §3, §4), and ud, the Unreliable Datagram service and the GSI
+// QP. It belongs to no device model: a device takes work requests from its
+// own rings, turns them into SendWR and RecvWR values, hands received
+// packets to the QP's rc.QP or ud.QP, and turns the Completion values it
+// gets back into its own completion format.
 //
 // A transport object holds the per-QP transport state and reaches
 // everything else through an Env: the send and receive queues, completions,
 // asynchronous errors, a timer, and the wire. Memory is reached through
 // memory-region references (package mr), re-validated on every use.
-// Tests drive it packet-in, packet-out with a fake Env and a hand-driven
-// timer.
-//
-// RC and UD live in one package because they share the work-request and
-// completion values, the Env and the path a packet takes.
+// Tests drive it packet-in, packet-out with the fake Env of package
+// transporttest and a hand-driven timer.
 package transport
 
 import (
@@ -270,8 +271,42 @@ func PMTU(enum uint32) int {
 	return 128 << enum
 }
 
-// receives reports whether a QP in state s receives (RTR, RTS, SQD).
-func receives(s State) bool { return s == StateRTR || s == StateRTS || s == StateSQD }
+// Receives reports whether a QP in state s receives (RTR, RTS, SQD).
+func Receives(s State) bool { return s == StateRTR || s == StateRTS || s == StateSQD }
 
-// sends reports whether a QP in state s has a running requester.
-func sends(s State) bool { return s == StateRTS || s == StateSQD }
+// Sends reports whether a QP in state s has a running requester.
+func Sends(s State) bool { return s == StateRTS || s == StateSQD }
+
+// Completion is the completion opcode of a send request.
+func (op Opcode) Completion() WCOpcode {
+	switch op {
+	case OpWrite, OpWriteImm:
+		return WCWrite
+	case OpRead:
+		return WCRead
+	case OpCompSwap:
+		return WCCompSwap
+	case OpFetchAdd:
+		return WCFetchAdd
+	case OpLocalInv:
+		return WCLocalInv
+	case OpFastReg:
+		return WCFastReg
+	}
+	return WCSend
+}
+
+// WritesLocal reports whether the opcode's SGEs receive data (READ and
+// atomics need LOCAL_WRITE on them).
+func (op Opcode) WritesLocal() bool {
+	return op == OpRead || op == OpCompSwap || op == OpFetchAdd
+}
+
+// HasSGEs reports whether the opcode's SGEs describe data.
+func (op Opcode) HasSGEs() bool {
+	switch op {
+	case OpSend, OpSendImm, OpSendInv, OpWrite, OpWriteImm, OpRead, OpCompSwap, OpFetchAdd:
+		return true
+	}
+	return false
+}

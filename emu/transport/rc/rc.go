@@ -1,4 +1,13 @@
-package transport
+// Package rc models the IBTA Reliable Connected transport service of a
+// queue pair (rocev2.md §3, §4): a go-back-N requester with cumulative
+// ACKs, a retransmission timer and RNR back-off, and a responder with an
+// expected PSN, MSN, responder resources for READ and atomic replays, and
+// the IBTA validation pipeline.
+//
+// A QP holds the RC state of one queue pair and reaches its device through
+// a transport.Env; the work requests, completions and paths it exchanges
+// are those of package transport.
+package rc
 
 import (
 	"encoding/binary"
@@ -9,12 +18,8 @@ import (
 	"github.com/hcaemu/hcaemu/dma"
 	"github.com/hcaemu/hcaemu/emu/mr"
 	"github.com/hcaemu/hcaemu/emu/roce"
+	"github.com/hcaemu/hcaemu/emu/transport"
 )
-
-// RC transport (rocev2.md §3, §4): a go-back-N requester with cumulative
-// ACKs, a retransmission timer and RNR back-off, and a responder with an
-// expected PSN, MSN, responder resources for READ and atomic replays, and
-// the IBTA validation pipeline.
 
 const (
 	rcWindow       = 512 // most PSNs outstanding per QP
@@ -30,9 +35,9 @@ const (
 	maxQueuedResponses = 4 * rcResources
 )
 
-// RCConfig is the part of a QP's attributes the RC transport uses; the
+// Config is the part of a QP's attributes the RC transport uses; the
 // device fills it from its own attribute format on every modification.
-type RCConfig struct {
+type Config struct {
 	PD              uint32 // protection domain of the QP's memory regions
 	DestQPN         uint32
 	PMTU            int // path MTU in bytes
@@ -50,7 +55,7 @@ type RCConfig struct {
 // request is a send request the requester has taken from the send queue:
 // its private copy and where it stands on the wire.
 type request struct {
-	wr           SendWR
+	wr           transport.SendWR
 	length       uint32
 	first        uint32 // first PSN
 	npsn         uint32 // PSNs it uses: packets, or READ response packets
@@ -58,9 +63,9 @@ type request struct {
 	resp         uint32 // READ: response packets placed
 	gap          uint32 // READ: 1 + the response index last re-requested after a gap
 	done         bool
-	status       Status // a local error found when it was taken
-	local        bool   // LOCAL_INV / FAST_REG_MR: no packets
-	readOrAtomic bool   // READ or atomic
+	status       transport.Status // a local error found when it was taken
+	local        bool             // LOCAL_INV / FAST_REG_MR: no packets
+	readOrAtomic bool             // READ or atomic
 }
 
 func (req *request) last() uint32 { return roce.PSNAdd(req.first, int(req.npsn)-1) }
@@ -105,13 +110,13 @@ type resource struct {
 // count is the number of response packets of a READ resource.
 func (res *resource) count() uint32 { return uint32(roce.PSNDiff(res.last, res.first)) + 1 }
 
-// RC is the RC transport state of one QP: requester and responder.
-type RC struct {
-	env   Env
+// QP is the RC transport state of one queue pair: requester and responder.
+type QP struct {
+	env   transport.Env
 	mem   mr.Space
 	log   *slog.Logger
-	cfg   RCConfig
-	state State
+	cfg   Config
+	state transport.State
 
 	// Requester.
 	reqs       []*request
@@ -129,7 +134,7 @@ type RC struct {
 	nakSent  bool
 	inSend   bool
 	inWrite  bool
-	recv     *RecvWR // the receive request of the SEND in progress
+	recv     *transport.RecvWR // the receive request of the SEND in progress
 	recvOff  uint64
 	writeRef mr.Ref // the region of the WRITE in progress
 	writeVA  uint64
@@ -142,43 +147,43 @@ type RC struct {
 	out []respItem
 }
 
-// NewRC makes the RC transport of a QP in RESET.
-func NewRC(env Env, mem mr.Space, log *slog.Logger) *RC {
+// New makes the RC transport of a QP in RESET.
+func New(env transport.Env, mem mr.Space, log *slog.Logger) *QP {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &RC{env: env, mem: mem, log: log}
+	return &QP{env: env, mem: mem, log: log}
 }
 
 // Configure takes the QP's current attributes.
-func (qp *RC) Configure(cfg RCConfig) { qp.cfg = cfg }
+func (qp *QP) Configure(cfg Config) { qp.cfg = cfg }
 
 // State is the QP state the transport was last told.
-func (qp *RC) State() State { return qp.state }
+func (qp *QP) State() transport.State { return qp.state }
 
 // Outstanding is the number of send requests the requester holds.
-func (qp *RC) Outstanding() int { return len(qp.reqs) }
+func (qp *QP) Outstanding() int { return len(qp.reqs) }
 
 // SetState moves the transport with its QP: RTR latches the expected PSN,
 // RTS the send PSN and retry counters, RESET forgets everything, ERR
 // flushes the requests it holds.
-func (qp *RC) SetState(next State) {
+func (qp *QP) SetState(next transport.State) {
 	prev := qp.state
 	qp.state = next
-	if next == StateRTR && prev != StateRTR {
+	if next == transport.StateRTR && prev != transport.StateRTR {
 		qp.ePSN = qp.cfg.RQPSN
 	}
-	if next == StateRTS && prev == StateRTR {
+	if next == transport.StateRTS && prev == transport.StateRTR {
 		qp.nextPSN = qp.cfg.SQPSN
 		qp.unacked = qp.cfg.SQPSN
 		qp.retries = qp.cfg.RetryCnt
 		qp.rnrRetries = qp.cfg.RNRRetry
 	}
 	switch next {
-	case StateReset:
+	case transport.StateReset:
 		qp.Reset()
-	case StateErr:
-		if prev != StateErr {
+	case transport.StateErr:
+		if prev != transport.StateErr {
 			qp.flush()
 		}
 	}
@@ -186,16 +191,16 @@ func (qp *RC) SetState(next State) {
 
 // Reset clears the transport state and cancels its timer (QP to RESET, or
 // destroyed).
-func (qp *RC) Reset() {
+func (qp *QP) Reset() {
 	qp.env.StopTimer()
-	*qp = RC{env: qp.env, mem: qp.mem, log: qp.log, cfg: qp.cfg, state: qp.state}
+	*qp = QP{env: qp.env, mem: qp.mem, log: qp.log, cfg: qp.cfg, state: qp.state}
 }
 
 // ---- requester ---------------------------------------------------------------
 
 // take moves posted requests from the send queue into the requester (at
 // most one queue's worth in flight) and assigns their PSNs.
-func (qp *RC) take() {
+func (qp *QP) take() {
 	n, ok := qp.env.PendingSends()
 	if !ok {
 		return
@@ -206,7 +211,7 @@ func (qp *RC) take() {
 			return
 		}
 		req := &request{wr: wr, status: wr.Status, length: wr.Length}
-		if req.status == StatusSuccess {
+		if req.status == transport.StatusSuccess {
 			qp.prepare(req)
 		}
 		qp.reqs = append(qp.reqs, req)
@@ -214,27 +219,27 @@ func (qp *RC) take() {
 }
 
 // prepare checks a request's opcode and assigns its PSNs.
-func (qp *RC) prepare(req *request) {
+func (qp *QP) prepare(req *request) {
 	pmtu := uint32(qp.cfg.PMTU)
 	switch req.wr.Opcode {
-	case OpSend, OpSendImm, OpSendInv, OpWrite, OpWriteImm:
+	case transport.OpSend, transport.OpSendImm, transport.OpSendInv, transport.OpWrite, transport.OpWriteImm:
 		req.npsn = max(1, (req.length+pmtu-1)/pmtu)
-	case OpRead:
+	case transport.OpRead:
 		req.npsn = max(1, (req.length+pmtu-1)/pmtu)
 		req.readOrAtomic = true
-	case OpCompSwap, OpFetchAdd:
+	case transport.OpCompSwap, transport.OpFetchAdd:
 		if req.length < 8 {
-			req.status = StatusLocLenErr
+			req.status = transport.StatusLocLenErr
 		}
 		req.length = 8
 		req.npsn = 1
 		req.readOrAtomic = true
-	case OpLocalInv, OpFastReg:
+	case transport.OpLocalInv, transport.OpFastReg:
 		req.local = true
 	default:
-		req.status = StatusLocQPOpErr
+		req.status = transport.StatusLocQPOpErr
 	}
-	if req.status != StatusSuccess || req.local {
+	if req.status != transport.StatusSuccess || req.local {
 		req.npsn = 0
 		return
 	}
@@ -244,15 +249,15 @@ func (qp *RC) prepare(req *request) {
 
 // Pump takes new requests, sends what the window allows, and completes
 // what is done, in order (a send doorbell, or the timer).
-func (qp *RC) Pump() {
-	if !sends(qp.state) {
+func (qp *QP) Pump() {
+	if !transport.Sends(qp.state) {
 		return
 	}
-	if qp.state == StateRTS {
+	if qp.state == transport.StateRTS {
 		qp.take()
 	}
 	qp.complete()
-	if qp.state == StateErr || qp.rnrWait {
+	if qp.state == transport.StateErr || qp.rnrWait {
 		return
 	}
 	path, ok := qp.env.Path()
@@ -263,7 +268,7 @@ func (qp *RC) Pump() {
 	maxReads := max(1, int(qp.cfg.MaxRdAtomic))
 	for _, req := range qp.reqs {
 		if req.done || req.local || req.npsn == 0 {
-			if req.status != StatusSuccess || req.local {
+			if req.status != transport.StatusSuccess || req.local {
 				break // waits for the requests before it
 			}
 			continue
@@ -283,11 +288,11 @@ func (qp *RC) Pump() {
 				return
 			}
 			if err := qp.sendPacket(path, req); err != nil {
-				if errors.Is(err, ErrPeerBusy) {
-					qp.env.Kick(WorkSend, true)
+				if errors.Is(err, transport.ErrPeerBusy) {
+					qp.env.Kick(transport.WorkSend, true)
 					return
 				}
-				qp.failRequest(req, StatusLocProtErr)
+				qp.failRequest(req, transport.StatusLocProtErr)
 				return
 			}
 			req.next++
@@ -325,7 +330,7 @@ func position(i, n uint32) int {
 }
 
 // fields starts the fields of a packet to the QP's peer.
-func (qp *RC) fields(op roce.Opcode, psn uint32) roce.PacketFields {
+func (qp *QP) fields(op roce.Opcode, psn uint32) roce.PacketFields {
 	f := roce.PacketFields{}
 	f.BTH.Opcode = op
 	f.BTH.PKey = roce.DefaultPKey
@@ -335,7 +340,7 @@ func (qp *RC) fields(op roce.Opcode, psn uint32) roce.PacketFields {
 }
 
 // sendPacket sends packet req.next of request req.
-func (qp *RC) sendPacket(path Path, req *request) error {
+func (qp *QP) sendPacket(path transport.Path, req *request) error {
 	wr := &req.wr
 	pmtu := uint32(qp.cfg.PMTU)
 	i := req.next
@@ -344,19 +349,19 @@ func (qp *RC) sendPacket(path Path, req *request) error {
 	pos := position(i, req.npsn)
 	last := pos >= 2
 	switch wr.Opcode {
-	case OpSend, OpSendImm, OpSendInv:
+	case transport.OpSend, transport.OpSendImm, transport.OpSendInv:
 		off = i * pmtu
 		n = min(pmtu, req.length-off)
 		imm := 0
-		if wr.Opcode == OpSendImm {
+		if wr.Opcode == transport.OpSendImm {
 			imm = 1
 		}
 		f.BTH.Opcode = sendOps[pos][imm]
 		if last {
-			if wr.Opcode == OpSendImm {
+			if wr.Opcode == transport.OpSendImm {
 				f.ImmDt = wr.Imm
 			}
-			if wr.Opcode == OpSendInv {
+			if wr.Opcode == transport.OpSendInv {
 				f.BTH.Opcode = roce.RCSendLastWithInvalidate
 				if pos == 3 {
 					f.BTH.Opcode = roce.RCSendOnlyWithInvalidate
@@ -365,11 +370,11 @@ func (qp *RC) sendPacket(path Path, req *request) error {
 			}
 			f.BTH.SE = wr.Solicited
 		}
-	case OpWrite, OpWriteImm:
+	case transport.OpWrite, transport.OpWriteImm:
 		off = i * pmtu
 		n = min(pmtu, req.length-off)
 		imm := 0
-		if wr.Opcode == OpWriteImm {
+		if wr.Opcode == transport.OpWriteImm {
 			imm = 1
 		}
 		f.BTH.Opcode = writeOps[pos][imm]
@@ -380,16 +385,16 @@ func (qp *RC) sendPacket(path Path, req *request) error {
 			f.ImmDt = wr.Imm
 			f.BTH.SE = wr.Solicited
 		}
-	case OpRead:
+	case transport.OpRead:
 		done := min(req.resp*pmtu, req.length) // bytes already placed (a re-request)
 		f.BTH.Opcode = roce.RCRDMAReadRequest
 		f.BTH.PSN = roce.PSNAdd(req.first, int(req.resp))
 		f.RETH = roce.RETHFields{VA: wr.RemoteAddr + uint64(done), RKey: wr.RKey, DMALength: req.length - done}
 		last = true
-	case OpCompSwap, OpFetchAdd:
+	case transport.OpCompSwap, transport.OpFetchAdd:
 		f.BTH.Opcode = roce.RCCompareSwap
 		f.AtomicETH = roce.AtomicETHFields{VA: wr.RemoteAddr, RKey: wr.RKey, SwapAdd: wr.Swap, Compare: wr.CompareAdd}
-		if wr.Opcode == OpFetchAdd {
+		if wr.Opcode == transport.OpFetchAdd {
 			f.BTH.Opcode = roce.RCFetchAdd
 			f.AtomicETH.SwapAdd, f.AtomicETH.Compare = wr.CompareAdd, 0
 		}
@@ -400,7 +405,7 @@ func (qp *RC) sendPacket(path Path, req *request) error {
 		f.BTH.AckReq = true
 		qp.sinceAck = 0
 	}
-	payload := Payload{Len: int(n)}
+	payload := transport.Payload{Len: int(n)}
 	if n > 0 {
 		payload.Segs, payload.Off = wr.Segs, uint64(off)
 	}
@@ -409,7 +414,7 @@ func (qp *RC) sendPacket(path Path, req *request) error {
 
 // armTimer starts the retransmission timer if it is not running (or
 // restarts it when progress was made).
-func (qp *RC) armTimer(restart bool) {
+func (qp *QP) armTimer(restart bool) {
 	timeout := roce.LocalACKTimeout(qp.cfg.Timeout)
 	if timeout == 0 {
 		return
@@ -420,24 +425,24 @@ func (qp *RC) armTimer(restart bool) {
 	qp.startTimer(timeout)
 }
 
-func (qp *RC) startTimer(d time.Duration) {
+func (qp *QP) startTimer(d time.Duration) {
 	qp.env.ArmTimer(d)
 	qp.timerArmed = true
 }
 
-func (qp *RC) stopTimer() {
+func (qp *QP) stopTimer() {
 	qp.env.StopTimer()
 	qp.timerArmed = false
 }
 
 // Timeout handles an expired timer: the end of an RNR wait, or a
 // retransmission timeout.
-func (qp *RC) Timeout() {
+func (qp *QP) Timeout() {
 	if !qp.timerArmed {
 		return
 	}
 	qp.timerArmed = false
-	if !sends(qp.state) {
+	if !transport.Sends(qp.state) {
 		return
 	}
 	if qp.rnrWait {
@@ -450,7 +455,7 @@ func (qp *RC) Timeout() {
 		return
 	}
 	if qp.retries == 0 {
-		qp.failHead(StatusRetryExc)
+		qp.failHead(transport.StatusRetryExc)
 		return
 	}
 	qp.retries--
@@ -460,7 +465,7 @@ func (qp *RC) Timeout() {
 }
 
 // outstanding reports whether packets await acknowledgement.
-func (qp *RC) outstanding() bool {
+func (qp *QP) outstanding() bool {
 	for _, req := range qp.reqs {
 		if !req.done && req.npsn > 0 && req.next > 0 {
 			return true
@@ -471,7 +476,7 @@ func (qp *RC) outstanding() bool {
 
 // rewind goes back to PSN from: every unfinished request at or after it is
 // resent from there (READ and atomic requests whole).
-func (qp *RC) rewind(from uint32) {
+func (qp *QP) rewind(from uint32) {
 	for _, req := range qp.reqs {
 		if req.done || req.npsn == 0 {
 			continue
@@ -481,7 +486,7 @@ func (qp *RC) rewind(from uint32) {
 			// result), a READ from its first missing response on, so a
 			// lossy link cannot keep a long READ from ever finishing.
 			req.next = 0
-			if req.wr.Opcode != OpRead {
+			if req.wr.Opcode != transport.OpRead {
 				req.resp = 0
 			}
 			continue
@@ -496,7 +501,7 @@ func (qp *RC) rewind(from uint32) {
 }
 
 // acked handles a cumulative acknowledgement of every PSN up to psn.
-func (qp *RC) acked(psn uint32, progress bool) {
+func (qp *QP) acked(psn uint32, progress bool) {
 	for _, req := range qp.reqs {
 		if req.done || req.npsn == 0 {
 			continue
@@ -525,15 +530,15 @@ func (qp *RC) acked(psn uint32, progress bool) {
 }
 
 // complete posts completions for finished requests at the head, in order.
-func (qp *RC) complete() {
-	for len(qp.reqs) > 0 && qp.state != StateErr {
+func (qp *QP) complete() {
+	for len(qp.reqs) > 0 && qp.state != transport.StateErr {
 		req := qp.reqs[0]
 		switch {
-		case req.status != StatusSuccess:
+		case req.status != transport.StatusSuccess:
 			qp.failRequest(req, req.status)
 			return
 		case req.local:
-			if status := qp.env.LocalOp(&req.wr); status != StatusSuccess {
+			if status := qp.env.LocalOp(&req.wr); status != transport.StatusSuccess {
 				qp.failRequest(req, status)
 				return
 			}
@@ -545,7 +550,7 @@ func (qp *RC) complete() {
 			return
 		}
 		qp.reqs = qp.reqs[1:]
-		qp.completeSend(&req.wr, StatusSuccess, req.length)
+		qp.completeSend(&req.wr, transport.StatusSuccess, req.length)
 	}
 	if len(qp.reqs) == 0 {
 		qp.stopTimer()
@@ -554,13 +559,13 @@ func (qp *RC) complete() {
 }
 
 // completeSend posts the send completion of wr.
-func (qp *RC) completeSend(wr *SendWR, status Status, byteLen uint32) {
-	qp.env.Complete(Completion{WRID: wr.ID, Status: status, Opcode: wr.Opcode.Completion(),
+func (qp *QP) completeSend(wr *transport.SendWR, status transport.Status, byteLen uint32) {
+	qp.env.Complete(transport.Completion{WRID: wr.ID, Status: status, Opcode: wr.Opcode.Completion(),
 		ByteLen: byteLen, Signaled: wr.Signaled})
 }
 
 // completeRecv posts a receive completion.
-func (qp *RC) completeRecv(c Completion) {
+func (qp *QP) completeRecv(c transport.Completion) {
 	c.Recv = true
 	qp.env.Complete(c)
 }
@@ -568,11 +573,11 @@ func (qp *RC) completeRecv(c Completion) {
 // failRequest completes the failed request req and moves the QP to ERR:
 // the finished requests before it complete first, everything after it is
 // flushed.
-func (qp *RC) failRequest(req *request, status Status) {
+func (qp *QP) failRequest(req *request, status transport.Status) {
 	for len(qp.reqs) > 0 && qp.reqs[0] != req && qp.reqs[0].done {
 		head := qp.reqs[0]
 		qp.reqs = qp.reqs[1:]
-		qp.completeSend(&head.wr, StatusSuccess, head.length)
+		qp.completeSend(&head.wr, transport.StatusSuccess, head.length)
 	}
 	for i, held := range qp.reqs {
 		if held == req {
@@ -581,16 +586,16 @@ func (qp *RC) failRequest(req *request, status Status) {
 		}
 	}
 	qp.completeSend(&req.wr, status, 0)
-	ev := EventQPRequestErr
-	if status == StatusLocProtErr || status == StatusRemAccess {
-		ev = EventQPAccessError
+	ev := transport.EventQPRequestErr
+	if status == transport.StatusLocProtErr || status == transport.StatusRemAccess {
+		ev = transport.EventQPAccessError
 	}
 	qp.env.Error(ev)
 }
 
 // failHead fails the oldest request not done with status (retry and RNR
 // retry exhaustion).
-func (qp *RC) failHead(status Status) {
+func (qp *QP) failHead(status transport.Status) {
 	for _, req := range qp.reqs {
 		if !req.done {
 			qp.failRequest(req, status)
@@ -605,7 +610,7 @@ func (qp *RC) failHead(status Status) {
 // so this is the request at the PSN, except when a READ or atomic before
 // it still awaits its response (acked stops there); then that READ or
 // atomic fails instead (rocev2.md §3.5 says the request at the PSN).
-func (qp *RC) failFirstUnfinished(status Status) {
+func (qp *QP) failFirstUnfinished(status transport.Status) {
 	for _, req := range qp.reqs {
 		if req.done || req.npsn == 0 {
 			continue
@@ -617,22 +622,22 @@ func (qp *RC) failFirstUnfinished(status Status) {
 
 // flush completes every request the requester holds, and the receive
 // request of a SEND in progress, with WR_FLUSH_ERR.
-func (qp *RC) flush() {
+func (qp *QP) flush() {
 	reqs := qp.reqs
 	qp.reqs = nil
 	qp.stopTimer()
 	for _, req := range reqs {
-		qp.completeSend(&req.wr, StatusWRFlushErr, 0)
+		qp.completeSend(&req.wr, transport.StatusWRFlushErr, 0)
 	}
 	if recv := qp.recv; recv != nil {
 		qp.recv = nil
-		qp.completeRecv(Completion{WRID: recv.ID, Opcode: WCRecv, Status: StatusWRFlushErr})
+		qp.completeRecv(transport.Completion{WRID: recv.ID, Opcode: transport.WCRecv, Status: transport.StatusWRFlushErr})
 	}
 }
 
 // response handles ACK, NAK, READ response and atomic acknowledge packets.
-func (qp *RC) response(pkt *roce.Packet) {
-	if !sends(qp.state) {
+func (qp *QP) response(pkt *roce.Packet) {
+	if !transport.Sends(qp.state) {
 		return
 	}
 	op := pkt.Opcode()
@@ -649,7 +654,7 @@ func (qp *RC) response(pkt *roce.Packet) {
 		case syn.IsRNRNAK():
 			qp.acked(roce.PSNAdd(psn, -1), false)
 			if qp.rnrRetries == 0 {
-				qp.failHead(StatusRNRRetryExc)
+				qp.failHead(transport.StatusRNRRetryExc)
 				return
 			}
 			if qp.rnrRetries != rcInfiniteRNR {
@@ -664,20 +669,20 @@ func (qp *RC) response(pkt *roce.Packet) {
 			switch roce.NAKCode(syn.Code()) {
 			case roce.NAKPSNSequenceError:
 				if qp.retries == 0 {
-					qp.failHead(StatusRetryExc)
+					qp.failHead(transport.StatusRetryExc)
 					return
 				}
 				qp.retries--
 				qp.unacked = psn
 				qp.rewind(psn)
 			case roce.NAKInvalidRequest, roce.NAKInvalidRDRequest:
-				qp.failFirstUnfinished(StatusRemInvReq)
+				qp.failFirstUnfinished(transport.StatusRemInvReq)
 				return
 			case roce.NAKRemoteAccessError:
-				qp.failFirstUnfinished(StatusRemAccess)
+				qp.failFirstUnfinished(transport.StatusRemAccess)
 				return
 			default:
-				qp.failFirstUnfinished(StatusRemOpErr)
+				qp.failFirstUnfinished(transport.StatusRemOpErr)
 				return
 			}
 		}
@@ -688,13 +693,13 @@ func (qp *RC) response(pkt *roce.Packet) {
 			if req.done || req.npsn == 0 {
 				continue
 			}
-			if !req.readOrAtomic || req.wr.Opcode == OpRead || req.first != psn || req.next == 0 {
+			if !req.readOrAtomic || req.wr.Opcode == transport.OpRead || req.first != psn || req.next == 0 {
 				break
 			}
 			var orig [8]byte
 			binary.LittleEndian.PutUint64(orig[:], pkt.AtomicAckETH.OrigData())
 			if err := qp.mem.Copy(req.wr.Segs, 0, orig[:], true); err != nil {
-				qp.failRequest(req, StatusLocProtErr)
+				qp.failRequest(req, transport.StatusLocProtErr)
 				return
 			}
 			qp.acked(roce.PSNAdd(psn, -1), true)
@@ -709,9 +714,9 @@ func (qp *RC) response(pkt *roce.Packet) {
 }
 
 // afterProgress completes, re-arms the timer and sends more.
-func (qp *RC) afterProgress() {
+func (qp *QP) afterProgress() {
 	qp.complete()
-	if qp.state == StateErr {
+	if qp.state == transport.StateErr {
 		return
 	}
 	if qp.outstanding() {
@@ -721,14 +726,14 @@ func (qp *RC) afterProgress() {
 }
 
 // readResponse places one READ response packet.
-func (qp *RC) readResponse(pkt *roce.Packet) {
+func (qp *QP) readResponse(pkt *roce.Packet) {
 	psn := pkt.BTH.PSN()
 	var req *request
 	for _, held := range qp.reqs {
 		if held.done || held.npsn == 0 {
 			continue
 		}
-		if held.wr.Opcode == OpRead && held.next > 0 && roce.PSNInRange(psn, held.first, held.last()) {
+		if held.wr.Opcode == transport.OpRead && held.next > 0 && roce.PSNInRange(psn, held.first, held.last()) {
 			req = held
 		}
 		break
@@ -754,12 +759,12 @@ func (qp *RC) readResponse(pkt *roce.Packet) {
 	off := req.resp * pmtu
 	want := min(pmtu, req.length-min(off, req.length))
 	if wantFirst != isFirst || isLast != (req.resp+1 == req.npsn) || uint32(len(pkt.Payload)) != want {
-		qp.failRequest(req, StatusBadRespErr)
+		qp.failRequest(req, transport.StatusBadRespErr)
 		return
 	}
 	if want > 0 {
 		if err := qp.mem.Copy(req.wr.Segs, uint64(off), pkt.Payload, true); err != nil {
-			qp.failRequest(req, StatusLocProtErr)
+			qp.failRequest(req, transport.StatusLocProtErr)
 			return
 		}
 	}
@@ -777,14 +782,14 @@ func (qp *RC) readResponse(pkt *roce.Packet) {
 
 // Receive handles an RC packet for this QP (a request for the responder,
 // or a response for the requester).
-func (qp *RC) Receive(pkt *roce.Packet) {
+func (qp *QP) Receive(pkt *roce.Packet) {
 	op := pkt.Opcode()
 	info, _ := op.Info()
 	if info.Response {
 		qp.response(pkt)
 		return
 	}
-	if !receives(qp.state) {
+	if !transport.Receives(qp.state) {
 		return
 	}
 	psn := pkt.BTH.PSN()
@@ -806,7 +811,7 @@ func (qp *RC) Receive(pkt *roce.Packet) {
 
 // sendAck sends an ACK or NAK with the current MSN, after any responses
 // still queued.
-func (qp *RC) sendAck(psn uint32, syn roce.Syndrome) {
+func (qp *QP) sendAck(psn uint32, syn roce.Syndrome) {
 	qp.respond(respItem{kind: respAck, psn: psn, syn: syn})
 }
 
@@ -816,7 +821,7 @@ func (qp *RC) sendAck(psn uint32, syn roce.Syndrome) {
 // queued: an ACK replaces a queued ACK at the tail (ACKs are cumulative),
 // and beyond maxQueuedResponses a response is dropped (the requester's
 // retry asks again).
-func (qp *RC) respond(item respItem) {
+func (qp *QP) respond(item respItem) {
 	out := qp.out
 	switch {
 	case len(out) > 1 && item.kind == respAck && out[len(out)-1].kind == respAck:
@@ -834,7 +839,7 @@ func (qp *RC) respond(item respItem) {
 // FlushResponses sends queued responses in order: at most respBatch READ
 // response packets per call; the device is kicked to go on (later, when the
 // requester's queue is full).
-func (qp *RC) FlushResponses() {
+func (qp *QP) FlushResponses() {
 	budget := respBatch
 	for len(qp.out) > 0 {
 		item := &qp.out[0]
@@ -852,12 +857,12 @@ func (qp *RC) FlushResponses() {
 				}
 			}
 			if err == nil && item.next < item.res.count() {
-				qp.env.Kick(WorkRespond, false)
+				qp.env.Kick(transport.WorkRespond, false)
 				return
 			}
 		}
-		if errors.Is(err, ErrPeerBusy) {
-			qp.env.Kick(WorkRespond, true)
+		if errors.Is(err, transport.ErrPeerBusy) {
+			qp.env.Kick(transport.WorkRespond, true)
 			return
 		}
 		qp.out = qp.out[1:]
@@ -866,19 +871,19 @@ func (qp *RC) FlushResponses() {
 }
 
 // sendAckNow sends an ACK or NAK with the current MSN.
-func (qp *RC) sendAckNow(psn uint32, syn roce.Syndrome) error {
+func (qp *QP) sendAckNow(psn uint32, syn roce.Syndrome) error {
 	path, ok := qp.env.Path()
 	if !ok {
 		return nil
 	}
 	f := qp.fields(roce.RCAcknowledge, psn)
 	f.AETH = roce.AETHFields{Syndrome: syn, MSN: qp.msn}
-	return qp.env.Transmit(path, f, Payload{})
+	return qp.env.Transmit(path, f, transport.Payload{})
 }
 
 // nak sends a class-C NAK (at once: the QP stops here) and moves the QP to
 // ERR.
-func (qp *RC) nak(psn uint32, code roce.NAKCode, ev Event) {
+func (qp *QP) nak(psn uint32, code roce.NAKCode, ev transport.Event) {
 	qp.sendAckNow(psn, roce.NAKSyndrome(code))
 	qp.env.Error(ev)
 }
@@ -893,7 +898,7 @@ func isWriteOp(op roce.Opcode) bool {
 
 // execute runs the validation pipeline (rocev2.md §4.2) and executes an
 // in-order request packet.
-func (qp *RC) execute(pkt *roce.Packet) {
+func (qp *QP) execute(pkt *roce.Packet) {
 	op := pkt.Opcode()
 	info, _ := op.Info()
 	psn := pkt.BTH.PSN()
@@ -903,17 +908,17 @@ func (qp *RC) execute(pkt *roce.Packet) {
 	switch {
 	case isSendOp(op):
 		if qp.inWrite || (qp.inSend && first) || (!qp.inSend && !first) {
-			qp.nak(psn, roce.NAKInvalidRequest, EventQPRequestErr)
+			qp.nak(psn, roce.NAKInvalidRequest, transport.EventQPRequestErr)
 			return
 		}
 	case isWriteOp(op):
 		if qp.inSend || (qp.inWrite && first) || (!qp.inWrite && !first) {
-			qp.nak(psn, roce.NAKInvalidRequest, EventQPRequestErr)
+			qp.nak(psn, roce.NAKInvalidRequest, transport.EventQPRequestErr)
 			return
 		}
 	default:
 		if qp.inSend || qp.inWrite {
-			qp.nak(psn, roce.NAKInvalidRequest, EventQPRequestErr)
+			qp.nak(psn, roce.NAKInvalidRequest, transport.EventQPRequestErr)
 			return
 		}
 	}
@@ -922,42 +927,42 @@ func (qp *RC) execute(pkt *roce.Packet) {
 	switch {
 	case op == roce.RCRDMAReadRequest:
 		if access&mr.RemoteRead == 0 || qp.cfg.MaxDestRdAtomic == 0 {
-			qp.nak(psn, roce.NAKInvalidRequest, EventQPRequestErr)
+			qp.nak(psn, roce.NAKInvalidRequest, transport.EventQPRequestErr)
 			return
 		}
 	case op == roce.RCCompareSwap || op == roce.RCFetchAdd:
 		if access&mr.RemoteAtomic == 0 || qp.cfg.MaxDestRdAtomic == 0 {
-			qp.nak(psn, roce.NAKInvalidRequest, EventQPRequestErr)
+			qp.nak(psn, roce.NAKInvalidRequest, transport.EventQPRequestErr)
 			return
 		}
 	case isWriteOp(op) && first:
 		if access&mr.RemoteWrite == 0 {
-			qp.nak(psn, roce.NAKInvalidRequest, EventQPRequestErr)
+			qp.nak(psn, roce.NAKInvalidRequest, transport.EventQPRequestErr)
 			return
 		}
 	}
 	// 4. A receive request for RQ-consuming packets.
 	needRQ := (isSendOp(op) && first) || (last && (op == roce.RCRDMAWriteLastWithImmediate || op == roce.RCRDMAWriteOnlyWithImmediate))
-	var recv RecvWR
+	var recv transport.RecvWR
 	if needRQ {
-		var status Status
+		var status transport.Status
 		var ok bool
 		recv, status, ok = qp.env.PeekRecv()
 		if !ok {
 			qp.sendAck(psn, roce.RNRNAKSyndrome(qp.cfg.MinRNRTimer))
 			return
 		}
-		if status != StatusSuccess {
+		if status != transport.StatusSuccess {
 			qp.env.PopRecv()
-			qp.completeRecv(Completion{WRID: recv.ID, Opcode: WCRecv, Status: StatusLocQPOpErr})
-			qp.nak(psn, roce.NAKRemoteOperationalErr, EventQPFatal)
+			qp.completeRecv(transport.Completion{WRID: recv.ID, Opcode: transport.WCRecv, Status: transport.StatusLocQPOpErr})
+			qp.nak(psn, roce.NAKRemoteOperationalErr, transport.EventQPFatal)
 			return
 		}
 	}
 	// 5. Lengths.
 	pmtu := qp.cfg.PMTU
 	if roce.CheckPayloadLen(op, len(pkt.Payload), pmtu) != nil {
-		qp.nak(psn, roce.NAKInvalidRequest, EventQPRequestErr)
+		qp.nak(psn, roce.NAKInvalidRequest, transport.EventQPRequestErr)
 		return
 	}
 	payload := pkt.Payload
@@ -972,20 +977,20 @@ func (qp *RC) execute(pkt *roce.Packet) {
 		if qp.recvOff+uint64(len(payload)) > uint64(cur.Cap) {
 			// 9. Larger than the receive buffers.
 			qp.recv, qp.inSend = nil, false
-			qp.completeRecv(Completion{WRID: cur.ID, Opcode: WCRecv, Status: StatusLocLenErr})
-			qp.nak(psn, roce.NAKInvalidRequest, EventQPRequestErr)
+			qp.completeRecv(transport.Completion{WRID: cur.ID, Opcode: transport.WCRecv, Status: transport.StatusLocLenErr})
+			qp.nak(psn, roce.NAKInvalidRequest, transport.EventQPRequestErr)
 			return
 		}
 		if err := qp.mem.Copy(cur.Segs, qp.recvOff, payload, true); err != nil {
 			qp.recv, qp.inSend = nil, false
-			qp.completeRecv(Completion{WRID: cur.ID, Opcode: WCRecv, Status: StatusLocProtErr})
-			qp.nak(psn, roce.NAKRemoteOperationalErr, EventQPAccessError)
+			qp.completeRecv(transport.Completion{WRID: cur.ID, Opcode: transport.WCRecv, Status: transport.StatusLocProtErr})
+			qp.nak(psn, roce.NAKRemoteOperationalErr, transport.EventQPAccessError)
 			return
 		}
 		qp.recvOff += uint64(len(payload))
 		if last {
 			qp.recv, qp.inSend = nil, false
-			c := Completion{WRID: cur.ID, Opcode: WCRecv, ByteLen: uint32(qp.recvOff)}
+			c := transport.Completion{WRID: cur.ID, Opcode: transport.WCRecv, ByteLen: uint32(qp.recvOff)}
 			if pkt.ImmDt != nil {
 				copy(c.Imm[:], pkt.ImmDt)
 				c.HasImm = true
@@ -993,9 +998,9 @@ func (qp *RC) execute(pkt *roce.Packet) {
 			if pkt.IETH != nil {
 				key := pkt.IETH.RKey()
 				if !qp.mem.Invalidate(qp.cfg.PD, key) {
-					c.Status = StatusRemInvReq
+					c.Status = transport.StatusRemInvReq
 					qp.completeRecv(c)
-					qp.env.Error(EventQPRequestErr)
+					qp.env.Error(transport.EventQPRequestErr)
 					return
 				}
 				binary.LittleEndian.PutUint32(c.Imm[:], key)
@@ -1010,14 +1015,14 @@ func (qp *RC) execute(pkt *roce.Packet) {
 			reth := pkt.RETH
 			va, key, n := reth.VA(), reth.RKey(), uint64(reth.DMALength())
 			if n > maxRDMAMessage {
-				qp.nak(psn, roce.NAKInvalidRequest, EventQPRequestErr)
+				qp.nak(psn, roce.NAKInvalidRequest, transport.EventQPRequestErr)
 				return
 			}
 			var ref mr.Ref
 			if n > 0 {
 				var ok bool
 				if ref, ok = qp.mem.Remote(qp.cfg.PD, key, va, n, mr.RemoteWrite); !ok {
-					qp.nak(psn, roce.NAKRemoteAccessError, EventQPAccessError)
+					qp.nak(psn, roce.NAKRemoteAccessError, transport.EventQPAccessError)
 					return
 				}
 			}
@@ -1028,13 +1033,13 @@ func (qp *RC) execute(pkt *roce.Packet) {
 		n := uint64(len(payload))
 		if n > qp.writeRem || (!last && n != uint64(pmtu)) || (last && n != qp.writeRem) {
 			qp.inWrite = false
-			qp.nak(psn, roce.NAKInvalidRequest, EventQPRequestErr)
+			qp.nak(psn, roce.NAKInvalidRequest, transport.EventQPRequestErr)
 			return
 		}
 		if n > 0 {
 			if err := qp.mem.Write(qp.writeRef, qp.writeVA, payload); err != nil {
 				qp.inWrite = false
-				qp.nak(psn, roce.NAKRemoteOperationalErr, EventQPFatal)
+				qp.nak(psn, roce.NAKRemoteOperationalErr, transport.EventQPFatal)
 				return
 			}
 		}
@@ -1045,7 +1050,7 @@ func (qp *RC) execute(pkt *roce.Packet) {
 			qp.msn = roce.PSNAdd(qp.msn, 1)
 			if needRQ {
 				qp.env.PopRecv()
-				c := Completion{WRID: recv.ID, Opcode: WCRecvWriteImm, ByteLen: qp.writeLen, HasImm: true,
+				c := transport.Completion{WRID: recv.ID, Opcode: transport.WCRecvWriteImm, ByteLen: qp.writeLen, HasImm: true,
 					Solicited: pkt.BTH.SE()}
 				copy(c.Imm[:], pkt.ImmDt)
 				qp.completeRecv(c)
@@ -1055,12 +1060,12 @@ func (qp *RC) execute(pkt *roce.Packet) {
 		reth := pkt.RETH
 		va, key, n := reth.VA(), reth.RKey(), reth.DMALength()
 		if uint64(n) > maxRDMAMessage {
-			qp.nak(psn, roce.NAKInvalidRequest, EventQPRequestErr)
+			qp.nak(psn, roce.NAKInvalidRequest, transport.EventQPRequestErr)
 			return
 		}
 		if n > 0 {
 			if _, ok := qp.mem.Remote(qp.cfg.PD, key, va, uint64(n), mr.RemoteRead); !ok {
-				qp.nak(psn, roce.NAKRemoteAccessError, EventQPAccessError)
+				qp.nak(psn, roce.NAKRemoteAccessError, transport.EventQPAccessError)
 				return
 			}
 		}
@@ -1075,17 +1080,17 @@ func (qp *RC) execute(pkt *roce.Packet) {
 		atomicETH := pkt.AtomicETH
 		va, key := atomicETH.VA(), atomicETH.RKey()
 		if va%8 != 0 {
-			qp.nak(psn, roce.NAKInvalidRequest, EventQPRequestErr)
+			qp.nak(psn, roce.NAKInvalidRequest, transport.EventQPRequestErr)
 			return
 		}
 		ref, ok := qp.mem.Remote(qp.cfg.PD, key, va, 8, mr.RemoteAtomic)
 		if !ok {
-			qp.nak(psn, roce.NAKRemoteAccessError, EventQPAccessError)
+			qp.nak(psn, roce.NAKRemoteAccessError, transport.EventQPAccessError)
 			return
 		}
 		orig, err := qp.mem.Atomic(ref, va, op == roce.RCCompareSwap, atomicETH.Compare(), atomicETH.SwapAdd())
 		if err != nil {
-			qp.nak(psn, roce.NAKRemoteOperationalErr, EventQPFatal)
+			qp.nak(psn, roce.NAKRemoteOperationalErr, transport.EventQPFatal)
 			return
 		}
 		res := qp.newResource()
@@ -1095,7 +1100,7 @@ func (qp *RC) execute(pkt *roce.Packet) {
 		qp.respond(respItem{kind: respAtomic, res: *res})
 		return
 	default:
-		qp.nak(psn, roce.NAKInvalidRequest, EventQPRequestErr)
+		qp.nak(psn, roce.NAKInvalidRequest, transport.EventQPRequestErr)
 		return
 	}
 	qp.ePSN = roce.PSNAdd(psn, 1)
@@ -1105,7 +1110,7 @@ func (qp *RC) execute(pkt *roce.Packet) {
 }
 
 // newResource recycles the oldest responder resource.
-func (qp *RC) newResource() *resource {
+func (qp *QP) newResource() *resource {
 	res := &qp.res[qp.resNext]
 	qp.resNext = (qp.resNext + 1) % rcResources
 	return res
@@ -1113,7 +1118,7 @@ func (qp *RC) newResource() *resource {
 
 // readRespond queues the READ responses of resource res from PSN from on
 // (a duplicate READ restarts a stream still queued).
-func (qp *RC) readRespond(res *resource, from uint32) {
+func (qp *QP) readRespond(res *resource, from uint32) {
 	next := uint32(roce.PSNDiff(from, res.first))
 	for i := range qp.out {
 		if item := &qp.out[i]; item.kind == respRead && item.res.first == res.first {
@@ -1125,7 +1130,7 @@ func (qp *RC) readRespond(res *resource, from uint32) {
 }
 
 // readPacket sends READ response packet i of resource res.
-func (qp *RC) readPacket(res *resource, i uint32) error {
+func (qp *QP) readPacket(res *resource, i uint32) error {
 	path, ok := qp.env.Path()
 	if !ok {
 		return nil
@@ -1147,7 +1152,7 @@ func (qp *RC) readPacket(res *resource, i uint32) error {
 	}
 	off := i * pmtu
 	n := min(pmtu, res.length-min(off, res.length))
-	payload := Payload{Len: int(n)}
+	payload := transport.Payload{Len: int(n)}
 	if n > 0 {
 		// Re-validated now: a region deregistered since the request sends
 		// nothing (the requester times out).
@@ -1155,7 +1160,7 @@ func (qp *RC) readPacket(res *resource, i uint32) error {
 		payload.VA = res.va + uint64(off)
 	}
 	err := qp.env.Transmit(path, f, payload)
-	if err != nil && !errors.Is(err, ErrPeerBusy) {
+	if err != nil && !errors.Is(err, transport.ErrPeerBusy) {
 		qp.log.Debug("READ response failed", "err", err)
 		return nil
 	}
@@ -1163,7 +1168,7 @@ func (qp *RC) readPacket(res *resource, i uint32) error {
 }
 
 // atomicAck sends the atomic acknowledge of resource res.
-func (qp *RC) atomicAck(res *resource) error {
+func (qp *QP) atomicAck(res *resource) error {
 	path, ok := qp.env.Path()
 	if !ok {
 		return nil
@@ -1171,11 +1176,11 @@ func (qp *RC) atomicAck(res *resource) error {
 	f := qp.fields(roce.RCAtomicAcknowledge, res.first)
 	f.AETH = roce.AETHFields{Syndrome: roce.SyndromeACKNoCredit, MSN: qp.msn}
 	f.AtomicAckETH = res.orig
-	return qp.env.Transmit(path, f, Payload{})
+	return qp.env.Transmit(path, f, transport.Payload{})
 }
 
 // duplicate answers a duplicate request (rocev2.md §4.6).
-func (qp *RC) duplicate(pkt *roce.Packet) {
+func (qp *QP) duplicate(pkt *roce.Packet) {
 	op := pkt.Opcode()
 	psn := pkt.BTH.PSN()
 	switch {
@@ -1202,38 +1207,4 @@ func (qp *RC) duplicate(pkt *roce.Packet) {
 	default:
 		qp.sendAck(roce.PSNAdd(qp.ePSN, -1), roce.SyndromeACKNoCredit)
 	}
-}
-
-// Completion is the completion opcode of a send request.
-func (op Opcode) Completion() WCOpcode {
-	switch op {
-	case OpWrite, OpWriteImm:
-		return WCWrite
-	case OpRead:
-		return WCRead
-	case OpCompSwap:
-		return WCCompSwap
-	case OpFetchAdd:
-		return WCFetchAdd
-	case OpLocalInv:
-		return WCLocalInv
-	case OpFastReg:
-		return WCFastReg
-	}
-	return WCSend
-}
-
-// WritesLocal reports whether the opcode's SGEs receive data (READ and
-// atomics need LOCAL_WRITE on them).
-func (op Opcode) WritesLocal() bool {
-	return op == OpRead || op == OpCompSwap || op == OpFetchAdd
-}
-
-// HasSGEs reports whether the opcode's SGEs describe data.
-func (op Opcode) HasSGEs() bool {
-	switch op {
-	case OpSend, OpSendImm, OpSendInv, OpWrite, OpWriteImm, OpRead, OpCompSwap, OpFetchAdd:
-		return true
-	}
-	return false
 }

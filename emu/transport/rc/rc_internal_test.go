@@ -1,4 +1,4 @@
-package transport
+package rc
 
 import "testing"
 
@@ -6,7 +6,7 @@ import "testing"
 // floods duplicate requests cannot grow the QP's response queue: ACKs
 // coalesce, and other responses stop at maxQueuedResponses.
 func TestResponseQueueBounded(t *testing.T) {
-	qp := &RC{}
+	qp := &QP{}
 	qp.out = []respItem{{kind: respRead, res: resource{first: 0, last: 1 << 20}}}
 	for i := uint32(0); i < 10000; i++ {
 		qp.respond(respItem{kind: respAck, psn: i})

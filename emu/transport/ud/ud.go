@@ -1,63 +1,72 @@
-package transport
+// Package ud models the IBTA Unreliable Datagram transport service of a
+// queue pair, UD QPs and the GSI QP (QP1): one SEND_ONLY datagram per
+// send request, Q_Key checks on receive, and the GRH area at the start of
+// every receive buffer.
+//
+// A QP holds the UD state of one queue pair and reaches its device through
+// a transport.Env; the work requests, completions and paths it exchanges
+// are those of package transport.
+package ud
 
 import (
 	"log/slog"
 
 	"github.com/hcaemu/hcaemu/emu/mr"
 	"github.com/hcaemu/hcaemu/emu/roce"
+	"github.com/hcaemu/hcaemu/emu/transport"
 )
 
-// UDMTU is the largest UD payload: the port's active MTU.
-const UDMTU = 1024
+// MTU is the largest UD payload: the port's active MTU.
+const MTU = 1024
 
 // GRHSize is the GRH area at the start of every UD receive buffer.
 const GRHSize = 40
 
-// UDConfig is the part of a UD or GSI QP's attributes the transport uses.
-type UDConfig struct {
+// Config is the part of a UD or GSI QP's attributes the transport uses.
+type Config struct {
 	QPN  uint32
 	QKey uint32
 	GSI  bool // the GSI QP: always the well-known Q_Key
 }
 
-// UD is the Unreliable Datagram transport of one UD or GSI QP.
-type UD struct {
-	env   Env
+// QP is the Unreliable Datagram transport of one UD or GSI QP.
+type QP struct {
+	env   transport.Env
 	mem   mr.Space
 	log   *slog.Logger
-	cfg   UDConfig
-	state State
+	cfg   Config
+	state transport.State
 	psn   uint32 // PSN of the next datagram
 }
 
-// NewUD makes the UD transport of a QP in RESET.
-func NewUD(env Env, mem mr.Space, log *slog.Logger) *UD {
+// New makes the UD transport of a QP in RESET.
+func New(env transport.Env, mem mr.Space, log *slog.Logger) *QP {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &UD{env: env, mem: mem, log: log}
+	return &QP{env: env, mem: mem, log: log}
 }
 
 // Configure takes the QP's current attributes.
-func (qp *UD) Configure(cfg UDConfig) { qp.cfg = cfg }
+func (qp *QP) Configure(cfg Config) { qp.cfg = cfg }
 
 // SetState moves the transport with its QP (RESET restarts the PSNs).
-func (qp *UD) SetState(next State) {
+func (qp *QP) SetState(next transport.State) {
 	qp.state = next
-	if next == StateReset {
+	if next == transport.StateReset {
 		qp.psn = 0
 	}
 }
 
 // Send transmits one send request as a single SEND_ONLY datagram and
 // completes it locally.
-func (qp *UD) Send(wr *SendWR) {
-	if wr.Opcode != OpSend && wr.Opcode != OpSendImm {
-		qp.fail(wr, StatusLocQPOpErr, EventQPRequestErr)
+func (qp *QP) Send(wr *transport.SendWR) {
+	if wr.Opcode != transport.OpSend && wr.Opcode != transport.OpSendImm {
+		qp.fail(wr, transport.StatusLocQPOpErr, transport.EventQPRequestErr)
 		return
 	}
-	if wr.Status != StatusSuccess {
-		qp.fail(wr, wr.Status, EventQPAccessError)
+	if wr.Status != transport.StatusSuccess {
+		qp.fail(wr, wr.Status, transport.EventQPAccessError)
 		return
 	}
 	qkey := wr.QKey
@@ -69,17 +78,17 @@ func (qp *UD) Send(wr *SendWR) {
 	}
 	path, ok := qp.env.PathTo(&wr.AH)
 	if !ok || wr.DestQPN > roce.Mask24 {
-		qp.fail(wr, StatusLocQPOpErr, EventQPRequestErr)
+		qp.fail(wr, transport.StatusLocQPOpErr, transport.EventQPRequestErr)
 		return
 	}
-	if wr.Length > UDMTU {
+	if wr.Length > MTU {
 		// IBTA C10-93.1.1, as rxe: complete without sending.
-		qp.complete(wr, StatusSuccess, wr.Length)
+		qp.complete(wr, transport.StatusSuccess, wr.Length)
 		return
 	}
 	f := roce.PacketFields{}
 	f.BTH.Opcode = roce.UDSendOnly
-	if wr.Opcode == OpSendImm {
+	if wr.Opcode == transport.OpSendImm {
 		f.BTH.Opcode = roce.UDSendOnlyWithImmediate
 		f.ImmDt = wr.Imm
 	}
@@ -90,21 +99,21 @@ func (qp *UD) Send(wr *SendWR) {
 	qp.psn = roce.PSNAdd(qp.psn, 1)
 	f.DETH.QKey = qkey
 	f.DETH.SrcQP = qp.cfg.QPN
-	err := qp.env.Transmit(path, f, Payload{Len: int(wr.Length), Segs: wr.Segs})
+	err := qp.env.Transmit(path, f, transport.Payload{Len: int(wr.Length), Segs: wr.Segs})
 	if err != nil {
 		qp.log.Debug("UD send failed", "err", err)
-		qp.fail(wr, StatusLocProtErr, EventQPAccessError)
+		qp.fail(wr, transport.StatusLocProtErr, transport.EventQPAccessError)
 		return
 	}
-	qp.complete(wr, StatusSuccess, wr.Length)
+	qp.complete(wr, transport.StatusSuccess, wr.Length)
 }
 
-func (qp *UD) complete(wr *SendWR, status Status, byteLen uint32) {
-	qp.env.Complete(Completion{WRID: wr.ID, Status: status, Opcode: wr.Opcode.Completion(), ByteLen: byteLen, Signaled: wr.Signaled})
+func (qp *QP) complete(wr *transport.SendWR, status transport.Status, byteLen uint32) {
+	qp.env.Complete(transport.Completion{WRID: wr.ID, Status: status, Opcode: wr.Opcode.Completion(), ByteLen: byteLen, Signaled: wr.Signaled})
 }
 
 // fail completes wr with an error and moves the QP to ERR.
-func (qp *UD) fail(wr *SendWR, status Status, ev Event) {
+func (qp *QP) fail(wr *transport.SendWR, status transport.Status, ev transport.Event) {
 	qp.complete(wr, status, 0)
 	qp.env.Error(ev)
 }
@@ -113,8 +122,8 @@ func (qp *UD) fail(wr *SendWR, status Status, ev Event) {
 // area (ipHeader, the received IP header), then the payload. It returns
 // false for a Q_Key violation (the datagram is dropped; the device counts
 // it).
-func (qp *UD) Receive(pkt *roce.Packet, ipHeader []byte) bool {
-	if !receives(qp.state) {
+func (qp *QP) Receive(pkt *roce.Packet, ipHeader []byte) bool {
+	if !transport.Receives(qp.state) {
 		return true
 	}
 	if pkt.DETH.QKey() != qp.cfg.QKey {
@@ -124,10 +133,10 @@ func (qp *UD) Receive(pkt *roce.Packet, ipHeader []byte) bool {
 	if !ok {
 		return true // no receive request: dropped
 	}
-	if status != StatusSuccess {
+	if status != transport.StatusSuccess {
 		qp.env.PopRecv()
-		qp.env.Complete(Completion{Recv: true, WRID: recv.ID, Opcode: WCRecv, Status: status})
-		qp.env.Error(EventQPAccessError)
+		qp.env.Complete(transport.Completion{Recv: true, WRID: recv.ID, Opcode: transport.WCRecv, Status: status})
+		qp.env.Error(transport.EventQPAccessError)
 		return true
 	}
 	payload := pkt.Payload
@@ -150,7 +159,7 @@ func (qp *UD) Receive(pkt *roce.Packet, ipHeader []byte) bool {
 		return true
 	}
 	qp.env.PopRecv()
-	c := Completion{Recv: true, WRID: recv.ID, Opcode: WCRecv, ByteLen: uint32(need),
+	c := transport.Completion{Recv: true, WRID: recv.ID, Opcode: transport.WCRecv, ByteLen: uint32(need),
 		SrcQP: pkt.DETH.SrcQP(), GRH: true, NetworkHdrType: hdrType, Solicited: pkt.BTH.SE()}
 	if pkt.ImmDt != nil {
 		copy(c.Imm[:], pkt.ImmDt)

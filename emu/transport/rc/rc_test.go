@@ -1,4 +1,4 @@
-package transport
+package rc
 
 import (
 	"encoding/binary"
@@ -6,6 +6,8 @@ import (
 
 	"github.com/hcaemu/hcaemu/emu/mr"
 	"github.com/hcaemu/hcaemu/emu/roce"
+	"github.com/hcaemu/hcaemu/emu/transport"
+	"github.com/hcaemu/hcaemu/emu/transport/transporttest"
 )
 
 // RC requester and responder, packet in / packet out, with no device.
@@ -19,52 +21,52 @@ var ackOK = roce.SyndromeACKNoCredit
 func TestRequesterSegmentation(t *testing.T) {
 	tests := []struct {
 		name   string
-		op     Opcode
+		op     transport.Opcode
 		length int
 		want   []roce.Opcode
-		wc     WCOpcode
+		wc     transport.WCOpcode
 	}{
-		{"send empty", OpSend, 0, []roce.Opcode{roce.RCSendOnly}, WCSend},
-		{"send one packet", OpSend, 100, []roce.Opcode{roce.RCSendOnly}, WCSend},
-		{"send exactly two", OpSend, 2 * testPMTU, []roce.Opcode{roce.RCSendFirst, roce.RCSendLast}, WCSend},
-		{"send three", OpSend, 2*testPMTU + 88, []roce.Opcode{roce.RCSendFirst, roce.RCSendMiddle, roce.RCSendLast}, WCSend},
-		{"send with immediate", OpSendImm, testPMTU + 1, []roce.Opcode{roce.RCSendFirst, roce.RCSendLastWithImmediate}, WCSend},
-		{"write three", OpWrite, 3 * testPMTU, []roce.Opcode{roce.RCRDMAWriteFirst, roce.RCRDMAWriteMiddle, roce.RCRDMAWriteLast}, WCWrite},
-		{"write with immediate", OpWriteImm, 10, []roce.Opcode{roce.RCRDMAWriteOnlyWithImmediate}, WCWrite},
+		{"send empty", transport.OpSend, 0, []roce.Opcode{roce.RCSendOnly}, transport.WCSend},
+		{"send one packet", transport.OpSend, 100, []roce.Opcode{roce.RCSendOnly}, transport.WCSend},
+		{"send exactly two", transport.OpSend, 2 * testPMTU, []roce.Opcode{roce.RCSendFirst, roce.RCSendLast}, transport.WCSend},
+		{"send three", transport.OpSend, 2*testPMTU + 88, []roce.Opcode{roce.RCSendFirst, roce.RCSendMiddle, roce.RCSendLast}, transport.WCSend},
+		{"send with immediate", transport.OpSendImm, testPMTU + 1, []roce.Opcode{roce.RCSendFirst, roce.RCSendLastWithImmediate}, transport.WCSend},
+		{"write three", transport.OpWrite, 3 * testPMTU, []roce.Opcode{roce.RCRDMAWriteFirst, roce.RCRDMAWriteMiddle, roce.RCRDMAWriteLast}, transport.WCWrite},
+		{"write with immediate", transport.OpWriteImm, 10, []roce.Opcode{roce.RCRDMAWriteOnlyWithImmediate}, transport.WCWrite},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t, nil)
-			data := h.fill(0, tt.length, 3)
-			h.post(SendWR{ID: 42, Opcode: tt.op, Signaled: true, RemoteAddr: 0xAB000, RKey: 0x77, Imm: 0x01020304}, 0, tt.length)
+			data := h.Fill(0, tt.length, 3)
+			h.post(transport.SendWR{ID: 42, Opcode: tt.op, Signaled: true, RemoteAddr: 0xAB000, RKey: 0x77, Imm: 0x01020304}, 0, tt.length)
 			var want []wantPacket
 			for i, op := range tt.want {
 				want = append(want, wantPacket{op: op, psn: testSQPSN + uint32(i), ackReq: i == len(tt.want)-1})
 			}
-			sent := h.take()
+			sent := h.Take()
 			checkPackets(t, sent, want)
 			var payload []byte
 			for _, p := range sent {
-				if len(p.payload) > testPMTU {
-					t.Errorf("%d-byte payload over a %d-byte PMTU", len(p.payload), testPMTU)
+				if len(p.Payload) > testPMTU {
+					t.Errorf("%d-byte payload over a %d-byte PMTU", len(p.Payload), testPMTU)
 				}
-				payload = append(payload, p.payload...)
+				payload = append(payload, p.Payload...)
 			}
-			checkPayload(t, "payload on the wire", payload, data)
-			if first := sent[0].f; tt.op == OpWrite || tt.op == OpWriteImm {
+			transporttest.CheckPayload(t, "payload on the wire", payload, data)
+			if first := sent[0].Fields; tt.op == transport.OpWrite || tt.op == transport.OpWriteImm {
 				if first.RETH != (roce.RETHFields{VA: 0xAB000, RKey: 0x77, DMALength: uint32(tt.length)}) {
 					t.Errorf("RETH %+v", first.RETH)
 				}
 			}
-			if last := sent[len(sent)-1].f; (tt.op == OpSendImm || tt.op == OpWriteImm) && last.ImmDt != 0x01020304 {
+			if last := sent[len(sent)-1].Fields; (tt.op == transport.OpSendImm || tt.op == transport.OpWriteImm) && last.ImmDt != 0x01020304 {
 				t.Errorf("ImmDt %#x", last.ImmDt)
 			}
-			if h.timer == 0 {
+			if h.Timer == 0 {
 				t.Error("retransmission timer not armed")
 			}
 			h.receive(ack(testSQPSN+uint32(len(tt.want))-1, ackOK, 1))
-			checkCompletions(t, h.completions(), []Completion{{WRID: 42, Opcode: tt.wc, ByteLen: uint32(tt.length)}})
-			if h.timer != 0 {
+			transporttest.CheckCompletions(t, h.Completions(), []transport.Completion{{WRID: 42, Opcode: tt.wc, ByteLen: uint32(tt.length)}})
+			if h.Timer != 0 {
 				t.Error("timer still armed with nothing outstanding")
 			}
 		})
@@ -90,29 +92,29 @@ func TestRequesterAckCoalescing(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t, nil)
-			h.post(SendWR{ID: 1, Opcode: OpSend, Signaled: true}, 0, 10)                 // PSN 500
-			h.post(SendWR{ID: 2, Opcode: OpSend, Signaled: true}, 0, testPMTU+1)         // PSNs 501, 502
-			h.post(SendWR{ID: 3, Opcode: OpWrite, Signaled: true, RKey: 1}, 0, testPMTU) // PSN 503
-			if n := len(h.take()); n != 4 {
+			h.post(transport.SendWR{ID: 1, Opcode: transport.OpSend, Signaled: true}, 0, 10)                 // PSN 500
+			h.post(transport.SendWR{ID: 2, Opcode: transport.OpSend, Signaled: true}, 0, testPMTU+1)         // PSNs 501, 502
+			h.post(transport.SendWR{ID: 3, Opcode: transport.OpWrite, Signaled: true, RKey: 1}, 0, testPMTU) // PSN 503
+			if n := len(h.Take()); n != 4 {
 				t.Fatalf("%d packets out, want 4", n)
 			}
 			h.receive(ack(tt.ackPSN, ackOK, 0))
-			var want []Completion
+			var want []transport.Completion
 			for _, id := range tt.done {
-				wc, n := WCSend, uint32(10)
+				wc, n := transport.WCSend, uint32(10)
 				if id == 2 {
 					n = testPMTU + 1
 				}
 				if id == 3 {
-					wc, n = WCWrite, testPMTU
+					wc, n = transport.WCWrite, testPMTU
 				}
-				want = append(want, Completion{WRID: id, Opcode: wc, ByteLen: n})
+				want = append(want, transport.Completion{WRID: id, Opcode: wc, ByteLen: n})
 			}
-			checkCompletions(t, h.completions(), want)
-			if armed := h.timer != 0; armed != tt.armed {
+			transporttest.CheckCompletions(t, h.Completions(), want)
+			if armed := h.Timer != 0; armed != tt.armed {
 				t.Errorf("timer armed %v, want %v", armed, tt.armed)
 			}
-			if n := len(h.take()); n != tt.resends {
+			if n := len(h.Take()); n != tt.resends {
 				t.Errorf("%d packets resent, want %d", n, tt.resends)
 			}
 		})
@@ -157,10 +159,10 @@ func TestResponderAckCoalescing(t *testing.T) {
 				}
 				h.receive(f)
 			}
-			checkPackets(t, h.take(), tt.acks)
-			checkPayload(t, "memory after the WRITE", h.bytesAt(512, len(data)), data)
-			if len(h.events) != 0 {
-				t.Errorf("events %v", h.events)
+			checkPackets(t, h.Take(), tt.acks)
+			transporttest.CheckPayload(t, "memory after the WRITE", h.BytesAt(512, len(data)), data)
+			if len(h.Events) != 0 {
+				t.Errorf("events %v", h.Events)
 			}
 		})
 	}
@@ -194,23 +196,23 @@ func TestNAKSequenceError(t *testing.T) {
 					f.RETH = roce.RETHFields{VA: testVA, RKey: testKey, DMALength: 4}
 					h.receive(f)
 				}
-				checkPackets(t, h.take(), tt.want)
+				checkPackets(t, h.Take(), tt.want)
 			})
 		}
 	})
 	t.Run("requester", func(t *testing.T) {
 		h := newHarness(t, nil)
-		h.post(SendWR{ID: 1, Opcode: OpSend, Signaled: true}, 0, 10)         // PSN 500
-		h.post(SendWR{ID: 2, Opcode: OpSend, Signaled: true}, 0, 2*testPMTU) // PSNs 501, 502
-		h.post(SendWR{ID: 3, Opcode: OpSend, Signaled: true}, 0, 10)         // PSN 503
-		h.take()
+		h.post(transport.SendWR{ID: 1, Opcode: transport.OpSend, Signaled: true}, 0, 10)         // PSN 500
+		h.post(transport.SendWR{ID: 2, Opcode: transport.OpSend, Signaled: true}, 0, 2*testPMTU) // PSNs 501, 502
+		h.post(transport.SendWR{ID: 3, Opcode: transport.OpSend, Signaled: true}, 0, 10)         // PSN 503
+		h.Take()
 		h.receive(ack(testSQPSN+2, roce.NAKSyndrome(roce.NAKPSNSequenceError), 1))
-		checkCompletions(t, h.completions(), []Completion{{WRID: 1, Opcode: WCSend, ByteLen: 10}})
-		checkPackets(t, h.take(), []wantPacket{
+		transporttest.CheckCompletions(t, h.Completions(), []transport.Completion{{WRID: 1, Opcode: transport.WCSend, ByteLen: 10}})
+		checkPackets(t, h.Take(), []wantPacket{
 			{op: roce.RCSendLast, psn: testSQPSN + 2, ackReq: true},
 			{op: roce.RCSendOnly, psn: testSQPSN + 3, ackReq: true}})
-		if len(h.events) != 0 {
-			t.Errorf("events %v", h.events)
+		if len(h.Events) != 0 {
+			t.Errorf("events %v", h.Events)
 		}
 	})
 }
@@ -224,56 +226,56 @@ func TestRNR(t *testing.T) {
 		h := newHarness(t, nil)
 		send := reqPacket(roce.RCSendOnly, testRQPSN, true, []byte("hello"))
 		h.receive(send)
-		checkPackets(t, h.take(), []wantPacket{{op: roce.RCAcknowledge, psn: testRQPSN, syn: roce.RNRNAKSyndrome(testMinRNR)}})
-		checkCompletions(t, h.completions(), nil)
-		h.postRecv(9, 0, 64)
+		checkPackets(t, h.Take(), []wantPacket{{op: roce.RCAcknowledge, psn: testRQPSN, syn: roce.RNRNAKSyndrome(testMinRNR)}})
+		transporttest.CheckCompletions(t, h.Completions(), nil)
+		h.PostRecv(9, 0, 64)
 		h.receive(send)
-		checkPackets(t, h.take(), []wantPacket{{op: roce.RCAcknowledge, psn: testRQPSN, syn: ackOK, msn: 1}})
-		checkCompletions(t, h.completions(), []Completion{{WRID: 9, Opcode: WCRecv, ByteLen: 5, Recv: true}})
-		checkPayload(t, "received", h.bytesAt(0, 5), []byte("hello"))
+		checkPackets(t, h.Take(), []wantPacket{{op: roce.RCAcknowledge, psn: testRQPSN, syn: ackOK, msn: 1}})
+		transporttest.CheckCompletions(t, h.Completions(), []transport.Completion{{WRID: 9, Opcode: transport.WCRecv, ByteLen: 5, Recv: true}})
+		transporttest.CheckPayload(t, "received", h.BytesAt(0, 5), []byte("hello"))
 	})
 	tests := []struct {
 		name     string
 		rnrRetry uint8
 		naks     int
-		want     []Completion
-		events   []Event
+		want     []transport.Completion
+		events   []transport.Event
 	}{
-		{"waits and resends", 2, 1, []Completion{{WRID: 1, Opcode: WCSend, ByteLen: 10}}, nil},
-		{"retries exhausted", 1, 2, []Completion{
-			{WRID: 1, Opcode: WCSend, Status: StatusRNRRetryExc},
-			{WRID: 2, Opcode: WCSend, Status: StatusWRFlushErr}}, []Event{EventQPRequestErr}},
-		{"infinite", rcInfiniteRNR, 20, []Completion{{WRID: 1, Opcode: WCSend, ByteLen: 10}}, nil},
+		{"waits and resends", 2, 1, []transport.Completion{{WRID: 1, Opcode: transport.WCSend, ByteLen: 10}}, nil},
+		{"retries exhausted", 1, 2, []transport.Completion{
+			{WRID: 1, Opcode: transport.WCSend, Status: transport.StatusRNRRetryExc},
+			{WRID: 2, Opcode: transport.WCSend, Status: transport.StatusWRFlushErr}}, []transport.Event{transport.EventQPRequestErr}},
+		{"infinite", rcInfiniteRNR, 20, []transport.Completion{{WRID: 1, Opcode: transport.WCSend, ByteLen: 10}}, nil},
 	}
 	for _, tt := range tests {
 		t.Run("requester "+tt.name, func(t *testing.T) {
-			h := newHarness(t, func(cfg *RCConfig) { cfg.RNRRetry = tt.rnrRetry })
-			h.post(SendWR{ID: 1, Opcode: OpSend, Signaled: true}, 0, 10)
-			h.post(SendWR{ID: 2, Opcode: OpSend, Signaled: true}, 0, 10)
-			h.take()
+			h := newHarness(t, func(cfg *Config) { cfg.RNRRetry = tt.rnrRetry })
+			h.post(transport.SendWR{ID: 1, Opcode: transport.OpSend, Signaled: true}, 0, 10)
+			h.post(transport.SendWR{ID: 2, Opcode: transport.OpSend, Signaled: true}, 0, 10)
+			h.Take()
 			for i := 0; i < tt.naks; i++ {
 				h.receive(ack(testSQPSN, roce.RNRNAKSyndrome(testMinRNR), 0))
-				if h.qp.State() == StateErr {
+				if h.qp.State() == transport.StateErr {
 					break
 				}
-				if h.timer != roce.RNRTimer(testMinRNR) {
-					t.Fatalf("NAK %d: timer %v, want the RNR time %v", i, h.timer, roce.RNRTimer(testMinRNR))
+				if h.Timer != roce.RNRTimer(testMinRNR) {
+					t.Fatalf("NAK %d: timer %v, want the RNR time %v", i, h.Timer, roce.RNRTimer(testMinRNR))
 				}
-				if n := len(h.take()); n != 0 {
+				if n := len(h.Take()); n != 0 {
 					t.Fatalf("NAK %d: %d packets sent during the RNR wait", i, n)
 				}
 				h.fire()
-				checkPackets(t, h.take(), []wantPacket{
+				checkPackets(t, h.Take(), []wantPacket{
 					{op: roce.RCSendOnly, psn: testSQPSN, ackReq: true},
 					{op: roce.RCSendOnly, psn: testSQPSN + 1, ackReq: true}})
 			}
-			if h.qp.State() != StateErr {
+			if h.qp.State() != transport.StateErr {
 				h.receive(ack(testSQPSN, ackOK, 1))
 			}
-			done := h.completions()
-			checkCompletions(t, done, tt.want)
-			if len(h.events) != len(tt.events) || (len(tt.events) > 0 && h.events[0] != tt.events[0]) {
-				t.Errorf("events %v, want %v", h.events, tt.events)
+			done := h.Completions()
+			transporttest.CheckCompletions(t, done, tt.want)
+			if len(h.Events) != len(tt.events) || (len(tt.events) > 0 && h.Events[0] != tt.events[0]) {
+				t.Errorf("events %v, want %v", h.Events, tt.events)
 			}
 		})
 	}
@@ -288,31 +290,31 @@ func TestRetryExhaustion(t *testing.T) {
 		name     string
 		retryCnt uint8
 		ackAfter int // timeouts before the peer acknowledges; -1: never
-		want     []Completion
-		events   []Event
+		want     []transport.Completion
+		events   []transport.Event
 	}{
-		{"no retries", 0, -1, []Completion{
-			{WRID: 1, Opcode: WCWrite, Status: StatusRetryExc},
-			{WRID: 2, Opcode: WCSend, Status: StatusWRFlushErr}}, []Event{EventQPRequestErr}},
-		{"three retries", 3, -1, []Completion{
-			{WRID: 1, Opcode: WCWrite, Status: StatusRetryExc},
-			{WRID: 2, Opcode: WCSend, Status: StatusWRFlushErr}}, []Event{EventQPRequestErr}},
-		{"acknowledged on the last retry", 2, 2, []Completion{
-			{WRID: 1, Opcode: WCWrite, ByteLen: 2 * testPMTU},
-			{WRID: 2, Opcode: WCSend, ByteLen: 10}}, nil},
+		{"no retries", 0, -1, []transport.Completion{
+			{WRID: 1, Opcode: transport.WCWrite, Status: transport.StatusRetryExc},
+			{WRID: 2, Opcode: transport.WCSend, Status: transport.StatusWRFlushErr}}, []transport.Event{transport.EventQPRequestErr}},
+		{"three retries", 3, -1, []transport.Completion{
+			{WRID: 1, Opcode: transport.WCWrite, Status: transport.StatusRetryExc},
+			{WRID: 2, Opcode: transport.WCSend, Status: transport.StatusWRFlushErr}}, []transport.Event{transport.EventQPRequestErr}},
+		{"acknowledged on the last retry", 2, 2, []transport.Completion{
+			{WRID: 1, Opcode: transport.WCWrite, ByteLen: 2 * testPMTU},
+			{WRID: 2, Opcode: transport.WCSend, ByteLen: 10}}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newHarness(t, func(cfg *RCConfig) { cfg.RetryCnt = tt.retryCnt })
-			h.post(SendWR{ID: 1, Opcode: OpWrite, Signaled: true, RKey: 5}, 0, 2*testPMTU) // PSNs 500, 501
-			h.post(SendWR{ID: 2, Opcode: OpSend, Signaled: true}, 0, 10)                   // PSN 502
-			if n := len(h.take()); n != 3 {
+			h := newHarness(t, func(cfg *Config) { cfg.RetryCnt = tt.retryCnt })
+			h.post(transport.SendWR{ID: 1, Opcode: transport.OpWrite, Signaled: true, RKey: 5}, 0, 2*testPMTU) // PSNs 500, 501
+			h.post(transport.SendWR{ID: 2, Opcode: transport.OpSend, Signaled: true}, 0, 10)                   // PSN 502
+			if n := len(h.Take()); n != 3 {
 				t.Fatalf("%d packets, want 3", n)
 			}
-			if h.timer != roce.LocalACKTimeout(testTimeout) {
-				t.Fatalf("timer %v, want %v", h.timer, roce.LocalACKTimeout(testTimeout))
+			if h.Timer != roce.LocalACKTimeout(testTimeout) {
+				t.Fatalf("timer %v, want %v", h.Timer, roce.LocalACKTimeout(testTimeout))
 			}
-			for i := 0; h.qp.State() != StateErr; i++ {
+			for i := 0; h.qp.State() != transport.StateErr; i++ {
 				if i == tt.ackAfter {
 					h.receive(ack(testSQPSN+2, ackOK, 2))
 					break
@@ -321,17 +323,17 @@ func TestRetryExhaustion(t *testing.T) {
 					t.Fatalf("still retrying after %d timeouts", i)
 				}
 				h.fire()
-				if h.qp.State() == StateErr {
+				if h.qp.State() == transport.StateErr {
 					break
 				}
-				checkPackets(t, h.take(), []wantPacket{
+				checkPackets(t, h.Take(), []wantPacket{
 					{op: roce.RCRDMAWriteFirst, psn: testSQPSN},
 					{op: roce.RCRDMAWriteLast, psn: testSQPSN + 1, ackReq: true},
 					{op: roce.RCSendOnly, psn: testSQPSN + 2, ackReq: true}})
 			}
-			checkCompletions(t, h.completions(), tt.want)
-			if len(h.events) != len(tt.events) || (len(tt.events) > 0 && h.events[0] != tt.events[0]) {
-				t.Errorf("events %v, want %v", h.events, tt.events)
+			transporttest.CheckCompletions(t, h.Completions(), tt.want)
+			if len(h.Events) != len(tt.events) || (len(tt.events) > 0 && h.Events[0] != tt.events[0]) {
+				t.Errorf("events %v, want %v", h.Events, tt.events)
 			}
 		})
 	}
@@ -364,11 +366,11 @@ func TestDuplicateRead(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t, nil)
-			data := h.fill(0, length, 9)
+			data := h.Fill(0, length, 9)
 			read := reqPacket(roce.RCRDMAReadRequest, testRQPSN, true, nil)
 			read.RETH = roce.RETHFields{VA: testVA, RKey: testKey, DMALength: length}
 			h.receive(read)
-			first := h.take()
+			first := h.Take()
 			checkPackets(t, first, []wantPacket{
 				{op: roce.RCRDMAReadResponseFirst, psn: testRQPSN, syn: ackOK, msn: 1},
 				{op: roce.RCRDMAReadResponseMiddle, psn: testRQPSN + 1},
@@ -379,18 +381,18 @@ func TestDuplicateRead(t *testing.T) {
 				dup.RETH.RKey = testKey + 1
 			}
 			h.receive(dup)
-			replay := h.take()
+			replay := h.Take()
 			checkPackets(t, replay, tt.want)
 			var got []byte
 			for _, p := range replay {
-				got = append(got, p.payload...)
+				got = append(got, p.Payload...)
 			}
-			checkPayload(t, "replayed data", got, data[tt.bytes[0]:tt.bytes[1]])
+			transporttest.CheckPayload(t, "replayed data", got, data[tt.bytes[0]:tt.bytes[1]])
 			// The expected PSN is past the READ: the next request executes.
 			next := reqPacket(roce.RCRDMAWriteOnly, testRQPSN+3, true, []byte{1})
 			next.RETH = roce.RETHFields{VA: testVA, RKey: testKey, DMALength: 1}
 			h.receive(next)
-			checkPackets(t, h.take(), []wantPacket{{op: roce.RCAcknowledge, psn: testRQPSN + 3, syn: ackOK, msn: 2}})
+			checkPackets(t, h.Take(), []wantPacket{{op: roce.RCAcknowledge, psn: testRQPSN + 3, syn: ackOK, msn: 2}})
 		})
 	}
 }
@@ -417,29 +419,29 @@ func TestAtomicReplay(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t, nil)
-			word := h.bytesAt(64, 8)
+			word := h.BytesAt(64, 8)
 			binary.LittleEndian.PutUint64(word, tt.initial)
 			f := reqPacket(tt.op, testRQPSN, true, nil)
 			f.AtomicETH = roce.AtomicETHFields{VA: testVA + 64, RKey: testKey, SwapAdd: tt.swapAdd, Compare: tt.compare}
 			h.receive(f)
 			want := []wantPacket{{op: roce.RCAtomicAcknowledge, psn: testRQPSN, syn: ackOK, msn: 1}}
-			sent := h.take()
+			sent := h.Take()
 			checkPackets(t, sent, want)
-			if sent[0].f.AtomicAckETH != tt.initial {
-				t.Errorf("original value %d, want %d", sent[0].f.AtomicAckETH, tt.initial)
+			if sent[0].Fields.AtomicAckETH != tt.initial {
+				t.Errorf("original value %d, want %d", sent[0].Fields.AtomicAckETH, tt.initial)
 			}
 			if got := binary.LittleEndian.Uint64(word); got != tt.after {
 				t.Fatalf("memory %d after the atomic, want %d", got, tt.after)
 			}
 			f.BTH.PSN = tt.duplicate
 			h.receive(f)
-			sent = h.take()
+			sent = h.Take()
 			if !tt.replayed {
 				checkPackets(t, sent, nil)
 			} else {
 				checkPackets(t, sent, want)
-				if sent[0].f.AtomicAckETH != tt.initial {
-					t.Errorf("replayed original value %d, want %d", sent[0].f.AtomicAckETH, tt.initial)
+				if sent[0].Fields.AtomicAckETH != tt.initial {
+					t.Errorf("replayed original value %d, want %d", sent[0].Fields.AtomicAckETH, tt.initial)
 				}
 			}
 			if got := binary.LittleEndian.Uint64(word); got != tt.after {
@@ -453,14 +455,14 @@ func TestAtomicReplay(t *testing.T) {
 // and complete it; an atomic acknowledge writes the original value.
 func TestRequesterReadAndAtomic(t *testing.T) {
 	h := newHarness(t, nil)
-	h.post(SendWR{ID: 1, Opcode: OpRead, Signaled: true, RemoteAddr: 0x5000, RKey: 3}, 0, testPMTU+10)
-	h.post(SendWR{ID: 2, Opcode: OpFetchAdd, Signaled: true, RemoteAddr: 0x6000, RKey: 3, CompareAdd: 1}, 1024, 8)
-	sent := h.take()
+	h.post(transport.SendWR{ID: 1, Opcode: transport.OpRead, Signaled: true, RemoteAddr: 0x5000, RKey: 3}, 0, testPMTU+10)
+	h.post(transport.SendWR{ID: 2, Opcode: transport.OpFetchAdd, Signaled: true, RemoteAddr: 0x6000, RKey: 3, CompareAdd: 1}, 1024, 8)
+	sent := h.Take()
 	checkPackets(t, sent, []wantPacket{
 		{op: roce.RCRDMAReadRequest, psn: testSQPSN, ackReq: true},
 		{op: roce.RCFetchAdd, psn: testSQPSN + 2, ackReq: true}})
-	if sent[0].f.RETH != (roce.RETHFields{VA: 0x5000, RKey: 3, DMALength: testPMTU + 10}) {
-		t.Errorf("READ RETH %+v", sent[0].f.RETH)
+	if sent[0].Fields.RETH != (roce.RETHFields{VA: 0x5000, RKey: 3, DMALength: testPMTU + 10}) {
+		t.Errorf("READ RETH %+v", sent[0].Fields.RETH)
 	}
 	remote := make([]byte, testPMTU+10)
 	for i := range remote {
@@ -476,11 +478,11 @@ func TestRequesterReadAndAtomic(t *testing.T) {
 	atomicAck.BTH.Opcode = roce.RCAtomicAcknowledge
 	atomicAck.AtomicAckETH = 0x1122334455667788
 	h.receive(atomicAck)
-	checkCompletions(t, h.completions(), []Completion{
-		{WRID: 1, Opcode: WCRead, ByteLen: testPMTU + 10},
-		{WRID: 2, Opcode: WCFetchAdd, ByteLen: 8}})
-	checkPayload(t, "READ data", h.bytesAt(0, len(remote)), remote)
-	if got := binary.LittleEndian.Uint64(h.bytesAt(1024, 8)); got != 0x1122334455667788 {
+	transporttest.CheckCompletions(t, h.Completions(), []transport.Completion{
+		{WRID: 1, Opcode: transport.WCRead, ByteLen: testPMTU + 10},
+		{WRID: 2, Opcode: transport.WCFetchAdd, ByteLen: 8}})
+	transporttest.CheckPayload(t, "READ data", h.BytesAt(0, len(remote)), remote)
+	if got := binary.LittleEndian.Uint64(h.BytesAt(1024, 8)); got != 0x1122334455667788 {
 		t.Errorf("atomic result %#x", got)
 	}
 }
@@ -493,17 +495,17 @@ func TestStaleRegion(t *testing.T) {
 	first := reqPacket(roce.RCRDMAWriteFirst, testRQPSN, false, make([]byte, testPMTU))
 	first.RETH = roce.RETHFields{VA: testVA, RKey: testKey, DMALength: 2 * testPMTU}
 	h.receive(first)
-	delete(h.regions, mr.Handle(testKey))
+	delete(h.Regions, mr.Handle(testKey))
 	last := make([]byte, testPMTU)
 	for i := range last {
 		last[i] = 0xEE
 	}
 	h.receive(reqPacket(roce.RCRDMAWriteLast, testRQPSN+1, true, last))
-	checkPackets(t, h.take(), []wantPacket{{op: roce.RCAcknowledge, psn: testRQPSN + 1, syn: roce.NAKSyndrome(roce.NAKRemoteOperationalErr)}})
-	if h.bytesAt(testPMTU, 1)[0] == 0xEE {
+	checkPackets(t, h.Take(), []wantPacket{{op: roce.RCAcknowledge, psn: testRQPSN + 1, syn: roce.NAKSyndrome(roce.NAKRemoteOperationalErr)}})
+	if h.BytesAt(testPMTU, 1)[0] == 0xEE {
 		t.Error("the WRITE reached a deregistered region")
 	}
-	if len(h.events) != 1 || h.events[0] != EventQPFatal {
-		t.Errorf("events %v, want QP fatal", h.events)
+	if len(h.Events) != 1 || h.Events[0] != transport.EventQPFatal {
+		t.Errorf("events %v, want QP fatal", h.Events)
 	}
 }

@@ -1,10 +1,11 @@
-package transport
+package rc
 
 import (
 	"encoding/binary"
 	"testing"
 
 	"github.com/hcaemu/hcaemu/emu/roce"
+	"github.com/hcaemu/hcaemu/emu/transport"
 )
 
 // FuzzRC plays a hostile peer against one RC QP with no device: arbitrary
@@ -41,16 +42,16 @@ func FuzzRC(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte) {
 		h := newHarness(t, nil)
 		for i := 0; i < 4; i++ {
-			h.postRecv(uint64(100+i), 0, 4096)
+			h.PostRecv(uint64(100+i), 0, 4096)
 		}
-		h.post(SendWR{ID: 1, Opcode: OpSend, Signaled: true}, 0, 100)
-		h.post(SendWR{ID: 2, Opcode: OpRead, Signaled: true, RemoteAddr: 0x1000, RKey: 9}, 4096, 2*testPMTU+1)
-		h.post(SendWR{ID: 3, Opcode: OpCompSwap, Signaled: true, RemoteAddr: 0x2000, RKey: 9}, 8192, 8)
+		h.post(transport.SendWR{ID: 1, Opcode: transport.OpSend, Signaled: true}, 0, 100)
+		h.post(transport.SendWR{ID: 2, Opcode: transport.OpRead, Signaled: true, RemoteAddr: 0x1000, RKey: 9}, 4096, 2*testPMTU+1)
+		h.post(transport.SendWR{ID: 3, Opcode: transport.OpCompSwap, Signaled: true, RemoteAddr: 0x2000, RKey: 9}, 8192, 8)
 		for n := 0; len(in) >= 2 && n < 64; n++ {
 			l := int(binary.BigEndian.Uint16(in))
 			in = in[2:]
 			if l>>8 == 0xFF {
-				if h.timer != 0 {
+				if h.Timer != 0 {
 					h.fire()
 				}
 				continue
@@ -66,10 +67,10 @@ func FuzzRC(f *testing.F) {
 			if len(h.qp.out) > maxQueuedResponses {
 				t.Fatalf("%d responses queued", len(h.qp.out))
 			}
-			for len(h.kicks) > 0 { // the device's engine coming back
-				work := h.kicks[0]
-				h.kicks = h.kicks[1:]
-				if work == WorkRespond {
+			for len(h.Kicks) > 0 { // the device's engine coming back
+				work := h.Kicks[0]
+				h.Kicks = h.Kicks[1:]
+				if work == transport.WorkRespond {
 					h.qp.FlushResponses()
 				} else {
 					h.qp.Pump()
@@ -77,9 +78,9 @@ func FuzzRC(f *testing.F) {
 			}
 		}
 		seen := map[uint64]bool{}
-		for _, c := range h.done {
+		for _, c := range h.Done {
 			if !c.Recv && seen[c.WRID] {
-				t.Fatalf("request %d completed twice: %+v", c.WRID, h.done)
+				t.Fatalf("request %d completed twice: %+v", c.WRID, h.Done)
 			}
 			seen[c.WRID] = !c.Recv
 		}
