@@ -101,7 +101,7 @@ func TestImportGraph(t *testing.T) {
 	}
 	var stale []string
 	for pkg := range allowedImports {
-		if !seen[pkg] && !strings.HasPrefix(pkg, "emu/transport/") {
+		if !seen[pkg] {
 			stale = append(stale, pkg)
 		}
 	}
