@@ -40,58 +40,58 @@ const (
 	sqBatch = 64   // UD send WQEs taken per lock hold; the QP is kicked again for more
 )
 
-func (e *engine) start(d *Device) {
-	e.pending, e.spare = map[uint64]uint32{}, map[uint64]uint32{}
-	e.fired = map[uint32]uint64{}
-	e.wake = make(chan struct{}, 1)
-	e.rx = make(chan []byte, rxQueue)
-	e.quit = make(chan struct{})
-	e.done = make(chan struct{})
-	go e.run(d)
+func (eng *engine) start(d *Device) {
+	eng.pending, eng.spare = map[uint64]uint32{}, map[uint64]uint32{}
+	eng.fired = map[uint32]uint64{}
+	eng.wake = make(chan struct{}, 1)
+	eng.rx = make(chan []byte, rxQueue)
+	eng.quit = make(chan struct{})
+	eng.done = make(chan struct{})
+	go eng.run(d)
 }
 
-func (e *engine) kick(kind uint32, handle, flags uint32) {
-	e.mu.Lock()
-	e.pending[uint64(kind)<<32|uint64(handle)] |= flags
-	e.mu.Unlock()
+func (eng *engine) kick(kind uint32, handle, flags uint32) {
+	eng.mu.Lock()
+	eng.pending[uint64(kind)<<32|uint64(handle)] |= flags
+	eng.mu.Unlock()
 	select {
-	case e.wake <- struct{}{}:
+	case eng.wake <- struct{}{}:
 	default:
 	}
 }
 
 // kickTimer reports that QP h's timer of generation gen expired (timer
 // goroutine).
-func (e *engine) kickTimer(h uint32, gen uint64) {
-	e.mu.Lock()
-	e.fired[h] = gen
-	e.mu.Unlock()
-	e.kick(kickQP, h, kickTimer)
+func (eng *engine) kickTimer(h uint32, gen uint64) {
+	eng.mu.Lock()
+	eng.fired[h] = gen
+	eng.mu.Unlock()
+	eng.kick(kickQP, h, kickTimer)
 }
 
 // drop forgets pending kicks (device reset).
-func (e *engine) drop() {
-	e.mu.Lock()
-	clear(e.pending)
-	clear(e.fired)
-	e.mu.Unlock()
+func (eng *engine) drop() {
+	eng.mu.Lock()
+	clear(eng.pending)
+	clear(eng.fired)
+	eng.mu.Unlock()
 }
 
-func (e *engine) stop() {
-	close(e.quit)
-	<-e.done
+func (eng *engine) stop() {
+	close(eng.quit)
+	<-eng.done
 }
 
-func (e *engine) run(d *Device) {
-	defer close(e.done)
+func (eng *engine) run(d *Device) {
+	defer close(eng.done)
 	for {
 		var first []byte
 		select {
-		case <-e.quit:
-			e.drainRx()
+		case <-eng.quit:
+			eng.drainRx()
 			return
-		case <-e.wake:
-		case first = <-e.rx:
+		case <-eng.wake:
+		case first = <-eng.rx:
 		}
 		if first != nil {
 			// The lock is taken per frame, not per batch: a doorbell or a
@@ -100,26 +100,26 @@ func (e *engine) run(d *Device) {
 		batch:
 			for i := 0; i < rxBatch; i++ {
 				select {
-				case f := <-e.rx:
+				case f := <-eng.rx:
 					d.receiveLocked(f)
 				default:
 					break batch
 				}
 			}
 		}
-		e.mu.Lock()
-		if len(e.pending) == 0 && len(e.barriers) == 0 {
-			e.mu.Unlock()
+		eng.mu.Lock()
+		if len(eng.pending) == 0 && len(eng.barriers) == 0 {
+			eng.mu.Unlock()
 			continue
 		}
-		work, barriers, fired := e.pending, e.barriers, e.fired
-		e.pending, e.spare, e.barriers = e.spare, nil, nil
+		work, barriers, fired := eng.pending, eng.barriers, eng.fired
+		eng.pending, eng.spare, eng.barriers = eng.spare, nil, nil
 		if len(fired) > 0 {
-			e.fired = map[uint32]uint64{}
+			eng.fired = map[uint32]uint64{}
 		} else {
 			fired = nil // e.fired stays the timers'; never read it unlocked
 		}
-		e.mu.Unlock()
+		eng.mu.Unlock()
 		for key, flags := range work {
 			// One QP per lock hold: a doorbell or command waits for one
 			// QP's bounded batch of work at most (sqBatch WQEs, a window of
@@ -132,11 +132,11 @@ func (e *engine) run(d *Device) {
 			kind, h := uint32(key>>32), uint32(key)
 			switch kind {
 			case kickQP:
-				if x := d.res.qp.get(h); x != nil {
+				if qp := d.res.qp.get(h); qp != nil {
 					if gen, ok := fired[h]; ok && flags&kickTimer != 0 {
-						d.qpTimer(x, gen)
+						d.qpTimer(qp, gen)
 					}
-					d.serviceQP(x, flags)
+					d.serviceQP(qp, flags)
 				}
 			case kickSRQ:
 				// SRQ WQEs are consumed when a message arrives; nothing to do.
@@ -144,15 +144,15 @@ func (e *engine) run(d *Device) {
 			d.unlock()
 		}
 		clear(work)
-		e.mu.Lock()
-		e.spare = work // the two maps alternate: no allocation per wake-up
-		e.mu.Unlock()
+		eng.mu.Lock()
+		eng.spare = work // the two maps alternate: no allocation per wake-up
+		eng.mu.Unlock()
 		if len(barriers) > 0 {
 			// A barrier also covers the frames received before it: handle
 			// those queued now (bounded by the queue's length at this point).
-			for n := len(e.rx); n > 0; n-- {
+			for n := len(eng.rx); n > 0; n-- {
 				select {
-				case f := <-e.rx:
+				case f := <-eng.rx:
 					d.receiveLocked(f)
 				default:
 					n = 1
@@ -172,10 +172,10 @@ func (d *Device) receiveLocked(frame []byte) {
 	d.unlock()
 }
 
-func (e *engine) drainRx() {
+func (eng *engine) drainRx() {
 	for {
 		select {
-		case f := <-e.rx:
+		case f := <-eng.rx:
 			fabric.Release(f)
 		default:
 			return
@@ -199,23 +199,23 @@ func (d *Device) receive(frame []byte) bool {
 }
 
 // kickLater services QP h again after a short back-off (a busy receiver).
-func (e *engine) kickLater(h, flags uint32) {
-	time.AfterFunc(backoff, func() { e.kick(kickQP, h, flags) })
+func (eng *engine) kickLater(h, flags uint32) {
+	time.AfterFunc(backoff, func() { eng.kick(kickQP, h, flags) })
 }
 
 // sync waits until the work queued before the call has been done.
-func (e *engine) sync() {
+func (eng *engine) sync() {
 	b := make(chan struct{})
-	e.mu.Lock()
-	e.barriers = append(e.barriers, b)
-	e.mu.Unlock()
+	eng.mu.Lock()
+	eng.barriers = append(eng.barriers, b)
+	eng.mu.Unlock()
 	select {
-	case e.wake <- struct{}{}:
+	case eng.wake <- struct{}{}:
 	default:
 	}
 	select {
 	case <-b:
-	case <-e.done:
+	case <-eng.done:
 	}
 }
 
@@ -245,8 +245,8 @@ func (d *Device) doorbell(off uint64, v uint32) {
 	}
 	switch db.Kind {
 	case doorbell.QP:
-		x := d.res.qp.get(db.Handle)
-		if x == nil || !d.ownsPage(x.ctx, db.Page) {
+		qp := d.res.qp.get(db.Handle)
+		if qp == nil || !d.ownsPage(qp.ctx, db.Page) {
 			d.log.Debug("QP doorbell for an unknown or foreign QP", "qp", db.Handle, "uar", db.Page)
 			return
 		}
@@ -295,33 +295,33 @@ func (d *Device) ownsPage(ctx, page uint32) bool {
 }
 
 // serviceQP does what a QP's doorbells asked for.
-func (d *Device) serviceQP(x *qp, flags uint32) {
-	switch x.state {
+func (d *Device) serviceQP(qp *qp, flags uint32) {
+	switch qp.state {
 	case StateReset:
 		return
 	case StateErr:
-		d.flush(x)
+		d.flush(qp)
 		return
 	}
-	if flags&kickRecv != 0 && x.srq == 0 {
+	if flags&kickRecv != 0 && qp.srq == 0 {
 		// Receive WQEs stay in the ring until a message consumes them; check
 		// the guest's producer index now so a corrupt one fails early.
-		if _, err := d.pendingWQEs(x.pages, &x.rq); err != nil {
-			d.log.Warn("RQ producer index invalid", "qp", x.handle, "err", err)
-			d.qpError(x, EvQPFatal)
+		if _, err := d.pendingWQEs(qp.pages, &qp.rq); err != nil {
+			d.log.Warn("RQ producer index invalid", "qp", qp.handle, "err", err)
+			d.qpError(qp, EvQPFatal)
 			return
 		}
 	}
-	if x.rc != nil {
+	if qp.rc != nil {
 		if flags&kickResp != 0 {
-			x.rc.FlushResponses()
+			qp.rc.FlushResponses()
 		}
 		if flags&(kickSend|kickTimer) != 0 {
-			x.rc.Pump()
+			qp.rc.Pump()
 		}
 		return
 	}
-	if flags&kickSend != 0 && x.state == StateRTS {
-		d.processSQ(x)
+	if flags&kickSend != 0 && qp.state == StateRTS {
+		d.processSQ(qp)
 	}
 }

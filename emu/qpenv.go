@@ -37,79 +37,79 @@ func (d *Device) space() mr.Space { return mr.Space{Mem: d.mem, Regions: &d.res}
 
 // bindTransport gives a QP its transport object the first time it leaves
 // RESET (a QP of another type has none).
-func (d *Device) bindTransport(x *qp) {
-	if x.env != nil {
+func (d *Device) bindTransport(qp *qp) {
+	if qp.env != nil {
 		return
 	}
-	env := &qpEnv{d: d, qp: x, mem: d.space()}
-	log := d.log.With("qp", x.handle)
-	switch x.typ {
+	env := &qpEnv{d: d, qp: qp, mem: d.space()}
+	log := d.log.With("qp", qp.handle)
+	switch qp.typ {
 	case QPTypeRC:
-		x.rc = rc.New(env, env.mem, log)
+		qp.rc = rc.New(env, env.mem, log)
 	case QPTypeUD, QPTypeGSI:
-		x.ud = ud.New(env, env.mem, log)
+		qp.ud = ud.New(env, env.mem, log)
 	default:
 		return
 	}
-	x.env = env
+	qp.env = env
 }
 
 // configureTransport hands the QP's attributes to its transport.
-func (d *Device) configureTransport(x *qp) {
-	a := &x.attr
+func (d *Device) configureTransport(qp *qp) {
+	a := &qp.attr
 	switch {
-	case x.rc != nil:
-		x.rc.Configure(rc.Config{
-			PD: x.pd, DestQPN: a.DestQPN, PMTU: transport.PMTU(a.PathMTU),
-			SQPSN: a.SQPSN, RQPSN: a.RQPSN, SQDepth: x.sq.ring.N,
+	case qp.rc != nil:
+		qp.rc.Configure(rc.Config{
+			PD: qp.pd, DestQPN: a.DestQPN, PMTU: transport.PMTU(a.PathMTU),
+			SQPSN: a.SQPSN, RQPSN: a.RQPSN, SQDepth: qp.sq.ring.N,
 			RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry, Timeout: a.Timeout, MinRNRTimer: a.MinRNRTimer,
 			MaxRdAtomic: a.MaxRdAtomic, MaxDestRdAtomic: a.MaxDestRdAtomic, Access: a.AccessFlags,
 		})
-	case x.ud != nil:
-		x.ud.Configure(ud.Config{QPN: x.qpn, QKey: a.QKey, GSI: x.typ == QPTypeGSI})
+	case qp.ud != nil:
+		qp.ud.Configure(ud.Config{QPN: qp.qpn, QKey: a.QKey, GSI: qp.typ == QPTypeGSI})
 	}
 }
 
 // resetTransport forgets the QP's transport state and stops its timer
 // (destroyed QP).
-func (d *Device) resetTransport(x *qp) {
-	if x.rc != nil {
-		x.rc.Reset()
+func (d *Device) resetTransport(qp *qp) {
+	if qp.rc != nil {
+		qp.rc.Reset()
 	}
 }
 
 // qpTimer handles QP x's expired timer of generation gen.
-func (d *Device) qpTimer(x *qp, gen uint64) {
-	env := x.env
-	if x.rc == nil || env == nil || gen != env.timerGen || env.timer == nil {
+func (d *Device) qpTimer(qp *qp, gen uint64) {
+	env := qp.env
+	if qp.rc == nil || env == nil || gen != env.timerGen || env.timer == nil {
 		return
 	}
 	env.timer = nil
-	x.rc.Timeout()
+	qp.rc.Timeout()
 }
 
-func (e *qpEnv) PendingSends() (uint32, bool) {
-	d, x := e.d, e.qp
-	n, err := d.pendingWQEs(x.pages, &x.sq)
+func (env *qpEnv) PendingSends() (uint32, bool) {
+	d, qp := env.d, env.qp
+	n, err := d.pendingWQEs(qp.pages, &qp.sq)
 	if err != nil {
-		d.log.Warn("SQ producer index invalid", "qp", x.handle, "err", err)
-		d.qpError(x, EvQPFatal)
+		d.log.Warn("SQ producer index invalid", "qp", qp.handle, "err", err)
+		d.qpError(qp, EvQPFatal)
 		return 0, false
 	}
 	return n, true
 }
 
-func (e *qpEnv) TakeSend() (transport.SendWR, bool) {
-	d, x := e.d, e.qp
-	if uint32(len(e.wqe)) != x.sq.stride {
-		e.wqe = make([]byte, x.sq.stride)
+func (env *qpEnv) TakeSend() (transport.SendWR, bool) {
+	d, qp := env.d, env.qp
+	if uint32(len(env.wqe)) != qp.sq.stride {
+		env.wqe = make([]byte, qp.sq.stride)
 	}
-	if err := d.takeWQE(x.pages, &x.sq, e.wqe); err != nil {
-		d.qpError(x, EvQPFatal)
+	if err := d.takeWQE(qp.pages, &qp.sq, env.wqe); err != nil {
+		d.qpError(qp, EvQPFatal)
 		return transport.SendWR{}, false
 	}
-	w, err := uverbs.DecodeSendWQE(e.wqe, x.sq.maxSGE)
-	return e.sendWR(&w, err), true
+	w, err := uverbs.DecodeSendWQE(env.wqe, qp.sq.maxSGE)
+	return env.sendWR(&w, err), true
 }
 
 // opcodes maps PVRDMA send opcodes to the transport's (missing ones are
@@ -131,8 +131,8 @@ func opcodeOf(op uint32) transport.Opcode {
 
 // sendWR turns a decoded send WQE into a work request: its variant as the
 // QP type reads it, and its SGEs validated against the QP's PD.
-func (e *qpEnv) sendWR(w *uverbs.SendWQE, decodeErr error) transport.SendWR {
-	x := e.qp
+func (env *qpEnv) sendWR(w *uverbs.SendWQE, decodeErr error) transport.SendWR {
+	qp := env.qp
 	wr := transport.SendWR{
 		ID: w.WRID, Opcode: opcodeOf(w.Opcode),
 		Signaled:  w.SendFlags&uverbs.SendSignaled != 0,
@@ -153,7 +153,7 @@ func (e *qpEnv) sendWR(w *uverbs.SendWQE, decodeErr error) transport.SendWR {
 		wr.FastReg = transport.FastReg{IOVA: fr.IOVA, PageListDir: fr.PageListDir, PageShift: fr.PageShift,
 			PageListLen: fr.PageListLen, Length: fr.Length, Access: fr.Access, Key: fr.RKey}
 	}
-	if x.typ == QPTypeUD || x.typ == QPTypeGSI {
+	if qp.typ == QPTypeUD || qp.typ == QPTypeGSI {
 		var av uverbs.AV
 		wr.DestQPN, wr.QKey, av = w.UD()
 		wr.AH = transport.AddressHandle{GIDIndex: av.GIDIndex, DGID: av.DGID, DMAC: av.DMAC,
@@ -167,19 +167,19 @@ func (e *qpEnv) sendWR(w *uverbs.SendWQE, decodeErr error) transport.SendWR {
 		}
 	}
 	if wr.Opcode.HasSGEs() {
-		wr.Segs, wr.Length, wr.Status = e.segs(w.SGE, wr.Opcode.WritesLocal())
+		wr.Segs, wr.Length, wr.Status = env.segs(w.SGE, wr.Opcode.WritesLocal())
 	}
 	return wr
 }
 
 // segs validates an SGE list against the QP's PD (write: the device writes
 // into it).
-func (e *qpEnv) segs(sges []uverbs.SGE, write bool) ([]mr.Seg, uint32, transport.Status) {
-	e.sges = e.sges[:0]
+func (env *qpEnv) segs(sges []uverbs.SGE, write bool) ([]mr.Seg, uint32, transport.Status) {
+	env.sges = env.sges[:0]
 	for _, sge := range sges {
-		e.sges = append(e.sges, mr.SGE(sge))
+		env.sges = append(env.sges, mr.SGE(sge))
 	}
-	segs, n, err := e.mem.Segs(e.qp.pd, e.sges, write)
+	segs, n, err := env.mem.Segs(env.qp.pd, env.sges, write)
 	switch {
 	case errors.Is(err, mr.ErrLength):
 		return nil, 0, transport.StatusLocLenErr
@@ -189,11 +189,11 @@ func (e *qpEnv) segs(sges []uverbs.SGE, write bool) ([]mr.Seg, uint32, transport
 	return segs, n, transport.StatusSuccess
 }
 
-func (e *qpEnv) PeekRecv() (transport.RecvWR, transport.Status, bool) {
-	return e.d.peekRecv(e)
+func (env *qpEnv) PeekRecv() (transport.RecvWR, transport.Status, bool) {
+	return env.d.peekRecv(env)
 }
 
-func (e *qpEnv) PopRecv() { e.d.popRecv(e.qp) }
+func (env *qpEnv) PopRecv() { env.d.popRecv(env.qp) }
 
 // wcOpcodes maps the transport's completion opcodes to PVRDMA's.
 var wcOpcodes = [...]uint32{
@@ -203,11 +203,11 @@ var wcOpcodes = [...]uint32{
 	transport.WCRecv: uverbs.WCRecv, transport.WCRecvWriteImm: uverbs.WCRecvRDMAImm,
 }
 
-func (e *qpEnv) Complete(c transport.Completion) {
-	d, x := e.d, e.qp
+func (env *qpEnv) Complete(c transport.Completion) {
+	d, qp := env.d, env.qp
 	cqe := uverbs.CQE{WRID: c.WRID, Opcode: wcOpcodes[c.Opcode], Status: uint32(c.Status), ByteLen: c.ByteLen}
 	if !c.Recv {
-		d.completeSend(x, &cqe, c.Signaled)
+		d.completeSend(qp, &cqe, c.Signaled)
 		return
 	}
 	cqe.SrcQP, cqe.ImmData, cqe.NetworkHdrType = c.SrcQP, c.Imm, c.NetworkHdrType
@@ -220,7 +220,7 @@ func (e *qpEnv) Complete(c transport.Completion) {
 	if c.Invalidated {
 		cqe.WCFlags |= uverbs.WCFlagInvalidate
 	}
-	d.completeRecv(x, &cqe, c.Solicited)
+	d.completeRecv(qp, &cqe, c.Solicited)
 }
 
 // events maps the transport's QP errors to PVRDMA async events.
@@ -228,80 +228,80 @@ var events = [...]uint32{
 	transport.EventQPFatal: EvQPFatal, transport.EventQPRequestErr: EvQPReqErr, transport.EventQPAccessError: EvQPAccessErr,
 }
 
-func (e *qpEnv) Error(ev transport.Event) { e.d.qpError(e.qp, events[ev]) }
+func (env *qpEnv) Error(ev transport.Event) { env.d.qpError(env.qp, events[ev]) }
 
-func (e *qpEnv) Drained() { e.d.checkDrained(e.qp) }
+func (env *qpEnv) Drained() { env.d.checkDrained(env.qp) }
 
 // Path is where an RC QP's packets go: its primary path.
-func (e *qpEnv) Path() (transport.Path, bool) {
-	x := e.qp
-	ah := &x.attr.AH
-	p, ok := e.d.pathFor(ah.SGIDIndex, ah.DGID)
+func (env *qpEnv) Path() (transport.Path, bool) {
+	qp := env.qp
+	ah := &qp.attr.AH
+	p, ok := env.d.pathFor(ah.SGIDIndex, ah.DGID)
 	if !ok {
 		return p, false
 	}
 	p.DMAC, p.HopLimit, p.TClass, p.FlowLabel = ah.DMAC, ah.HopLimit, ah.TrafficClass, ah.FlowLabel
-	p.SrcPort = roce.UDPSourcePort(ah.FlowLabel, x.qpn, x.attr.DestQPN)
+	p.SrcPort = roce.UDPSourcePort(ah.FlowLabel, qp.qpn, qp.attr.DestQPN)
 	return p, true
 }
 
 // PathTo is where a UD datagram to ah goes.
-func (e *qpEnv) PathTo(ah *transport.AddressHandle) (transport.Path, bool) {
-	p, ok := e.d.pathFor(ah.GIDIndex, ah.DGID)
+func (env *qpEnv) PathTo(ah *transport.AddressHandle) (transport.Path, bool) {
+	p, ok := env.d.pathFor(ah.GIDIndex, ah.DGID)
 	if !ok {
 		return p, false
 	}
 	p.DMAC, p.HopLimit, p.TClass, p.FlowLabel = ah.DMAC, ah.HopLimit, ah.TrafficClass, ah.FlowLabel
-	p.SrcPort = roce.UDPSourcePortHash(e.qp.qpn)
+	p.SrcPort = roce.UDPSourcePortHash(env.qp.qpn)
 	return p, true
 }
 
-func (e *qpEnv) Transmit(path transport.Path, f roce.PacketFields, payload transport.Payload) error {
-	return e.d.transmit(&path, &f, &payload, e.mem)
+func (env *qpEnv) Transmit(path transport.Path, f roce.PacketFields, payload transport.Payload) error {
+	return env.d.transmit(&path, &f, &payload, env.mem)
 }
 
-func (e *qpEnv) LocalOp(wr *transport.SendWR) transport.Status { return e.d.localOp(e.qp, wr, e.mem) }
+func (env *qpEnv) LocalOp(wr *transport.SendWR) transport.Status { return env.d.localOp(env.qp, wr, env.mem) }
 
-func (e *qpEnv) ArmTimer(dur time.Duration) {
-	if e.timer != nil {
-		e.timer.Stop()
+func (env *qpEnv) ArmTimer(dur time.Duration) {
+	if env.timer != nil {
+		env.timer.Stop()
 	}
-	e.timerGen++
-	gen, h, eng := e.timerGen, e.qp.handle, &e.d.eng
-	e.timer = time.AfterFunc(dur, func() { eng.kickTimer(h, gen) })
+	env.timerGen++
+	gen, h, eng := env.timerGen, env.qp.handle, &env.d.eng
+	env.timer = time.AfterFunc(dur, func() { eng.kickTimer(h, gen) })
 }
 
-func (e *qpEnv) StopTimer() {
-	if e.timer != nil {
-		e.timer.Stop()
-		e.timer = nil
+func (env *qpEnv) StopTimer() {
+	if env.timer != nil {
+		env.timer.Stop()
+		env.timer = nil
 	}
-	e.timerGen++
+	env.timerGen++
 }
 
-func (e *qpEnv) Kick(work transport.Work, later bool) {
+func (env *qpEnv) Kick(work transport.Work, later bool) {
 	flags := uint32(kickSend)
 	if work == transport.WorkRespond {
 		flags = kickResp
 	}
 	if later {
-		e.d.eng.kickLater(e.qp.handle, flags)
+		env.d.eng.kickLater(env.qp.handle, flags)
 	} else {
-		e.d.eng.kick(kickQP, e.qp.handle, flags)
+		env.d.eng.kick(kickQP, env.qp.handle, flags)
 	}
 }
 
 // localOp executes LOCAL_INV and FAST_REG_MR.
-func (d *Device) localOp(x *qp, wr *transport.SendWR, mem mr.Space) transport.Status {
+func (d *Device) localOp(qp *qp, wr *transport.SendWR, mem mr.Space) transport.Status {
 	switch wr.Opcode {
 	case transport.OpLocalInv:
-		if !mem.Invalidate(x.pd, wr.InvalidateKey) {
+		if !mem.Invalidate(qp.pd, wr.InvalidateKey) {
 			return transport.StatusLocProtErr
 		}
 	case transport.OpFastReg:
 		fr := &wr.FastReg
 		region := d.res.mr.get(mr.Handle(fr.Key))
-		if region == nil || !region.FRMR || region.PD != x.pd || region.Valid {
+		if region == nil || !region.FRMR || region.PD != qp.pd || region.Valid {
 			return transport.StatusLocProtErr
 		}
 		if fr.PageShift != 12 || fr.PageListLen == 0 || fr.PageListLen > region.MaxPages ||

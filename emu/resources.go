@@ -163,8 +163,8 @@ func (d *Device) pinPages(what string, pdir uint64, n uint32) (dma.Pages, *cmdEr
 func (d *Device) destroyContextObjects(ctx uint32) {
 	r := &d.res
 	for _, h := range r.qp.handles() {
-		if q := r.qp.get(h); q.ctx == ctx {
-			d.destroyQP(h, q)
+		if qp := r.qp.get(h); qp.ctx == ctx {
+			d.destroyQP(h, qp)
 		}
 	}
 	for _, h := range r.srq.handles() {
@@ -212,12 +212,12 @@ func (d *Device) cmdCreatePD(req *pvrdma.CmdCreatePD) (pvrdma.Response, *cmdErr)
 
 func (d *Device) cmdDestroyPD(req *pvrdma.CmdDestroyPD) (pvrdma.Response, *cmdErr) {
 	h := req.PDHandle
-	x := d.res.pd.get(h)
-	if x == nil {
+	pd := d.res.pd.get(h)
+	if pd == nil {
 		return nil, fail(errInval, "no PD %d", h)
 	}
-	if x.refs > 0 {
-		return nil, fail(errBusy, "PD %d still used by %d objects", h, x.refs)
+	if pd.refs > 0 {
+		return nil, fail(errBusy, "PD %d still used by %d objects", h, pd.refs)
 	}
 	d.res.pd.del(h)
 	return nil, nil
@@ -231,8 +231,8 @@ const maxFRMRPages = pvrdma.MaxFastRegPages
 func (d *Device) cmdCreateMR(req *pvrdma.CmdCreateMR) (pvrdma.Response, *cmdErr) {
 	start, length, pdir := req.Start, req.Length, req.PdirDMA
 	pdh, access, flags, nchunks := req.PDHandle, req.AccessFlags, req.Flags, req.NChunks
-	x := d.res.pd.get(pdh)
-	if x == nil {
+	pd := d.res.pd.get(pdh)
+	if pd == nil {
 		return nil, fail(errInval, "no PD %d", pdh)
 	}
 	access &= 0xFFFFF // optional bits >= 20 (relaxed ordering...) are hints
@@ -242,10 +242,10 @@ func (d *Device) cmdCreateMR(req *pvrdma.CmdCreateMR) (pvrdma.Response, *cmdErr)
 	if access&(accRemoteWrite|accRemoteAtomic) != 0 && access&accLocalWrite == 0 {
 		return nil, fail(errInval, "remote write/atomic access without local write")
 	}
-	m := &mr.Region{PD: pdh, Ctx: x.ctx, Access: access}
+	m := &mr.Region{PD: pdh, Ctx: pd.ctx, Access: access}
 	switch flags {
 	case pvrdma.MRFlagDMA:
-		if x.ctx != 0 {
+		if pd.ctx != 0 {
 			return nil, fail(errPerm, "DMA MR on user PD %d", pdh)
 		}
 		if access != accLocalWrite {
@@ -284,7 +284,7 @@ func (d *Device) cmdCreateMR(req *pvrdma.CmdCreateMR) (pvrdma.Response, *cmdErr)
 	}
 	m.LKey = h << 8
 	m.RKey = m.LKey
-	x.refs++
+	pd.refs++
 	return &pvrdma.CmdCreateMRResp{MRHandle: h, LKey: m.LKey, RKey: m.RKey}, nil
 }
 
@@ -300,8 +300,8 @@ func (d *Device) cmdDestroyMR(req *pvrdma.CmdDestroyMR) (pvrdma.Response, *cmdEr
 
 func (d *Device) destroyMR(h uint32, m *mr.Region) {
 	d.res.unpin(len(m.Pages))
-	if x := d.res.pd.get(m.PD); x != nil {
-		x.refs--
+	if pd := d.res.pd.get(m.PD); pd != nil {
+		pd.refs--
 	}
 	d.res.mr.del(h)
 }

@@ -119,18 +119,18 @@ func (d *Device) receiveFrame(frame []byte) {
 		return
 	}
 	qpn := pkt.BTH.DestQP()
-	x := d.res.qp.get(qpn)
-	if x == nil || x.qpn != qpn {
+	qp := d.res.qp.get(qpn)
+	if qp == nil || qp.qpn != qpn {
 		return
 	}
 	switch pkt.Opcode().Transport() {
 	case roce.TransportUD:
-		if x.ud != nil && !x.ud.Receive(&pkt, u.IP) {
+		if qp.ud != nil && !qp.ud.Receive(&pkt, u.IP) {
 			d.res.qkeyViolations++
 		}
 	case roce.TransportRC:
-		if x.rc != nil {
-			x.rc.Receive(&pkt)
+		if qp.rc != nil {
+			qp.rc.Receive(&pkt)
 		}
 	}
 }

@@ -39,11 +39,11 @@ func (d *Device) takeWQE(pages dma.Pages, w *wq, buf []byte) error {
 
 // processSQ hands posted send WQEs of a UD or GSI QP to its transport in
 // order, at most one ring's worth per call.
-func (d *Device) processSQ(x *qp) {
-	if x.ud == nil {
+func (d *Device) processSQ(qp *qp) {
+	if qp.ud == nil {
 		return
 	}
-	n, ok := x.env.PendingSends()
+	n, ok := qp.env.PendingSends()
 	if !ok {
 		return
 	}
@@ -51,27 +51,27 @@ func (d *Device) processSQ(x *qp) {
 		// Come back for the rest after other queues and frames have had
 		// the device lock.
 		n = sqBatch
-		d.eng.kick(kickQP, x.handle, kickSend)
+		d.eng.kick(kickQP, qp.handle, kickSend)
 	}
-	buf := make([]byte, x.sq.stride)
-	for ; n > 0 && x.state != StateErr; n-- {
-		if err := d.takeWQE(x.pages, &x.sq, buf); err != nil {
-			d.log.Warn("SQ WQE unreadable", "qp", x.handle, "err", err)
-			d.qpError(x, EvQPFatal)
+	buf := make([]byte, qp.sq.stride)
+	for ; n > 0 && qp.state != StateErr; n-- {
+		if err := d.takeWQE(qp.pages, &qp.sq, buf); err != nil {
+			d.log.Warn("SQ WQE unreadable", "qp", qp.handle, "err", err)
+			d.qpError(qp, EvQPFatal)
 			return
 		}
-		w, err := uverbs.DecodeSendWQE(buf, x.sq.maxSGE)
+		w, err := uverbs.DecodeSendWQE(buf, qp.sq.maxSGE)
 		if err != nil {
 			cqe := uverbs.CQE{WRID: w.WRID, Opcode: sendWCOpcode(w.Opcode), Status: uverbs.WCLocLenErr}
-			d.completeSend(x, &cqe, false)
-			d.qpError(x, EvQPReqErr)
+			d.completeSend(qp, &cqe, false)
+			d.qpError(qp, EvQPReqErr)
 			return
 		}
-		wr := x.env.sendWR(&w, nil)
-		x.ud.Send(&wr)
+		wr := qp.env.sendWR(&w, nil)
+		qp.ud.Send(&wr)
 	}
-	if x.state == StateErr {
-		d.flush(x)
+	if qp.state == StateErr {
+		d.flush(qp)
 	}
 }
 
@@ -80,45 +80,45 @@ func sendWCOpcode(op uint32) uint32 { return wcOpcodes[opcodeOf(op).Completion()
 
 // completeSend posts a send-side completion when it is signaled (or
 // failed).
-func (d *Device) completeSend(x *qp, cqe *uverbs.CQE, signaled bool) {
-	if cqe.Status == uverbs.WCSuccess && !x.sigAll && !signaled {
+func (d *Device) completeSend(qp *qp, cqe *uverbs.CQE, signaled bool) {
+	if cqe.Status == uverbs.WCSuccess && !qp.sigAll && !signaled {
 		return
 	}
-	c := d.res.cq.get(x.sendCQ)
+	c := d.res.cq.get(qp.sendCQ)
 	if c == nil {
 		return
 	}
-	cqe.QP, cqe.PortNum = uint64(x.handle), 1
+	cqe.QP, cqe.PortNum = uint64(qp.handle), 1
 	d.post(c, cqe, false)
 }
 
 // flush completes every outstanding WQE of an ERR QP with WR_FLUSH_ERR:
 // send WQEs to the send CQ, receive WQEs (own RQ only) to the receive CQ.
-func (d *Device) flush(x *qp) {
-	if n, err := d.pendingWQEs(x.pages, &x.sq); err == nil {
-		buf := make([]byte, x.sq.stride)
+func (d *Device) flush(qp *qp) {
+	if n, err := d.pendingWQEs(qp.pages, &qp.sq); err == nil {
+		buf := make([]byte, qp.sq.stride)
 		for ; n > 0; n-- {
-			if d.takeWQE(x.pages, &x.sq, buf) != nil {
+			if d.takeWQE(qp.pages, &qp.sq, buf) != nil {
 				break
 			}
-			w, _ := uverbs.DecodeSendWQE(buf, x.sq.maxSGE)
+			w, _ := uverbs.DecodeSendWQE(buf, qp.sq.maxSGE)
 			cqe := uverbs.CQE{WRID: w.WRID, Opcode: sendWCOpcode(w.Opcode), Status: uverbs.WCWRFlushErr}
-			d.completeSend(x, &cqe, false)
+			d.completeSend(qp, &cqe, false)
 		}
 	}
-	if x.srq != 0 {
+	if qp.srq != 0 {
 		return
 	}
-	if n, err := d.pendingWQEs(x.pages, &x.rq); err == nil {
-		buf := make([]byte, x.rq.stride)
-		c := d.res.cq.get(x.recvCQ)
+	if n, err := d.pendingWQEs(qp.pages, &qp.rq); err == nil {
+		buf := make([]byte, qp.rq.stride)
+		c := d.res.cq.get(qp.recvCQ)
 		for ; n > 0; n-- {
-			if d.takeWQE(x.pages, &x.rq, buf) != nil {
+			if d.takeWQE(qp.pages, &qp.rq, buf) != nil {
 				break
 			}
-			w, _ := uverbs.DecodeRecvWQE(buf, x.rq.maxSGE)
+			w, _ := uverbs.DecodeRecvWQE(buf, qp.rq.maxSGE)
 			if c != nil {
-				e := uverbs.CQE{WRID: w.WRID, QP: uint64(x.handle), Opcode: uverbs.WCRecv,
+				e := uverbs.CQE{WRID: w.WRID, QP: uint64(qp.handle), Opcode: uverbs.WCRecv,
 					Status: uverbs.WCWRFlushErr, PortNum: 1}
 				d.post(c, &e, false)
 			}
@@ -130,10 +130,10 @@ func (d *Device) flush(x *qp) {
 // consuming it. ok=false: none posted. A WQE that fails validation is
 // returned with status != success.
 func (d *Device) peekRecv(env *qpEnv) (wr transport.RecvWR, status transport.Status, ok bool) {
-	x := env.qp
-	pages, w := x.pages, &x.rq
-	if x.srq != 0 {
-		s := d.res.srq.get(x.srq)
+	qp := env.qp
+	pages, w := qp.pages, &qp.rq
+	if qp.srq != 0 {
+		s := d.res.srq.get(qp.srq)
 		if s == nil {
 			return wr, 0, false
 		}
@@ -158,13 +158,13 @@ func (d *Device) peekRecv(env *qpEnv) (wr transport.RecvWR, status transport.Sta
 }
 
 // popRecv consumes the WQE peekRecv returned.
-func (d *Device) popRecv(x *qp) {
-	if x.srq == 0 {
-		x.rq.cons = x.rq.ring.Next(x.rq.cons)
-		dma.StoreUint32(d.mem, x.pages[0]+x.rq.consOff, x.rq.cons)
+func (d *Device) popRecv(qp *qp) {
+	if qp.srq == 0 {
+		qp.rq.cons = qp.rq.ring.Next(qp.rq.cons)
+		dma.StoreUint32(d.mem, qp.pages[0]+qp.rq.consOff, qp.rq.cons)
 		return
 	}
-	s := d.res.srq.get(x.srq)
+	s := d.res.srq.get(qp.srq)
 	if s == nil {
 		return
 	}
@@ -179,16 +179,16 @@ func (d *Device) popRecv(x *qp) {
 }
 
 // completeRecv posts a receive completion to the QP's receive CQ.
-func (d *Device) completeRecv(x *qp, e *uverbs.CQE, solicited bool) {
-	c := d.res.cq.get(x.recvCQ)
+func (d *Device) completeRecv(qp *qp, cqe *uverbs.CQE, solicited bool) {
+	c := d.res.cq.get(qp.recvCQ)
 	if c == nil {
 		return
 	}
-	e.QP = uint64(x.handle)
-	e.PortNum = 1
+	cqe.QP = uint64(qp.handle)
+	cqe.PortNum = 1
 	if c.ctx != 0 {
-		e.WCFlags &= uverbs.WCFlagGRH | uverbs.WCFlagImm // user CQs: the provider passes flags raw
-		e.NetworkHdrType = 0
+		cqe.WCFlags &= uverbs.WCFlagGRH | uverbs.WCFlagImm // user CQs: the provider passes flags raw
+		cqe.NetworkHdrType = 0
 	}
-	d.post(c, e, solicited)
+	d.post(c, cqe, solicited)
 }
