@@ -260,7 +260,9 @@ func (env *qpEnv) Transmit(path transport.Path, f roce.PacketFields, payload tra
 	return env.d.transmit(&path, &f, &payload, env.mem)
 }
 
-func (env *qpEnv) LocalOp(wr *transport.SendWR) transport.Status { return env.d.localOp(env.qp, wr, env.mem) }
+func (env *qpEnv) LocalOp(wr *transport.SendWR) transport.Status {
+	return env.d.localOp(env.qp, wr, env.mem)
+}
 
 func (env *qpEnv) ArmTimer(dur time.Duration) {
 	if env.timer != nil {
