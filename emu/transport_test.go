@@ -112,7 +112,7 @@ func defaultRC() rcOpts {
 	// lose nothing, so the retransmission timer only fires when the machine
 	// stalls the responder; at 14 (67 ms) a 12 MiB WRITE under the race
 	// detector on a loaded machine ran out of retries. Tests of the timer
-	// set their own (TestRetryExceeded, the lossy-link tests).
+	// set their own (TestRCErrors, the lossy-link tests).
 	return rcOpts{rnrRetry: 7, retryCnt: 7, timeout: 18, minRNR: 1, access: allAccess}
 }
 
