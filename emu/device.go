@@ -91,6 +91,7 @@ type Device struct {
 	// unlock sends them once mu is released, so no eventfd write happens
 	// under the device lock.
 	irqPending [Vectors]atomic.Uint32
+	irqRaised  atomic.Bool // some irqPending is non-zero: unlock's fast path
 
 	mu     sync.Mutex // guards everything below; held while a command or doorbell runs
 	errReg uint32     // ERR as the command in progress sets it; published to errShadow
@@ -408,6 +409,7 @@ func (d *Device) raise(cause int) {
 	d.icr.Or(1 << cause)
 	if d.imr.Load()&(1<<cause) == 0 {
 		d.irqPending[cause].Add(1)
+		d.irqRaised.Store(true)
 	}
 }
 
@@ -415,6 +417,10 @@ func (d *Device) raise(cause int) {
 // was held: an MSI-X write (an eventfd) never happens under the lock.
 func (d *Device) unlock() {
 	d.mu.Unlock()
+	if !d.irqRaised.Load() {
+		return // the common case: nothing raised while the lock was held
+	}
+	d.irqRaised.Store(false)
 	for cause := range d.irqPending {
 		for n := d.irqPending[cause].Swap(0); n > 0; n-- {
 			d.msix(cause)
