@@ -112,6 +112,6 @@ func (d *Device) post(c *cq, cqe *uverbs.CQE, solicited bool) bool {
 		return true
 	}
 	c.broken = true
-	d.event(EvCQErr, c.handle)
+	d.event(pvrdma.EventCQErr, c.handle)
 	return false
 }

@@ -35,17 +35,6 @@ const (
 	BAR1Size = 0x1000 // register file
 	PBAOff   = 0x2000
 	Vectors  = 3 // MSI-X: response, async, CQ notification
-
-	// Version is the device interface version reported in VERSION
-	// (QPHANDLE: CREATE_QP v2 response, 64-bit PFNs).
-	Version = pvrdma.VersionQPHandle
-)
-
-// Interrupt causes = MSI-X vectors.
-const (
-	IntrResponse = pvrdma.IntrVectorResponse
-	IntrAsync    = pvrdma.IntrVectorAsync
-	IntrCQ       = pvrdma.IntrVectorCQ
 )
 
 // Config configures one emulated HCA.
@@ -59,7 +48,7 @@ type Config struct {
 	// source MAC.
 	MAC [6]byte
 	// Caps overrides DefaultCaps when non-nil (tests).
-	Caps *Caps
+	Caps *pvrdma.DeviceCaps
 	// Attach connects the HCA's port to a fabric; nil leaves it on an
 	// empty wire.
 	Attach Attach
@@ -70,7 +59,7 @@ type Config struct {
 type Device struct {
 	name string
 	log  *slog.Logger
-	caps Caps
+	caps pvrdma.DeviceCaps
 	mac  [6]byte // configured: node GUID, MACL/MACH
 	msix func(int)
 	pci  *mmio.Config
@@ -321,7 +310,7 @@ func (d *Device) resetLocked(why string) {
 func (d *Device) readReg(reg uint64) uint32 {
 	switch reg {
 	case pvrdma.RegVersion:
-		return Version
+		return pvrdma.VersionQPHandle
 	case pvrdma.RegDSRLow:
 		return d.dsrLow.Load()
 	case pvrdma.RegDSRHigh:

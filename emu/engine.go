@@ -6,6 +6,7 @@ import (
 
 	"github.com/hcaemu/hcaemu/doorbell"
 	"github.com/hcaemu/hcaemu/emu/fabric"
+	"github.com/hcaemu/hcaemu/emu/pvrdma"
 )
 
 // engine runs the device's work queues off the connection's reader: a
@@ -297,9 +298,9 @@ func (d *Device) ownsPage(ctx, page uint32) bool {
 // serviceQP does what a QP's doorbells asked for.
 func (d *Device) serviceQP(qp *qp, flags uint32) {
 	switch qp.state {
-	case StateReset:
+	case pvrdma.QPStateReset:
 		return
-	case StateErr:
+	case pvrdma.QPStateErr:
 		d.flush(qp)
 		return
 	}
@@ -308,7 +309,7 @@ func (d *Device) serviceQP(qp *qp, flags uint32) {
 		// the guest's producer index now so a corrupt one fails early.
 		if _, err := d.pendingWQEs(qp.pages, &qp.rq); err != nil {
 			d.log.Warn("RQ producer index invalid", "qp", qp.handle, "err", err)
-			d.qpError(qp, EvQPFatal)
+			d.qpError(qp, pvrdma.EventQPFatal)
 			return
 		}
 	}
@@ -321,7 +322,7 @@ func (d *Device) serviceQP(qp *qp, flags uint32) {
 		}
 		return
 	}
-	if flags&kickSend != 0 && qp.state == StateRTS {
+	if flags&kickSend != 0 && qp.state == pvrdma.QPStateRTS {
 		d.processSQ(qp)
 	}
 }

@@ -2,6 +2,7 @@ package emu
 
 import (
 	"github.com/hcaemu/hcaemu/dma"
+	"github.com/hcaemu/hcaemu/emu/mr"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/transport"
 	"github.com/hcaemu/hcaemu/emu/transport/rc"
@@ -9,25 +10,7 @@ import (
 	"github.com/hcaemu/hcaemu/uverbs"
 )
 
-// QP types and states under the names the transport code uses; the values
-// are the ABI's (pvrdma.QPType*, pvrdma.QPState*).
-const (
-	QPTypeGSI = pvrdma.QPTypeGSI
-	QPTypeRC  = pvrdma.QPTypeRC
-	QPTypeUC  = pvrdma.QPTypeUC
-	QPTypeUD  = pvrdma.QPTypeUD
-
-	StateReset = pvrdma.QPStateReset
-	StateInit  = pvrdma.QPStateInit
-	StateRTR   = pvrdma.QPStateRTR
-	StateRTS   = pvrdma.QPStateRTS
-	StateSQD   = pvrdma.QPStateSQD
-	StateSQE   = pvrdma.QPStateSQE
-	StateErr   = pvrdma.QPStateErr
-	numStates  = pvrdma.NumQPStates
-)
-
-var stateNames = [numStates]string{"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"}
+var stateNames = [pvrdma.NumQPStates]string{"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"}
 
 // wq is one work queue (SQ, RQ or SRQ) in a guest ring.
 type wq struct {
@@ -72,37 +55,37 @@ const (
 	udClass = 1
 )
 
-var qpTransitions = func() (t [numStates][numStates]*transition) {
+var qpTransitions = func() (t [pvrdma.NumQPStates][pvrdma.NumQPStates]*transition) {
 	set := func(from, to int, rcReq, rcOpt, udReq, udOpt uint32) {
 		t[from][to] = &transition{req: [2]uint32{rcReq, udReq}, opt: [2]uint32{rcOpt, udOpt}}
 	}
-	for s := 0; s < numStates; s++ {
-		set(s, StateReset, 0, 0, 0, 0)
-		set(s, StateErr, 0, 0, 0, 0)
+	for s := 0; s < pvrdma.NumQPStates; s++ {
+		set(s, pvrdma.QPStateReset, 0, 0, 0, 0)
+		set(s, pvrdma.QPStateErr, 0, 0, 0, 0)
 	}
-	set(StateReset, StateInit,
+	set(pvrdma.QPStateReset, pvrdma.QPStateInit,
 		pvrdma.AttrPKeyIndex|pvrdma.AttrPort|pvrdma.AttrAccessFlags, 0,
 		pvrdma.AttrPKeyIndex|pvrdma.AttrPort|pvrdma.AttrQKey, 0)
-	set(StateInit, StateInit,
+	set(pvrdma.QPStateInit, pvrdma.QPStateInit,
 		0, pvrdma.AttrPKeyIndex|pvrdma.AttrPort|pvrdma.AttrAccessFlags,
 		0, pvrdma.AttrPKeyIndex|pvrdma.AttrPort|pvrdma.AttrQKey)
-	set(StateInit, StateRTR,
+	set(pvrdma.QPStateInit, pvrdma.QPStateRTR,
 		pvrdma.AttrAV|pvrdma.AttrPathMTU|pvrdma.AttrDestQPN|pvrdma.AttrRQPSN|pvrdma.AttrMaxDestRdAtomic|pvrdma.AttrMinRNRTimer,
 		pvrdma.AttrAltPath|pvrdma.AttrAccessFlags|pvrdma.AttrPKeyIndex,
 		0, pvrdma.AttrPKeyIndex|pvrdma.AttrQKey)
-	set(StateRTR, StateRTS,
+	set(pvrdma.QPStateRTR, pvrdma.QPStateRTS,
 		pvrdma.AttrSQPSN|pvrdma.AttrTimeout|pvrdma.AttrRetryCnt|pvrdma.AttrRNRRetry|pvrdma.AttrMaxQPRdAtomic,
 		pvrdma.AttrCurState|pvrdma.AttrAltPath|pvrdma.AttrAccessFlags|pvrdma.AttrMinRNRTimer|pvrdma.AttrPathMigState,
 		pvrdma.AttrSQPSN, pvrdma.AttrCurState|pvrdma.AttrQKey)
 	rtsOpt := uint32(pvrdma.AttrCurState | pvrdma.AttrAccessFlags | pvrdma.AttrAltPath | pvrdma.AttrPathMigState | pvrdma.AttrMinRNRTimer)
-	set(StateRTS, StateRTS, 0, rtsOpt, 0, pvrdma.AttrCurState|pvrdma.AttrQKey)
-	set(StateRTS, StateSQD, 0, pvrdma.AttrEnSQDAsync, 0, pvrdma.AttrEnSQDAsync)
-	set(StateSQD, StateRTS, 0, rtsOpt, 0, pvrdma.AttrCurState|pvrdma.AttrQKey)
-	set(StateSQD, StateSQD, 0,
+	set(pvrdma.QPStateRTS, pvrdma.QPStateRTS, 0, rtsOpt, 0, pvrdma.AttrCurState|pvrdma.AttrQKey)
+	set(pvrdma.QPStateRTS, pvrdma.QPStateSQD, 0, pvrdma.AttrEnSQDAsync, 0, pvrdma.AttrEnSQDAsync)
+	set(pvrdma.QPStateSQD, pvrdma.QPStateRTS, 0, rtsOpt, 0, pvrdma.AttrCurState|pvrdma.AttrQKey)
+	set(pvrdma.QPStateSQD, pvrdma.QPStateSQD, 0,
 		pvrdma.AttrAV|pvrdma.AttrPathMTU|pvrdma.AttrTimeout|pvrdma.AttrRetryCnt|pvrdma.AttrRNRRetry|pvrdma.AttrMaxQPRdAtomic|
 			pvrdma.AttrMaxDestRdAtomic|pvrdma.AttrAltPath|pvrdma.AttrAccessFlags|pvrdma.AttrPKeyIndex|pvrdma.AttrMinRNRTimer|pvrdma.AttrPathMigState,
 		0, pvrdma.AttrPKeyIndex|pvrdma.AttrQKey)
-	set(StateSQE, StateRTS, ^uint32(0), 0, 0, pvrdma.AttrCurState|pvrdma.AttrQKey) // RC has no SQE state
+	set(pvrdma.QPStateSQE, pvrdma.QPStateRTS, ^uint32(0), 0, 0, pvrdma.AttrCurState|pvrdma.AttrQKey) // RC has no SQE state
 	return t
 }()
 
@@ -114,14 +97,14 @@ func (d *Device) checkModify(qp *qp, mask uint32, a *pvrdma.QPAttr) (uint8, *cmd
 	}
 	cur := qp.state
 	if mask&pvrdma.AttrCurState != 0 && a.CurState != uint32(cur) {
-		if a.CurState >= numStates {
+		if a.CurState >= pvrdma.NumQPStates {
 			return 0, fail(errInval, "QP %d: cur_qp_state %d", qp.handle, a.CurState)
 		}
 		return 0, fail(errInval, "QP %d: cur_qp_state %s, but the QP is in %s", qp.handle, stateNames[a.CurState], stateNames[cur])
 	}
 	next := cur
 	if mask&pvrdma.AttrState != 0 {
-		if a.State >= numStates {
+		if a.State >= pvrdma.NumQPStates {
 			return 0, fail(errInval, "QP %d: qp_state %d", qp.handle, a.State)
 		}
 		next = uint8(a.State)
@@ -131,11 +114,11 @@ func (d *Device) checkModify(qp *qp, mask uint32, a *pvrdma.QPAttr) (uint8, *cmd
 		return 0, fail(errInval, "QP %d: illegal transition %s -> %s", qp.handle, stateNames[cur], stateNames[next])
 	}
 	class := udClass
-	if qp.typ == QPTypeRC || qp.typ == QPTypeUC {
+	if qp.typ == pvrdma.QPTypeRC || qp.typ == pvrdma.QPTypeUC {
 		class = rcClass
 	}
 	req, opt := t.req[class], t.opt[class]
-	if qp.typ == QPTypeGSI {
+	if qp.typ == pvrdma.QPTypeGSI {
 		req &^= pvrdma.AttrPort // the MAD layer's RESET->INIT has no PORT
 		opt |= pvrdma.AttrPort
 	}
@@ -174,7 +157,7 @@ func (d *Device) checkModify(qp *qp, mask uint32, a *pvrdma.QPAttr) (uint8, *cmd
 	if mask&pvrdma.AttrRNRRetry != 0 && a.RNRRetry > 7 {
 		return 0, fail(errInval, "QP %d: rnr_retry %d", qp.handle, a.RNRRetry)
 	}
-	if mask&pvrdma.AttrAccessFlags != 0 && a.AccessFlags&^(accLocalWrite|accRemoteWrite|accRemoteRead|accRemoteAtomic|accMWBind) != 0 {
+	if mask&pvrdma.AttrAccessFlags != 0 && a.AccessFlags&^(mr.LocalWrite|mr.RemoteWrite|mr.RemoteRead|mr.RemoteAtomic|mr.MWBind) != 0 {
 		return 0, fail(errInval, "QP %d: access flags %#x", qp.handle, a.AccessFlags)
 	}
 	if mask&pvrdma.AttrAV != 0 {
@@ -270,19 +253,19 @@ func (d *Device) setState(qp *qp, next uint8) {
 		qp.ud.SetState(transport.State(next))
 	}
 	switch next {
-	case StateReset:
+	case pvrdma.QPStateReset:
 		// The guest zeroes the ring indices after RESET; forget ours.
 		qp.sq.cons, qp.rq.cons = 0, 0
-	case StateErr:
-		if prev != StateErr {
+	case pvrdma.QPStateErr:
+		if prev != pvrdma.QPStateErr {
 			d.flush(qp)
 		}
-	case StateRTS:
-		if prev != StateRTS {
+	case pvrdma.QPStateRTS:
+		if prev != pvrdma.QPStateRTS {
 			d.eng.kick(kickQP, qp.handle, kickSend)
 		}
-	case StateSQD:
-		if prev != StateSQD {
+	case pvrdma.QPStateSQD:
+		if prev != pvrdma.QPStateSQD {
 			d.checkDrained(qp)
 		}
 	}
@@ -294,22 +277,22 @@ func (d *Device) setState(qp *qp, next uint8) {
 // checkDrained posts SQ_DRAINED for a QP in SQD with nothing in flight,
 // when the guest asked for it.
 func (d *Device) checkDrained(qp *qp) {
-	if qp.state == StateSQD && (qp.rc == nil || qp.rc.Outstanding() == 0) && qp.attr.EnSQDAsyncNotify != 0 {
+	if qp.state == pvrdma.QPStateSQD && (qp.rc == nil || qp.rc.Outstanding() == 0) && qp.attr.EnSQDAsyncNotify != 0 {
 		qp.attr.EnSQDAsyncNotify = 0
-		d.event(EvSQDrained, qp.handle)
+		d.event(pvrdma.EventSQDrained, qp.handle)
 	}
 }
 
 // qpError moves a QP to ERR because of an error it caused or met, with the
 // async event the driver expects.
 func (d *Device) qpError(qp *qp, ev uint32) {
-	if qp.state == StateErr {
+	if qp.state == pvrdma.QPStateErr {
 		return
 	}
 	d.event(ev, qp.handle)
-	d.setState(qp, StateErr)
+	d.setState(qp, pvrdma.QPStateErr)
 	if qp.srq != 0 {
-		d.event(EvQPLastWQEReached, qp.handle)
+		d.event(pvrdma.EventQPLastWQEReached, qp.handle)
 	}
 }
 
@@ -353,8 +336,8 @@ func (d *Device) cmdCreateQP(req *pvrdma.CmdCreateQP) (pvrdma.Response, *cmdErr)
 		rWR, rSGE = 0, 0
 	}
 	switch typ {
-	case QPTypeRC, QPTypeUD:
-	case QPTypeGSI:
+	case pvrdma.QPTypeRC, pvrdma.QPTypeUD:
+	case pvrdma.QPTypeGSI:
 		if ctx != 0 {
 			return nil, fail(errInval, "GSI QP from user space")
 		}
@@ -400,7 +383,7 @@ func (d *Device) cmdCreateQP(req *pvrdma.CmdCreateQP) (pvrdma.Response, *cmdErr)
 		qp.srq = srqh
 	}
 	var h uint32
-	if typ == QPTypeGSI {
+	if typ == pvrdma.QPTypeGSI {
 		h, e = 1, d.res.qp.put(1, qp)
 	} else {
 		h, e = d.res.qp.add(qp)

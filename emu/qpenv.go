@@ -6,6 +6,7 @@ import (
 
 	"github.com/hcaemu/hcaemu/dma"
 	"github.com/hcaemu/hcaemu/emu/mr"
+	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/roce"
 	"github.com/hcaemu/hcaemu/emu/transport"
 	"github.com/hcaemu/hcaemu/emu/transport/rc"
@@ -44,9 +45,9 @@ func (d *Device) bindTransport(qp *qp) {
 	env := &qpEnv{d: d, qp: qp, mem: d.space()}
 	log := d.log.With("qp", qp.handle)
 	switch qp.typ {
-	case QPTypeRC:
+	case pvrdma.QPTypeRC:
 		qp.rc = rc.New(env, env.mem, log)
-	case QPTypeUD, QPTypeGSI:
+	case pvrdma.QPTypeUD, pvrdma.QPTypeGSI:
 		qp.ud = ud.New(env, env.mem, log)
 	default:
 		return
@@ -66,7 +67,7 @@ func (d *Device) configureTransport(qp *qp) {
 			MaxRdAtomic: a.MaxRdAtomic, MaxDestRdAtomic: a.MaxDestRdAtomic, Access: a.AccessFlags,
 		})
 	case qp.ud != nil:
-		qp.ud.Configure(ud.Config{QPN: qp.qpn, QKey: a.QKey, GSI: qp.typ == QPTypeGSI})
+		qp.ud.Configure(ud.Config{QPN: qp.qpn, QKey: a.QKey, GSI: qp.typ == pvrdma.QPTypeGSI})
 	}
 }
 
@@ -93,7 +94,7 @@ func (env *qpEnv) PendingSends() (uint32, bool) {
 	n, err := d.pendingWQEs(qp.pages, &qp.sq)
 	if err != nil {
 		d.log.Warn("SQ producer index invalid", "qp", qp.handle, "err", err)
-		d.qpError(qp, EvQPFatal)
+		d.qpError(qp, pvrdma.EventQPFatal)
 		return 0, false
 	}
 	return n, true
@@ -105,7 +106,7 @@ func (env *qpEnv) TakeSend() (transport.SendWR, bool) {
 		env.wqe = make([]byte, qp.sq.stride)
 	}
 	if err := d.takeWQE(qp.pages, &qp.sq, env.wqe); err != nil {
-		d.qpError(qp, EvQPFatal)
+		d.qpError(qp, pvrdma.EventQPFatal)
 		return transport.SendWR{}, false
 	}
 	w, err := uverbs.DecodeSendWQE(env.wqe, qp.sq.maxSGE)
@@ -153,7 +154,7 @@ func (env *qpEnv) sendWR(w *uverbs.SendWQE, decodeErr error) transport.SendWR {
 		wr.FastReg = transport.FastReg{IOVA: fr.IOVA, PageListDir: fr.PageListDir, PageShift: fr.PageShift,
 			PageListLen: fr.PageListLen, Length: fr.Length, Access: fr.Access, Key: fr.RKey}
 	}
-	if qp.typ == QPTypeUD || qp.typ == QPTypeGSI {
+	if qp.typ == pvrdma.QPTypeUD || qp.typ == pvrdma.QPTypeGSI {
 		var av uverbs.AV
 		wr.DestQPN, wr.QKey, av = w.UD()
 		wr.AH = transport.AddressHandle{GIDIndex: av.GIDIndex, DGID: av.DGID, DMAC: av.DMAC,
@@ -225,7 +226,7 @@ func (env *qpEnv) Complete(c transport.Completion) {
 
 // events maps the transport's QP errors to PVRDMA async events.
 var events = [...]uint32{
-	transport.EventQPFatal: EvQPFatal, transport.EventQPRequestErr: EvQPReqErr, transport.EventQPAccessError: EvQPAccessErr,
+	transport.EventQPFatal: pvrdma.EventQPFatal, transport.EventQPRequestErr: pvrdma.EventQPReqErr, transport.EventQPAccessError: pvrdma.EventQPAccessErr,
 }
 
 func (env *qpEnv) Error(ev transport.Event) { env.d.qpError(env.qp, events[ev]) }

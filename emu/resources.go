@@ -107,17 +107,7 @@ type resources struct {
 // so a guest cannot make the emulator allocate without limit.
 const maxPinnedPages = 4 << 20
 
-// Access flags (pvrdma.Access*) under the names the transport code uses.
-const (
-	accLocalWrite   = mr.LocalWrite
-	accRemoteWrite  = mr.RemoteWrite
-	accRemoteRead   = mr.RemoteRead
-	accRemoteAtomic = mr.RemoteAtomic
-	accMWBind       = mr.MWBind
-	accKnown        = mr.KnownAccess
-)
-
-func (r *resources) init(c *Caps) {
+func (r *resources) init(c *pvrdma.DeviceCaps) {
 	r.uc = newTable[ucontext]("context", 1, c.MaxUAR)
 	r.pd = newTable[pd]("PD", 1, min(c.MaxPD+1, 1<<24))
 	r.mr = newTable[mr.Region]("MR", 1, min(c.MaxMR+1, 1<<24))
@@ -236,10 +226,10 @@ func (d *Device) cmdCreateMR(req *pvrdma.CmdCreateMR) (pvrdma.Response, *cmdErr)
 		return nil, fail(errInval, "no PD %d", pdh)
 	}
 	access &= 0xFFFFF // optional bits >= 20 (relaxed ordering...) are hints
-	if access&^accKnown != 0 {
+	if access&^mr.KnownAccess != 0 {
 		return nil, fail(errInval, "unsupported access flags %#x", access)
 	}
-	if access&(accRemoteWrite|accRemoteAtomic) != 0 && access&accLocalWrite == 0 {
+	if access&(mr.RemoteWrite|mr.RemoteAtomic) != 0 && access&mr.LocalWrite == 0 {
 		return nil, fail(errInval, "remote write/atomic access without local write")
 	}
 	m := &mr.Region{PD: pdh, Ctx: pd.ctx, Access: access}
@@ -248,7 +238,7 @@ func (d *Device) cmdCreateMR(req *pvrdma.CmdCreateMR) (pvrdma.Response, *cmdErr)
 		if pd.ctx != 0 {
 			return nil, fail(errPerm, "DMA MR on user PD %d", pdh)
 		}
-		if access != accLocalWrite {
+		if access != mr.LocalWrite {
 			return nil, fail(errInval, "DMA MR access %#x, want LOCAL_WRITE only", access)
 		}
 		m.DMA, m.Valid = true, true

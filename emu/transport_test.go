@@ -423,7 +423,7 @@ func TestRCErrors(t *testing.T) {
 		ev := a.AsyncEvents()
 		found := false
 		for _, e := range ev {
-			if e[0] == emu.EvQPFatal && e[1] == qa.Handle {
+			if e[0] == pvrdma.EventQPFatal && e[1] == qa.Handle {
 				found = true
 			}
 		}

@@ -2,6 +2,7 @@ package emu
 
 import (
 	"github.com/hcaemu/hcaemu/dma"
+	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/transport"
 	"github.com/hcaemu/hcaemu/uverbs"
 )
@@ -54,23 +55,23 @@ func (d *Device) processSQ(qp *qp) {
 		d.eng.kick(kickQP, qp.handle, kickSend)
 	}
 	buf := make([]byte, qp.sq.stride)
-	for ; n > 0 && qp.state != StateErr; n-- {
+	for ; n > 0 && qp.state != pvrdma.QPStateErr; n-- {
 		if err := d.takeWQE(qp.pages, &qp.sq, buf); err != nil {
 			d.log.Warn("SQ WQE unreadable", "qp", qp.handle, "err", err)
-			d.qpError(qp, EvQPFatal)
+			d.qpError(qp, pvrdma.EventQPFatal)
 			return
 		}
 		w, err := uverbs.DecodeSendWQE(buf, qp.sq.maxSGE)
 		if err != nil {
 			cqe := uverbs.CQE{WRID: w.WRID, Opcode: sendWCOpcode(w.Opcode), Status: uverbs.WCLocLenErr}
 			d.completeSend(qp, &cqe, false)
-			d.qpError(qp, EvQPReqErr)
+			d.qpError(qp, pvrdma.EventQPReqErr)
 			return
 		}
 		wr := qp.env.sendWR(&w, nil)
 		qp.ud.Send(&wr)
 	}
-	if qp.state == StateErr {
+	if qp.state == pvrdma.QPStateErr {
 		d.flush(qp)
 	}
 }
@@ -173,7 +174,7 @@ func (d *Device) popRecv(qp *qp) {
 	if s.limit != 0 {
 		if n, err := d.pendingWQEs(s.pages, &s.q); err == nil && n < s.limit {
 			s.limit = 0
-			d.event(EvSRQLimitReached, s.handle)
+			d.event(pvrdma.EventSRQLimitReached, s.handle)
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hcaemu/hcaemu/emu"
+	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/roce"
 	"github.com/hcaemu/hcaemu/uverbs"
 	"github.com/hcaemu/hcaemu/vfio/record"
@@ -98,11 +99,11 @@ func TestReplayCatchesChanges(t *testing.T) {
 		// it alters.
 		alter func(rec *record.Recording) bool
 		// caps, if not nil, changes the replayed device's capabilities.
-		caps func(caps *emu.Caps)
+		caps func(caps *pvrdma.DeviceCaps)
 		want []string // regexps the diff must match
 	}{{
 		name: "device capabilities",
-		caps: func(caps *emu.Caps) { caps.MaxQPWR-- },
+		caps: func(caps *pvrdma.DeviceCaps) { caps.MaxQPWR-- },
 		want: []string{`event \d+: guest memory write #1 at 0x[0-9a-f]+\n\twant: .*\n\t got: .*first difference at byte \d+`},
 	}, {
 		name: "register reply",
@@ -195,7 +196,7 @@ func TestReplayCatchesChanges(t *testing.T) {
 			if tt.alter != nil && !tt.alter(rec) {
 				t.Fatalf("the recording has nothing to alter")
 			}
-			var caps *emu.Caps
+			var caps *pvrdma.DeviceCaps
 			if tt.caps != nil {
 				c := emu.DefaultCaps()
 				tt.caps(&c)
@@ -238,7 +239,7 @@ const replayAttempts = 3
 // The recordings have no retransmission (recordScenario makes sure), so a
 // replay that repeats a sent frame is run again, up to replayAttempts
 // times; a device that retransmits every time fails with the diff.
-func replay(t *testing.T, rec *record.Recording, caps *emu.Caps) *record.Result {
+func replay(t *testing.T, rec *record.Recording, caps *pvrdma.DeviceCaps) *record.Result {
 	t.Helper()
 	var res *record.Result
 	for attempt := 1; attempt <= replayAttempts; attempt++ {
@@ -252,7 +253,7 @@ func replay(t *testing.T, rec *record.Recording, caps *emu.Caps) *record.Result 
 	return res
 }
 
-func replayOnce(t *testing.T, rec *record.Recording, caps *emu.Caps) *record.Result {
+func replayOnce(t *testing.T, rec *record.Recording, caps *pvrdma.DeviceCaps) *record.Result {
 	t.Helper()
 	checkNoGoroutineLeak(t)
 	var mac [6]byte

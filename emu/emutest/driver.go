@@ -11,7 +11,6 @@ import (
 	"unsafe"
 
 	"github.com/hcaemu/hcaemu/dma"
-	"github.com/hcaemu/hcaemu/emu"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/uverbs"
 )
@@ -159,7 +158,7 @@ func (d *Driver) LoadDSR(asyncPages, cqPages int) {
 	d.AsyncRing, asyncDir = d.Buffer(asyncPages)
 	d.CQRing, cqDir = d.Buffer(cqPages)
 	dsr := pvrdma.DSR{
-		DriverVersion:  emu.Version,
+		DriverVersion:  pvrdma.VersionQPHandle,
 		GOSInfo:        0x46, // 64-bit Linux, version 1
 		CmdSlotDMA:     d.CmdSlot,
 		RespSlotDMA:    d.RespSlot,
