@@ -55,7 +55,7 @@ func newBenchHost(tb testing.TB, sw *fabric.Switch, k int) *benchHost {
 	irq := make(chan struct{}, 1)
 	msix := func(v int) {
 		drv.IRQ.Raise(v)
-		if v == emu.IntrCQ {
+		if v == pvrdma.IntrVectorCQ {
 			select {
 			case irq <- struct{}{}:
 			default:

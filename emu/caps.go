@@ -2,15 +2,12 @@ package emu
 
 import "github.com/hcaemu/hcaemu/emu/pvrdma"
 
-// Caps is the device capability block (pvrdma_device_caps) the device writes
-// into the DSR when the driver loads it. The same values bound every resource
-// the guest can create.
-type Caps = pvrdma.DeviceCaps
-
 // DefaultCaps are the capabilities of the emulated HCA (pvrdma.md §5.3,
-// recommended column). NodeGUID is filled from the port's MAC.
-func DefaultCaps() Caps {
-	return Caps{
+// recommended column): the pvrdma_device_caps block the device writes into
+// the DSR when the driver loads it. The same values bound every resource the
+// guest can create. NodeGUID is filled from the port's MAC.
+func DefaultCaps() pvrdma.DeviceCaps {
+	return pvrdma.DeviceCaps{
 		FWVer:           1 << 32, // "1.0.000"
 		MaxMRSize:       1 << 30, // one page directory: 262144 pages
 		PageSizeCap:     4096,

@@ -121,7 +121,7 @@ func (d *Device) respond(out []byte) {
 		d.log.Warn("response slot unwritable", "err", err)
 		d.errReg = errFault
 	}
-	d.raise(IntrResponse)
+	d.raise(pvrdma.IntrVectorResponse)
 }
 
 // --- port, P_Key, GID table ---------------------------------------------------

@@ -82,7 +82,7 @@ func (d *Device) arm(c *cq, how uint8) {
 // post writes one CQE. It returns false when the CQ could not take it: the
 // ring is full (overrun) or corrupt; the CQ then reports CQ_ERR once and
 // takes nothing more.
-func (d *Device) post(c *cq, e *uverbs.CQE, solicited bool) bool {
+func (d *Device) post(c *cq, cqe *uverbs.CQE, solicited bool) bool {
 	if c.broken {
 		return false
 	}
@@ -94,7 +94,7 @@ func (d *Device) post(c *cq, e *uverbs.CQE, solicited bool) bool {
 		d.log.Warn("CQ overrun: the guest did not poll", "cq", c.handle, "entries", c.ring.N)
 	default:
 		var b [uverbs.CQESize]byte
-		e.Encode(b[:])
+		cqe.Encode(b[:])
 		off := dma.PageSize + uint64(c.ring.Slot(c.prod))*uverbs.CQESize
 		if err := c.pages.WriteAt(d.mem, b[:], off); err != nil {
 			d.log.Warn("CQE write failed", "cq", c.handle, "err", err)
@@ -104,7 +104,7 @@ func (d *Device) post(c *cq, e *uverbs.CQE, solicited bool) bool {
 		if err := dma.StoreUint32(d.mem, c.pages[0]+uverbs.RxProdTail, c.prod); err != nil {
 			break
 		}
-		if c.armed == armNext || (c.armed == armSolicited && (solicited || e.Status != uverbs.WCSuccess)) {
+		if c.armed == armNext || (c.armed == armSolicited && (solicited || cqe.Status != uverbs.WCSuccess)) {
 			if d.notifyCQ(c.handle) {
 				c.armed = 0
 			}
@@ -112,6 +112,6 @@ func (d *Device) post(c *cq, e *uverbs.CQE, solicited bool) bool {
 		return true
 	}
 	c.broken = true
-	d.event(EvCQErr, c.handle)
+	d.event(pvrdma.EventCQErr, c.handle)
 	return false
 }

@@ -35,17 +35,6 @@ const (
 	BAR1Size = 0x1000 // register file
 	PBAOff   = 0x2000
 	Vectors  = 3 // MSI-X: response, async, CQ notification
-
-	// Version is the device interface version reported in VERSION
-	// (QPHANDLE: CREATE_QP v2 response, 64-bit PFNs).
-	Version = pvrdma.VersionQPHandle
-)
-
-// Interrupt causes = MSI-X vectors.
-const (
-	IntrResponse = pvrdma.IntrVectorResponse
-	IntrAsync    = pvrdma.IntrVectorAsync
-	IntrCQ       = pvrdma.IntrVectorCQ
 )
 
 // Config configures one emulated HCA.
@@ -59,7 +48,7 @@ type Config struct {
 	// source MAC.
 	MAC [6]byte
 	// Caps overrides DefaultCaps when non-nil (tests).
-	Caps *Caps
+	Caps *pvrdma.DeviceCaps
 	// Attach connects the HCA's port to a fabric; nil leaves it on an
 	// empty wire.
 	Attach Attach
@@ -70,7 +59,7 @@ type Config struct {
 type Device struct {
 	name string
 	log  *slog.Logger
-	caps Caps
+	caps pvrdma.DeviceCaps
 	mac  [6]byte // configured: node GUID, MACL/MACH
 	msix func(int)
 	pci  *mmio.Config
@@ -91,6 +80,7 @@ type Device struct {
 	// unlock sends them once mu is released, so no eventfd write happens
 	// under the device lock.
 	irqPending [Vectors]atomic.Uint32
+	irqRaised  atomic.Bool // some irqPending is non-zero: unlock's fast path
 
 	mu     sync.Mutex // guards everything below; held while a command or doorbell runs
 	errReg uint32     // ERR as the command in progress sets it; published to errShadow
@@ -309,7 +299,7 @@ func (d *Device) resetLocked(why string) {
 		d.log.Info("reset: all objects freed", "why", why, "objects", d.res.count())
 	}
 	for _, h := range d.res.qp.handles() {
-		d.rcReset(d.res.qp.get(h))
+		d.resetTransport(d.res.qp.get(h))
 	}
 	d.powerOn()
 	d.eng.drop()
@@ -320,7 +310,7 @@ func (d *Device) resetLocked(why string) {
 func (d *Device) readReg(reg uint64) uint32 {
 	switch reg {
 	case pvrdma.RegVersion:
-		return Version
+		return pvrdma.VersionQPHandle
 	case pvrdma.RegDSRLow:
 		return d.dsrLow.Load()
 	case pvrdma.RegDSRHigh:
@@ -408,6 +398,7 @@ func (d *Device) raise(cause int) {
 	d.icr.Or(1 << cause)
 	if d.imr.Load()&(1<<cause) == 0 {
 		d.irqPending[cause].Add(1)
+		d.irqRaised.Store(true)
 	}
 }
 
@@ -415,6 +406,10 @@ func (d *Device) raise(cause int) {
 // was held: an MSI-X write (an eventfd) never happens under the lock.
 func (d *Device) unlock() {
 	d.mu.Unlock()
+	if !d.irqRaised.Load() {
+		return // the common case: nothing raised while the lock was held
+	}
+	d.irqRaised.Store(false)
 	for cause := range d.irqPending {
 		for n := d.irqPending[cause].Swap(0); n > 0; n-- {
 			d.msix(cause)

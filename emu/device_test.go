@@ -50,7 +50,7 @@ type rig struct {
 	dev *emu.Device
 }
 
-func newRig(t *testing.T, caps *emu.Caps) *rig {
+func newRig(t *testing.T, caps *pvrdma.DeviceCaps) *rig {
 	t.Helper()
 	checkGoroutines(t)
 	drv := emutest.New(64 << 20)
@@ -61,7 +61,7 @@ func newRig(t *testing.T, caps *emu.Caps) *rig {
 	return &rig{Driver: drv, dev: dev}
 }
 
-func probed(t *testing.T, caps *emu.Caps) *rig {
+func probed(t *testing.T, caps *pvrdma.DeviceCaps) *rig {
 	t.Helper()
 	r := newRig(t, caps)
 	if err := r.Probe(); err != nil {
@@ -559,11 +559,11 @@ func TestRegisterAccess(t *testing.T) {
 			}
 		}
 	}
-	if v := r.ReadReg(pvrdma.RegVersion); v != emu.Version {
+	if v := r.ReadReg(pvrdma.RegVersion); v != pvrdma.VersionQPHandle {
 		t.Errorf("VERSION %d", v)
 	}
 	r.WriteReg(pvrdma.RegVersion, 5)
-	if v := r.ReadReg(pvrdma.RegVersion); v != emu.Version {
+	if v := r.ReadReg(pvrdma.RegVersion); v != pvrdma.VersionQPHandle {
 		t.Errorf("VERSION writable: %d", v)
 	}
 	if mac := r.ReadReg(pvrdma.RegMACL); mac != 0x01565000 {

@@ -149,22 +149,6 @@ func (d *Device) push(r *devRing, entry []byte) bool {
 	return true
 }
 
-// Async event types (pvrdma.Event*) under the names the transport code uses.
-const (
-	EvCQErr            = pvrdma.EventCQErr
-	EvQPFatal          = pvrdma.EventQPFatal
-	EvQPReqErr         = pvrdma.EventQPReqErr
-	EvQPAccessErr      = pvrdma.EventQPAccessErr
-	EvCommEst          = pvrdma.EventCommEst
-	EvSQDrained        = pvrdma.EventSQDrained
-	EvDeviceFatal      = pvrdma.EventDeviceFatal
-	EvPortActive       = pvrdma.EventPortActive
-	EvPortErr          = pvrdma.EventPortErr
-	EvSRQErr           = pvrdma.EventSRQErr
-	EvSRQLimitReached  = pvrdma.EventSRQLimitReached
-	EvQPLastWQEReached = pvrdma.EventQPLastWQEReached
-)
-
 // event posts an async event and raises vector 1.
 func (d *Device) event(typ, info uint32) {
 	if d.dsr == nil {
@@ -174,7 +158,7 @@ func (d *Device) event(typ, info uint32) {
 	eqe := pvrdma.EQE{Type: typ, Info: info}
 	eqe.Encode(e[:])
 	if d.push(&d.dsr.async, e[:]) {
-		d.raise(IntrAsync)
+		d.raise(pvrdma.IntrVectorAsync)
 	}
 }
 
@@ -187,7 +171,7 @@ func (d *Device) notifyCQ(handle uint32) bool {
 	cqne := pvrdma.CQNE{Info: handle}
 	cqne.Encode(e[:])
 	if d.push(&d.dsr.cqNotify, e[:]) {
-		d.raise(IntrCQ)
+		d.raise(pvrdma.IntrVectorCQ)
 		return true
 	}
 	return false

@@ -4,10 +4,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hcaemu/hcaemu/dma"
 	"github.com/hcaemu/hcaemu/doorbell"
 	"github.com/hcaemu/hcaemu/emu/fabric"
-	"github.com/hcaemu/hcaemu/uverbs"
+	"github.com/hcaemu/hcaemu/emu/pvrdma"
 )
 
 // engine runs the device's work queues off the connection's reader: a
@@ -38,121 +37,146 @@ const (
 	backoff = 50 * time.Microsecond // wait for a busy receiver
 
 	rxQueue = 8192 // frames queued per device; beyond that the wire drops
+	rxBatch = 256  // frames handled per wake-up before doorbell work gets a turn
+	sqBatch = 64   // UD send WQEs taken per lock hold; the QP is kicked again for more
 )
 
-func (e *engine) start(d *Device) {
-	e.pending, e.spare = map[uint64]uint32{}, map[uint64]uint32{}
-	e.fired = map[uint32]uint64{}
-	e.wake = make(chan struct{}, 1)
-	e.rx = make(chan []byte, rxQueue)
-	e.quit = make(chan struct{})
-	e.done = make(chan struct{})
-	go e.run(d)
+func (eng *engine) start(d *Device) {
+	eng.pending, eng.spare = map[uint64]uint32{}, map[uint64]uint32{}
+	eng.fired = map[uint32]uint64{}
+	eng.wake = make(chan struct{}, 1)
+	eng.rx = make(chan []byte, rxQueue)
+	eng.quit = make(chan struct{})
+	eng.done = make(chan struct{})
+	go eng.run(d)
 }
 
-func (e *engine) kick(kind uint32, handle, flags uint32) {
-	e.mu.Lock()
-	e.pending[uint64(kind)<<32|uint64(handle)] |= flags
-	e.mu.Unlock()
+func (eng *engine) kick(kind uint32, handle, flags uint32) {
+	eng.mu.Lock()
+	eng.pending[uint64(kind)<<32|uint64(handle)] |= flags
+	eng.mu.Unlock()
 	select {
-	case e.wake <- struct{}{}:
+	case eng.wake <- struct{}{}:
 	default:
 	}
 }
 
 // kickTimer reports that QP h's timer of generation gen expired (timer
 // goroutine).
-func (e *engine) kickTimer(h uint32, gen uint64) {
-	e.mu.Lock()
-	e.fired[h] = gen
-	e.mu.Unlock()
-	e.kick(kickQP, h, kickTimer)
+func (eng *engine) kickTimer(h uint32, gen uint64) {
+	eng.mu.Lock()
+	eng.fired[h] = gen
+	eng.mu.Unlock()
+	eng.kick(kickQP, h, kickTimer)
 }
 
 // drop forgets pending kicks (device reset).
-func (e *engine) drop() {
-	e.mu.Lock()
-	clear(e.pending)
-	clear(e.fired)
-	e.mu.Unlock()
+func (eng *engine) drop() {
+	eng.mu.Lock()
+	clear(eng.pending)
+	clear(eng.fired)
+	eng.mu.Unlock()
 }
 
-func (e *engine) stop() {
-	close(e.quit)
-	<-e.done
+func (eng *engine) stop() {
+	close(eng.quit)
+	<-eng.done
 }
 
-func (e *engine) run(d *Device) {
-	defer close(e.done)
+func (eng *engine) run(d *Device) {
+	defer close(eng.done)
 	for {
 		var first []byte
 		select {
-		case <-e.quit:
-			e.drainRx()
+		case <-eng.quit:
+			eng.drainRx()
 			return
-		case <-e.wake:
-		case first = <-e.rx:
+		case <-eng.wake:
+		case first = <-eng.rx:
 		}
 		if first != nil {
-			d.mu.Lock()
-			d.receiveFrame(first)
+			// The lock is taken per frame, not per batch: a doorbell or a
+			// command from a vCPU waits for one frame at most.
+			d.receiveLocked(first)
 		batch:
-			for i := 0; i < 256; i++ {
+			for i := 0; i < rxBatch; i++ {
 				select {
-				case f := <-e.rx:
-					d.receiveFrame(f)
+				case f := <-eng.rx:
+					d.receiveLocked(f)
 				default:
 					break batch
 				}
 			}
-			d.unlock()
 		}
-		e.mu.Lock()
-		if len(e.pending) == 0 && len(e.barriers) == 0 {
-			e.mu.Unlock()
+		eng.mu.Lock()
+		if len(eng.pending) == 0 && len(eng.barriers) == 0 {
+			eng.mu.Unlock()
 			continue
 		}
-		work, barriers, fired := e.pending, e.barriers, e.fired
-		e.pending, e.spare, e.barriers = e.spare, nil, nil
+		work, barriers, fired := eng.pending, eng.barriers, eng.fired
+		eng.pending, eng.spare, eng.barriers = eng.spare, nil, nil
 		if len(fired) > 0 {
-			e.fired = map[uint32]uint64{}
+			eng.fired = map[uint32]uint64{}
 		} else {
 			fired = nil // e.fired stays the timers'; never read it unlocked
 		}
-		e.mu.Unlock()
-		d.mu.Lock()
+		eng.mu.Unlock()
 		for key, flags := range work {
+			// One QP per lock hold: a doorbell or command waits for one
+			// QP's bounded batch of work at most (sqBatch WQEs, a window of
+			// RC packets), not for every QP with news.
+			d.mu.Lock()
 			if d.closed {
+				d.unlock()
 				break
 			}
 			kind, h := uint32(key>>32), uint32(key)
 			switch kind {
 			case kickQP:
-				if x := d.res.qp.get(h); x != nil {
+				if qp := d.res.qp.get(h); qp != nil {
 					if gen, ok := fired[h]; ok && flags&kickTimer != 0 {
-						d.rcTimer(x, gen)
+						d.qpTimer(qp, gen)
 					}
-					d.serviceQP(x, flags)
+					d.serviceQP(qp, flags)
 				}
 			case kickSRQ:
 				// SRQ WQEs are consumed when a message arrives; nothing to do.
 			}
+			d.unlock()
 		}
-		d.unlock()
 		clear(work)
-		e.mu.Lock()
-		e.spare = work // the two maps alternate: no allocation per wake-up
-		e.mu.Unlock()
+		eng.mu.Lock()
+		eng.spare = work // the two maps alternate: no allocation per wake-up
+		eng.mu.Unlock()
+		if len(barriers) > 0 {
+			// A barrier also covers the frames received before it: handle
+			// those queued now (bounded by the queue's length at this point).
+			for n := len(eng.rx); n > 0; n-- {
+				select {
+				case f := <-eng.rx:
+					d.receiveLocked(f)
+				default:
+					n = 1
+				}
+			}
+		}
 		for _, b := range barriers {
 			close(b)
 		}
 	}
 }
 
-func (e *engine) drainRx() {
+// receiveLocked handles one received frame under the device lock.
+func (d *Device) receiveLocked(frame []byte) {
+	d.mu.Lock()
+	d.receiveFrame(frame)
+	d.unlock()
+}
+
+func (eng *engine) drainRx() {
 	for {
 		select {
-		case f := <-e.rx:
+		case f := <-eng.rx:
 			fabric.Release(f)
 		default:
 			return
@@ -176,28 +200,30 @@ func (d *Device) receive(frame []byte) bool {
 }
 
 // kickLater services QP h again after a short back-off (a busy receiver).
-func (e *engine) kickLater(h, flags uint32) {
-	time.AfterFunc(backoff, func() { e.kick(kickQP, h, flags) })
+func (eng *engine) kickLater(h, flags uint32) {
+	time.AfterFunc(backoff, func() { eng.kick(kickQP, h, flags) })
 }
 
 // sync waits until the work queued before the call has been done.
-func (e *engine) sync() {
+func (eng *engine) sync() {
 	b := make(chan struct{})
-	e.mu.Lock()
-	e.barriers = append(e.barriers, b)
-	e.mu.Unlock()
+	eng.mu.Lock()
+	eng.barriers = append(eng.barriers, b)
+	eng.mu.Unlock()
 	select {
-	case e.wake <- struct{}{}:
+	case eng.wake <- struct{}{}:
 	default:
 	}
 	select {
 	case <-b:
-	case <-e.done:
+	case <-eng.done:
 	}
 }
 
-// Sync waits until every doorbell written before the call has been
-// processed (tests and fake drivers use it instead of sleeping).
+// Sync waits until every doorbell written and every frame received before
+// the call has been processed (tests and fake drivers use it instead of
+// sleeping). Work those cause (responses, completions of their own) may
+// still be queued: loop on Idle for quiescence.
 func (d *Device) Sync() { d.eng.sync() }
 
 // Idle reports whether the device has no queued frames or doorbells.
@@ -220,8 +246,8 @@ func (d *Device) doorbell(off uint64, v uint32) {
 	}
 	switch db.Kind {
 	case doorbell.QP:
-		x := d.res.qp.get(db.Handle)
-		if x == nil || !d.ownsPage(x.ctx, db.Page) {
+		qp := d.res.qp.get(db.Handle)
+		if qp == nil || !d.ownsPage(qp.ctx, db.Page) {
 			d.log.Debug("QP doorbell for an unknown or foreign QP", "qp", db.Handle, "uar", db.Page)
 			return
 		}
@@ -270,156 +296,33 @@ func (d *Device) ownsPage(ctx, page uint32) bool {
 }
 
 // serviceQP does what a QP's doorbells asked for.
-func (d *Device) serviceQP(x *qp, flags uint32) {
-	switch x.state {
-	case StateReset:
+func (d *Device) serviceQP(qp *qp, flags uint32) {
+	switch qp.state {
+	case pvrdma.QPStateReset:
 		return
-	case StateErr:
-		d.flush(x)
+	case pvrdma.QPStateErr:
+		d.flush(qp)
 		return
 	}
-	if flags&kickRecv != 0 && x.srq == 0 {
+	if flags&kickRecv != 0 && qp.srq == 0 {
 		// Receive WQEs stay in the ring until a message consumes them; check
 		// the guest's producer index now so a corrupt one fails early.
-		if _, err := d.pendingWQEs(x.pages, &x.rq); err != nil {
-			d.log.Warn("RQ producer index invalid", "qp", x.handle, "err", err)
-			d.qpError(x, EvQPFatal)
+		if _, err := d.pendingWQEs(qp.pages, &qp.rq); err != nil {
+			d.log.Warn("RQ producer index invalid", "qp", qp.handle, "err", err)
+			d.qpError(qp, pvrdma.EventQPFatal)
 			return
 		}
 	}
-	if x.typ == QPTypeRC {
+	if qp.rc != nil {
 		if flags&kickResp != 0 {
-			d.rcFlushOut(x)
+			qp.rc.FlushResponses()
 		}
 		if flags&(kickSend|kickTimer) != 0 {
-			d.rcPump(x)
+			qp.rc.Pump()
 		}
 		return
 	}
-	if flags&kickSend != 0 && x.state == StateRTS {
-		d.processSQ(x)
-	}
-}
-
-// pendingWQEs reads the guest-owned producer index of a work queue and
-// returns how many WQEs are posted but not consumed.
-func (d *Device) pendingWQEs(pages dma.Pages, w *wq) (uint32, error) {
-	prod, err := dma.LoadUint32(d.mem, pages[0]+w.prodOff)
-	if err != nil {
-		return 0, err
-	}
-	if !w.ring.Valid(prod) {
-		return 0, dma.Fault(pages[0]+w.prodOff, 4, "producer index out of range")
-	}
-	n := w.ring.Pending(prod, w.cons)
-	if n > w.ring.N {
-		return 0, dma.Fault(pages[0]+w.prodOff, 4, "producer index more than a ring ahead")
-	}
-	return n, nil
-}
-
-// takeWQE copies the WQE at the consumer index out of guest memory (once)
-// and advances the consumer index.
-func (d *Device) takeWQE(pages dma.Pages, w *wq, buf []byte) error {
-	off := w.base + uint64(w.ring.Slot(w.cons))*uint64(w.stride)
-	if err := pages.ReadAt(d.mem, buf[:w.stride], off); err != nil {
-		return err
-	}
-	w.cons = w.ring.Next(w.cons)
-	return dma.StoreUint32(d.mem, pages[0]+w.consOff, w.cons)
-}
-
-// processSQ executes posted send WQEs in order, at most one ring's worth per
-// call.
-func (d *Device) processSQ(x *qp) {
-	n, err := d.pendingWQEs(x.pages, &x.sq)
-	if err != nil {
-		d.log.Warn("SQ producer index invalid", "qp", x.handle, "err", err)
-		d.qpError(x, EvQPFatal)
-		return
-	}
-	buf := make([]byte, x.sq.stride)
-	for ; n > 0 && x.state != StateErr; n-- {
-		if err := d.takeWQE(x.pages, &x.sq, buf); err != nil {
-			d.log.Warn("SQ WQE unreadable", "qp", x.handle, "err", err)
-			d.qpError(x, EvQPFatal)
-			return
-		}
-		w, err := uverbs.DecodeSendWQE(buf, x.sq.maxSGE)
-		if err != nil {
-			d.completeSend(x, &w, uverbs.WCLocLenErr, 0)
-			d.qpError(x, EvQPReqErr)
-			return
-		}
-		d.sendUD(x, &w)
-	}
-	if x.state == StateErr {
-		d.flush(x)
-	}
-}
-
-// completeSend posts the send-side completion of a WQE when it is signaled
-// (or failed).
-func (d *Device) completeSend(x *qp, w *uverbs.SendWQE, status, byteLen uint32) {
-	if status == uverbs.WCSuccess && !x.sigAll && w.SendFlags&uverbs.SendSignaled == 0 {
-		return
-	}
-	c := d.res.cq.get(x.sendCQ)
-	if c == nil {
-		return
-	}
-	e := uverbs.CQE{WRID: w.WRID, QP: uint64(x.handle), Opcode: sendWCOpcode(w.Opcode),
-		Status: status, ByteLen: byteLen, PortNum: 1}
-	d.post(c, &e, false)
-}
-
-func sendWCOpcode(op uint32) uint32 {
-	switch op {
-	case uverbs.OpRDMAWrite, uverbs.OpRDMAWriteImm:
-		return uverbs.WCRDMAWrite
-	case uverbs.OpRDMARead:
-		return uverbs.WCRDMARead
-	case uverbs.OpAtomicCmpSwp:
-		return uverbs.WCCompSwap
-	case uverbs.OpAtomicFetchAdd:
-		return uverbs.WCFetchAdd
-	case uverbs.OpLocalInv:
-		return uverbs.WCLocalInv
-	case uverbs.OpFastRegMR:
-		return uverbs.WCFastRegMR
-	}
-	return uverbs.WCSend
-}
-
-// flush completes every outstanding WQE of an ERR QP with WR_FLUSH_ERR:
-// send WQEs to the send CQ, receive WQEs (own RQ only) to the receive CQ.
-func (d *Device) flush(x *qp) {
-	if n, err := d.pendingWQEs(x.pages, &x.sq); err == nil {
-		buf := make([]byte, x.sq.stride)
-		for ; n > 0; n-- {
-			if d.takeWQE(x.pages, &x.sq, buf) != nil {
-				break
-			}
-			w, _ := uverbs.DecodeSendWQE(buf, x.sq.maxSGE)
-			d.completeSend(x, &w, uverbs.WCWRFlushErr, 0)
-		}
-	}
-	if x.srq != 0 {
-		return
-	}
-	if n, err := d.pendingWQEs(x.pages, &x.rq); err == nil {
-		buf := make([]byte, x.rq.stride)
-		c := d.res.cq.get(x.recvCQ)
-		for ; n > 0; n-- {
-			if d.takeWQE(x.pages, &x.rq, buf) != nil {
-				break
-			}
-			w, _ := uverbs.DecodeRecvWQE(buf, x.rq.maxSGE)
-			if c != nil {
-				e := uverbs.CQE{WRID: w.WRID, QP: uint64(x.handle), Opcode: uverbs.WCRecv,
-					Status: uverbs.WCWRFlushErr, PortNum: 1}
-				d.post(c, &e, false)
-			}
-		}
+	if flags&kickSend != 0 && qp.state == pvrdma.QPStateRTS {
+		d.processSQ(qp)
 	}
 }

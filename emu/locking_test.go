@@ -41,7 +41,7 @@ func TestRegisterReadDoesNotWaitForDeviceLock(t *testing.T) {
 					t.Errorf("read %#x: %v", reg, err)
 				}
 			}
-			if err := r.dev.ReadRegion(1, pvrdma.RegVersion, buf); err != nil || binary.LittleEndian.Uint32(buf) != emu.Version {
+			if err := r.dev.ReadRegion(1, pvrdma.RegVersion, buf); err != nil || binary.LittleEndian.Uint32(buf) != pvrdma.VersionQPHandle {
 				t.Errorf("VERSION %d, %v", binary.LittleEndian.Uint32(buf), err)
 			}
 		}()
@@ -83,7 +83,7 @@ func TestInterruptsRaisedOutsideDeviceLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	dev.Sync()
-	if raised == 0 || drv.IRQ.Count[emu.IntrResponse].Load() == 0 {
+	if raised == 0 || drv.IRQ.Count[pvrdma.IntrVectorResponse].Load() == 0 {
 		t.Fatalf("no response interrupt raised (%d in all)", raised)
 	}
 }

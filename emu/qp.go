@@ -2,29 +2,15 @@ package emu
 
 import (
 	"github.com/hcaemu/hcaemu/dma"
+	"github.com/hcaemu/hcaemu/emu/mr"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
+	"github.com/hcaemu/hcaemu/emu/transport"
+	"github.com/hcaemu/hcaemu/emu/transport/rc"
+	"github.com/hcaemu/hcaemu/emu/transport/ud"
 	"github.com/hcaemu/hcaemu/uverbs"
 )
 
-// QP types and states under the names the transport code uses; the values
-// are the ABI's (pvrdma.QPType*, pvrdma.QPState*).
-const (
-	QPTypeGSI = pvrdma.QPTypeGSI
-	QPTypeRC  = pvrdma.QPTypeRC
-	QPTypeUC  = pvrdma.QPTypeUC
-	QPTypeUD  = pvrdma.QPTypeUD
-
-	StateReset = pvrdma.QPStateReset
-	StateInit  = pvrdma.QPStateInit
-	StateRTR   = pvrdma.QPStateRTR
-	StateRTS   = pvrdma.QPStateRTS
-	StateSQD   = pvrdma.QPStateSQD
-	StateSQE   = pvrdma.QPStateSQE
-	StateErr   = pvrdma.QPStateErr
-	numStates  = pvrdma.NumQPStates
-)
-
-var stateNames = [numStates]string{"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"}
+var stateNames = [pvrdma.NumQPStates]string{"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"}
 
 // wq is one work queue (SQ, RQ or SRQ) in a guest ring.
 type wq struct {
@@ -51,8 +37,11 @@ type qp struct {
 	sq, rq      wq
 	state       uint8
 	attr        pvrdma.QPAttr
-	rc          rcState
-	udPSN       uint32
+	// The transport (bound when the QP first leaves RESET): rc for RC QPs,
+	// ud for UD and GSI QPs, and env, what they reach the device through.
+	rc  *rc.QP
+	ud  *ud.QP
+	env *qpEnv
 }
 
 // transition is one legal edge of the IB QP state table with the attributes
@@ -66,84 +55,84 @@ const (
 	udClass = 1
 )
 
-var qpTransitions = func() (t [numStates][numStates]*transition) {
+var qpTransitions = func() (t [pvrdma.NumQPStates][pvrdma.NumQPStates]*transition) {
 	set := func(from, to int, rcReq, rcOpt, udReq, udOpt uint32) {
 		t[from][to] = &transition{req: [2]uint32{rcReq, udReq}, opt: [2]uint32{rcOpt, udOpt}}
 	}
-	for s := 0; s < numStates; s++ {
-		set(s, StateReset, 0, 0, 0, 0)
-		set(s, StateErr, 0, 0, 0, 0)
+	for s := 0; s < pvrdma.NumQPStates; s++ {
+		set(s, pvrdma.QPStateReset, 0, 0, 0, 0)
+		set(s, pvrdma.QPStateErr, 0, 0, 0, 0)
 	}
-	set(StateReset, StateInit,
+	set(pvrdma.QPStateReset, pvrdma.QPStateInit,
 		pvrdma.AttrPKeyIndex|pvrdma.AttrPort|pvrdma.AttrAccessFlags, 0,
 		pvrdma.AttrPKeyIndex|pvrdma.AttrPort|pvrdma.AttrQKey, 0)
-	set(StateInit, StateInit,
+	set(pvrdma.QPStateInit, pvrdma.QPStateInit,
 		0, pvrdma.AttrPKeyIndex|pvrdma.AttrPort|pvrdma.AttrAccessFlags,
 		0, pvrdma.AttrPKeyIndex|pvrdma.AttrPort|pvrdma.AttrQKey)
-	set(StateInit, StateRTR,
+	set(pvrdma.QPStateInit, pvrdma.QPStateRTR,
 		pvrdma.AttrAV|pvrdma.AttrPathMTU|pvrdma.AttrDestQPN|pvrdma.AttrRQPSN|pvrdma.AttrMaxDestRdAtomic|pvrdma.AttrMinRNRTimer,
 		pvrdma.AttrAltPath|pvrdma.AttrAccessFlags|pvrdma.AttrPKeyIndex,
 		0, pvrdma.AttrPKeyIndex|pvrdma.AttrQKey)
-	set(StateRTR, StateRTS,
+	set(pvrdma.QPStateRTR, pvrdma.QPStateRTS,
 		pvrdma.AttrSQPSN|pvrdma.AttrTimeout|pvrdma.AttrRetryCnt|pvrdma.AttrRNRRetry|pvrdma.AttrMaxQPRdAtomic,
 		pvrdma.AttrCurState|pvrdma.AttrAltPath|pvrdma.AttrAccessFlags|pvrdma.AttrMinRNRTimer|pvrdma.AttrPathMigState,
 		pvrdma.AttrSQPSN, pvrdma.AttrCurState|pvrdma.AttrQKey)
 	rtsOpt := uint32(pvrdma.AttrCurState | pvrdma.AttrAccessFlags | pvrdma.AttrAltPath | pvrdma.AttrPathMigState | pvrdma.AttrMinRNRTimer)
-	set(StateRTS, StateRTS, 0, rtsOpt, 0, pvrdma.AttrCurState|pvrdma.AttrQKey)
-	set(StateRTS, StateSQD, 0, pvrdma.AttrEnSQDAsync, 0, pvrdma.AttrEnSQDAsync)
-	set(StateSQD, StateRTS, 0, rtsOpt, 0, pvrdma.AttrCurState|pvrdma.AttrQKey)
-	set(StateSQD, StateSQD, 0,
+	set(pvrdma.QPStateRTS, pvrdma.QPStateRTS, 0, rtsOpt, 0, pvrdma.AttrCurState|pvrdma.AttrQKey)
+	set(pvrdma.QPStateRTS, pvrdma.QPStateSQD, 0, pvrdma.AttrEnSQDAsync, 0, pvrdma.AttrEnSQDAsync)
+	set(pvrdma.QPStateSQD, pvrdma.QPStateRTS, 0, rtsOpt, 0, pvrdma.AttrCurState|pvrdma.AttrQKey)
+	set(pvrdma.QPStateSQD, pvrdma.QPStateSQD, 0,
 		pvrdma.AttrAV|pvrdma.AttrPathMTU|pvrdma.AttrTimeout|pvrdma.AttrRetryCnt|pvrdma.AttrRNRRetry|pvrdma.AttrMaxQPRdAtomic|
 			pvrdma.AttrMaxDestRdAtomic|pvrdma.AttrAltPath|pvrdma.AttrAccessFlags|pvrdma.AttrPKeyIndex|pvrdma.AttrMinRNRTimer|pvrdma.AttrPathMigState,
 		0, pvrdma.AttrPKeyIndex|pvrdma.AttrQKey)
-	set(StateSQE, StateRTS, ^uint32(0), 0, 0, pvrdma.AttrCurState|pvrdma.AttrQKey) // RC has no SQE state
+	set(pvrdma.QPStateSQE, pvrdma.QPStateRTS, ^uint32(0), 0, 0, pvrdma.AttrCurState|pvrdma.AttrQKey) // RC has no SQE state
 	return t
 }()
 
 // checkModify validates a MODIFY_QP against the state table and the device
 // limits. It returns the target state.
-func (d *Device) checkModify(q *qp, mask uint32, a *pvrdma.QPAttr) (uint8, *cmdErr) {
+func (d *Device) checkModify(qp *qp, mask uint32, a *pvrdma.QPAttr) (uint8, *cmdErr) {
 	if mask&^pvrdma.AttrMaskAll != 0 {
-		return 0, fail(errInval, "QP %d: unknown attribute bits %#x", q.handle, mask&^pvrdma.AttrMaskAll)
+		return 0, fail(errInval, "QP %d: unknown attribute bits %#x", qp.handle, mask&^pvrdma.AttrMaskAll)
 	}
-	cur := q.state
+	cur := qp.state
 	if mask&pvrdma.AttrCurState != 0 && a.CurState != uint32(cur) {
-		if a.CurState >= numStates {
-			return 0, fail(errInval, "QP %d: cur_qp_state %d", q.handle, a.CurState)
+		if a.CurState >= pvrdma.NumQPStates {
+			return 0, fail(errInval, "QP %d: cur_qp_state %d", qp.handle, a.CurState)
 		}
-		return 0, fail(errInval, "QP %d: cur_qp_state %s, but the QP is in %s", q.handle, stateNames[a.CurState], stateNames[cur])
+		return 0, fail(errInval, "QP %d: cur_qp_state %s, but the QP is in %s", qp.handle, stateNames[a.CurState], stateNames[cur])
 	}
 	next := cur
 	if mask&pvrdma.AttrState != 0 {
-		if a.State >= numStates {
-			return 0, fail(errInval, "QP %d: qp_state %d", q.handle, a.State)
+		if a.State >= pvrdma.NumQPStates {
+			return 0, fail(errInval, "QP %d: qp_state %d", qp.handle, a.State)
 		}
 		next = uint8(a.State)
 	}
 	t := qpTransitions[cur][next]
 	if t == nil {
-		return 0, fail(errInval, "QP %d: illegal transition %s -> %s", q.handle, stateNames[cur], stateNames[next])
+		return 0, fail(errInval, "QP %d: illegal transition %s -> %s", qp.handle, stateNames[cur], stateNames[next])
 	}
 	class := udClass
-	if q.typ == QPTypeRC || q.typ == QPTypeUC {
+	if qp.typ == pvrdma.QPTypeRC || qp.typ == pvrdma.QPTypeUC {
 		class = rcClass
 	}
 	req, opt := t.req[class], t.opt[class]
-	if q.typ == QPTypeGSI {
+	if qp.typ == pvrdma.QPTypeGSI {
 		req &^= pvrdma.AttrPort // the MAD layer's RESET->INIT has no PORT
 		opt |= pvrdma.AttrPort
 	}
 	if req == ^uint32(0) {
-		return 0, fail(errInval, "QP %d: illegal transition %s -> %s for this QP type", q.handle, stateNames[cur], stateNames[next])
+		return 0, fail(errInval, "QP %d: illegal transition %s -> %s for this QP type", qp.handle, stateNames[cur], stateNames[next])
 	}
 	if missing := req &^ mask; missing != 0 {
-		return 0, fail(errInval, "QP %d: %s -> %s lacks required attributes %#x", q.handle, stateNames[cur], stateNames[next], missing)
+		return 0, fail(errInval, "QP %d: %s -> %s lacks required attributes %#x", qp.handle, stateNames[cur], stateNames[next], missing)
 	}
 	if extra := mask &^ (req | opt | pvrdma.AttrState | pvrdma.AttrCap); extra != 0 {
-		return 0, fail(errInval, "QP %d: %s -> %s does not take attributes %#x", q.handle, stateNames[cur], stateNames[next], extra)
+		return 0, fail(errInval, "QP %d: %s -> %s does not take attributes %#x", qp.handle, stateNames[cur], stateNames[next], extra)
 	}
 	if mask&pvrdma.AttrPKeyIndex != 0 && uint32(a.PKeyIndex) >= uint32(d.caps.MaxPKeys) {
-		return 0, fail(errInval, "QP %d: pkey_index %d", q.handle, a.PKeyIndex)
+		return 0, fail(errInval, "QP %d: pkey_index %d", qp.handle, a.PKeyIndex)
 	}
 	if mask&pvrdma.AttrPort != 0 {
 		if e := d.checkPort(a.PortNum); e != nil {
@@ -151,29 +140,29 @@ func (d *Device) checkModify(q *qp, mask uint32, a *pvrdma.QPAttr) (uint8, *cmdE
 		}
 	}
 	if mask&pvrdma.AttrPathMTU != 0 && (a.PathMTU < 1 || a.PathMTU > pvrdma.MTU4096) {
-		return 0, fail(errInval, "QP %d: path_mtu %d", q.handle, a.PathMTU)
+		return 0, fail(errInval, "QP %d: path_mtu %d", qp.handle, a.PathMTU)
 	}
 	if mask&pvrdma.AttrDestQPN != 0 && a.DestQPN >= 1<<24 {
-		return 0, fail(errInval, "QP %d: dest_qp_num %#x", q.handle, a.DestQPN)
+		return 0, fail(errInval, "QP %d: dest_qp_num %#x", qp.handle, a.DestQPN)
 	}
 	if mask&pvrdma.AttrMinRNRTimer != 0 && a.MinRNRTimer > 31 {
-		return 0, fail(errInval, "QP %d: min_rnr_timer %d", q.handle, a.MinRNRTimer)
+		return 0, fail(errInval, "QP %d: min_rnr_timer %d", qp.handle, a.MinRNRTimer)
 	}
 	if mask&pvrdma.AttrTimeout != 0 && a.Timeout > 31 {
-		return 0, fail(errInval, "QP %d: timeout %d", q.handle, a.Timeout)
+		return 0, fail(errInval, "QP %d: timeout %d", qp.handle, a.Timeout)
 	}
 	if mask&pvrdma.AttrRetryCnt != 0 && a.RetryCnt > 7 {
-		return 0, fail(errInval, "QP %d: retry_cnt %d", q.handle, a.RetryCnt)
+		return 0, fail(errInval, "QP %d: retry_cnt %d", qp.handle, a.RetryCnt)
 	}
 	if mask&pvrdma.AttrRNRRetry != 0 && a.RNRRetry > 7 {
-		return 0, fail(errInval, "QP %d: rnr_retry %d", q.handle, a.RNRRetry)
+		return 0, fail(errInval, "QP %d: rnr_retry %d", qp.handle, a.RNRRetry)
 	}
-	if mask&pvrdma.AttrAccessFlags != 0 && a.AccessFlags&^(accLocalWrite|accRemoteWrite|accRemoteRead|accRemoteAtomic|accMWBind) != 0 {
-		return 0, fail(errInval, "QP %d: access flags %#x", q.handle, a.AccessFlags)
+	if mask&pvrdma.AttrAccessFlags != 0 && a.AccessFlags&^(mr.LocalWrite|mr.RemoteWrite|mr.RemoteRead|mr.RemoteAtomic|mr.MWBind) != 0 {
+		return 0, fail(errInval, "QP %d: access flags %#x", qp.handle, a.AccessFlags)
 	}
 	if mask&pvrdma.AttrAV != 0 {
 		if uint32(a.AH.SGIDIndex) >= d.caps.GIDTblLen || !d.res.gids[a.AH.SGIDIndex].Valid {
-			return 0, fail(errInval, "QP %d: sgid_index %d is not a bound GID", q.handle, a.AH.SGIDIndex)
+			return 0, fail(errInval, "QP %d: sgid_index %d is not a bound GID", qp.handle, a.AH.SGIDIndex)
 		}
 	}
 	return next, nil
@@ -181,16 +170,16 @@ func (d *Device) checkModify(q *qp, mask uint32, a *pvrdma.QPAttr) (uint8, *cmdE
 
 func (d *Device) cmdModifyQP(req *pvrdma.CmdModifyQP) (pvrdma.Response, *cmdErr) {
 	h, mask := req.QPHandle, req.AttrMask
-	x := d.res.qp.get(h)
-	if x == nil {
+	qp := d.res.qp.get(h)
+	if qp == nil {
 		return nil, fail(errInval, "no QP %d", h)
 	}
 	a := &req.Attrs
-	next, e := d.checkModify(x, mask, a)
+	next, e := d.checkModify(qp, mask, a)
 	if e != nil {
 		return nil, e
 	}
-	s := &x.attr
+	s := &qp.attr
 	if mask&pvrdma.AttrEnSQDAsync != 0 {
 		s.EnSQDAsyncNotify = a.EnSQDAsyncNotify
 	}
@@ -245,74 +234,78 @@ func (d *Device) cmdModifyQP(req *pvrdma.CmdModifyQP) (pvrdma.Response, *cmdErr)
 	if mask&pvrdma.AttrDestQPN != 0 {
 		s.DestQPN = a.DestQPN
 	}
-	d.setState(x, next)
+	d.setState(qp, next)
 	return nil, nil
 }
 
 // setState moves a QP to a new state with the state's side effects.
-func (d *Device) setState(x *qp, next uint8) {
-	prev := x.state
-	x.state = next
-	if x.typ == QPTypeRC {
-		d.rcOnState(x, prev, next)
+func (d *Device) setState(qp *qp, next uint8) {
+	prev := qp.state
+	qp.state = next
+	d.bindTransport(qp)
+	d.configureTransport(qp)
+	// The transport moves first: RESET clears it, ERR flushes the requests
+	// it holds before the ring's.
+	switch {
+	case qp.rc != nil:
+		qp.rc.SetState(transport.State(next))
+	case qp.ud != nil:
+		qp.ud.SetState(transport.State(next))
 	}
 	switch next {
-	case StateReset:
+	case pvrdma.QPStateReset:
 		// The guest zeroes the ring indices after RESET; forget ours.
-		x.sq.cons, x.rq.cons = 0, 0
-		d.rcReset(x)
-		x.udPSN = 0
-	case StateErr:
-		if prev != StateErr {
-			d.rcFlushTx(x)
-			d.flush(x)
+		qp.sq.cons, qp.rq.cons = 0, 0
+	case pvrdma.QPStateErr:
+		if prev != pvrdma.QPStateErr {
+			d.flush(qp)
 		}
-	case StateRTS:
-		if prev != StateRTS {
-			d.eng.kick(kickQP, x.handle, kickSend)
+	case pvrdma.QPStateRTS:
+		if prev != pvrdma.QPStateRTS {
+			d.eng.kick(kickQP, qp.handle, kickSend)
 		}
-	case StateSQD:
-		if prev != StateSQD {
-			d.checkDrained(x)
+	case pvrdma.QPStateSQD:
+		if prev != pvrdma.QPStateSQD {
+			d.checkDrained(qp)
 		}
 	}
 	if prev != next {
-		d.log.Debug("QP state", "qp", x.handle, "from", stateNames[prev], "to", stateNames[next])
+		d.log.Debug("QP state", "qp", qp.handle, "from", stateNames[prev], "to", stateNames[next])
 	}
 }
 
 // checkDrained posts SQ_DRAINED for a QP in SQD with nothing in flight,
 // when the guest asked for it.
-func (d *Device) checkDrained(x *qp) {
-	if x.state == StateSQD && len(x.rc.tx) == 0 && x.attr.EnSQDAsyncNotify != 0 {
-		x.attr.EnSQDAsyncNotify = 0
-		d.event(EvSQDrained, x.handle)
+func (d *Device) checkDrained(qp *qp) {
+	if qp.state == pvrdma.QPStateSQD && (qp.rc == nil || qp.rc.Outstanding() == 0) && qp.attr.EnSQDAsyncNotify != 0 {
+		qp.attr.EnSQDAsyncNotify = 0
+		d.event(pvrdma.EventSQDrained, qp.handle)
 	}
 }
 
 // qpError moves a QP to ERR because of an error it caused or met, with the
 // async event the driver expects.
-func (d *Device) qpError(x *qp, ev uint32) {
-	if x.state == StateErr {
+func (d *Device) qpError(qp *qp, ev uint32) {
+	if qp.state == pvrdma.QPStateErr {
 		return
 	}
-	d.event(ev, x.handle)
-	d.setState(x, StateErr)
-	if x.srq != 0 {
-		d.event(EvQPLastWQEReached, x.handle)
+	d.event(ev, qp.handle)
+	d.setState(qp, pvrdma.QPStateErr)
+	if qp.srq != 0 {
+		d.event(pvrdma.EventQPLastWQEReached, qp.handle)
 	}
 }
 
 func (d *Device) cmdQueryQP(req *pvrdma.CmdQueryQP) (pvrdma.Response, *cmdErr) {
 	h := req.QPHandle
-	x := d.res.qp.get(h)
-	if x == nil {
+	qp := d.res.qp.get(h)
+	if qp == nil {
 		return nil, fail(errInval, "no QP %d", h)
 	}
-	rsp := &pvrdma.CmdQueryQPResp{Attrs: x.attr}
+	rsp := &pvrdma.CmdQueryQPResp{Attrs: qp.attr}
 	a := &rsp.Attrs
-	a.State, a.CurState = uint32(x.state), uint32(x.state)
-	a.Cap = pvrdma.QPCap{MaxSendWR: x.sq.ring.N, MaxRecvWR: x.rq.ring.N, MaxSendSGE: x.sq.maxSGE, MaxRecvSGE: x.rq.maxSGE}
+	a.State, a.CurState = uint32(qp.state), uint32(qp.state)
+	a.Cap = pvrdma.QPCap{MaxSendWR: qp.sq.ring.N, MaxRecvWR: qp.rq.ring.N, MaxSendSGE: qp.sq.maxSGE, MaxRecvSGE: qp.rq.maxSGE}
 	return rsp, nil
 }
 
@@ -323,11 +316,11 @@ func (d *Device) cmdCreateQP(req *pvrdma.CmdCreateQP) (pvrdma.Response, *cmdErr)
 	total, sendChunks := uint32(req.TotalChunks), uint32(req.SendChunks)
 	sigAll, typ, isSRQ := req.SQSigAll != 0, req.QPType, req.IsSRQ != 0
 
-	x := d.res.pd.get(pdh)
-	if x == nil {
+	pd := d.res.pd.get(pdh)
+	if pd == nil {
 		return nil, fail(errInval, "no PD %d", pdh)
 	}
-	ctx := x.ctx
+	ctx := pd.ctx
 	scq, rcq := d.res.cq.get(scqh), d.res.cq.get(rcqh)
 	if scq == nil || rcq == nil {
 		return nil, fail(errInval, "no CQ %d/%d", scqh, rcqh)
@@ -343,8 +336,8 @@ func (d *Device) cmdCreateQP(req *pvrdma.CmdCreateQP) (pvrdma.Response, *cmdErr)
 		rWR, rSGE = 0, 0
 	}
 	switch typ {
-	case QPTypeRC, QPTypeUD:
-	case QPTypeGSI:
+	case pvrdma.QPTypeRC, pvrdma.QPTypeUD:
+	case pvrdma.QPTypeGSI:
 		if ctx != 0 {
 			return nil, fail(errInval, "GSI QP from user space")
 		}
@@ -379,7 +372,7 @@ func (d *Device) cmdCreateQP(req *pvrdma.CmdCreateQP) (pvrdma.Response, *cmdErr)
 	if e != nil {
 		return nil, e
 	}
-	n := &qp{
+	qp := &qp{
 		typ: typ, ctx: ctx, pd: pdh, sendCQ: scqh, recvCQ: rcqh, sigAll: sigAll, pages: pages,
 		sq: wq{ring: uverbs.Ring{N: sWR}, stride: sStride, maxSGE: sSGE, base: dma.PageSize,
 			prodOff: uverbs.TxProdTail, consOff: uverbs.TxConsHead},
@@ -387,53 +380,53 @@ func (d *Device) cmdCreateQP(req *pvrdma.CmdCreateQP) (pvrdma.Response, *cmdErr)
 			prodOff: uverbs.RxProdTail, consOff: uverbs.RxConsHead},
 	}
 	if isSRQ {
-		n.srq = srqh
+		qp.srq = srqh
 	}
 	var h uint32
-	if typ == QPTypeGSI {
-		h, e = 1, d.res.qp.put(1, n)
+	if typ == pvrdma.QPTypeGSI {
+		h, e = 1, d.res.qp.put(1, qp)
 	} else {
-		h, e = d.res.qp.add(n)
+		h, e = d.res.qp.add(qp)
 	}
 	if e != nil {
 		d.res.unpin(int(total))
 		return nil, e
 	}
-	n.handle, n.qpn = h, h
-	x.refs++
+	qp.handle, qp.qpn = h, h
+	pd.refs++
 	scq.refs++
 	rcq.refs++
 	if s != nil {
 		s.refs++
 	}
-	return &pvrdma.CmdCreateQPResp{QPN: n.qpn, QPHandle: n.handle,
+	return &pvrdma.CmdCreateQPResp{QPN: qp.qpn, QPHandle: qp.handle,
 		MaxSendWR: sWR, MaxRecvWR: rWR, MaxSendSGE: sSGE, MaxRecvSGE: rSGE}, nil
 }
 
 func (d *Device) cmdDestroyQP(req *pvrdma.CmdDestroyQP) (pvrdma.Response, *cmdErr) {
 	h := req.QPHandle
-	x := d.res.qp.get(h)
-	if x == nil {
+	qp := d.res.qp.get(h)
+	if qp == nil {
 		return nil, fail(errInval, "no QP %d", h)
 	}
-	d.destroyQP(h, x)
+	d.destroyQP(h, qp)
 	return &pvrdma.CmdDestroyQPResp{}, nil
 }
 
 // destroyQP discards the QP and its outstanding WQEs without completions.
-func (d *Device) destroyQP(h uint32, x *qp) {
-	d.rcReset(x)
-	d.res.unpin(len(x.pages))
-	if o := d.res.pd.get(x.pd); o != nil {
+func (d *Device) destroyQP(h uint32, qp *qp) {
+	d.resetTransport(qp)
+	d.res.unpin(len(qp.pages))
+	if o := d.res.pd.get(qp.pd); o != nil {
 		o.refs--
 	}
-	if c := d.res.cq.get(x.sendCQ); c != nil {
+	if c := d.res.cq.get(qp.sendCQ); c != nil {
 		c.refs--
 	}
-	if c := d.res.cq.get(x.recvCQ); c != nil {
+	if c := d.res.cq.get(qp.recvCQ); c != nil {
 		c.refs--
 	}
-	if s := d.res.srq.get(x.srq); x.srq != 0 && s != nil {
+	if s := d.res.srq.get(qp.srq); qp.srq != 0 && s != nil {
 		s.refs--
 	}
 	d.res.qp.del(h)
@@ -455,8 +448,8 @@ type srq struct {
 func (d *Device) cmdCreateSRQ(req *pvrdma.CmdCreateSRQ) (pvrdma.Response, *cmdErr) {
 	pdir, pdh, nchunks := req.PdirDMA, req.PDHandle, req.NChunks
 	maxWR, maxSGE, limit, typ := req.Attrs.MaxWR, req.Attrs.MaxSGE, req.Attrs.SRQLimit, req.SRQType
-	x := d.res.pd.get(pdh)
-	if x == nil {
+	pd := d.res.pd.get(pdh)
+	if pd == nil {
 		return nil, fail(errInval, "no PD %d", pdh)
 	}
 	if typ != pvrdma.SRQTypeBasic {
@@ -480,7 +473,7 @@ func (d *Device) cmdCreateSRQ(req *pvrdma.CmdCreateSRQ) (pvrdma.Response, *cmdEr
 	if e != nil {
 		return nil, e
 	}
-	s := &srq{ctx: x.ctx, pd: pdh, pages: pages, limit: limit,
+	s := &srq{ctx: pd.ctx, pd: pdh, pages: pages, limit: limit,
 		q: wq{ring: uverbs.Ring{N: maxWR}, stride: stride, maxSGE: maxSGE, base: dma.PageSize,
 			prodOff: uverbs.RxProdTail, consOff: uverbs.RxConsHead}}
 	h, e := d.res.srq.add(s)
@@ -489,7 +482,7 @@ func (d *Device) cmdCreateSRQ(req *pvrdma.CmdCreateSRQ) (pvrdma.Response, *cmdEr
 		return nil, e
 	}
 	s.handle = h
-	x.refs++
+	pd.refs++
 	return &pvrdma.CmdCreateSRQResp{SRQN: h}, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"github.com/hcaemu/hcaemu/dma"
+	"github.com/hcaemu/hcaemu/emu/mr"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
 )
 
@@ -88,27 +89,11 @@ type pd struct {
 	refs int    // MRs, QPs and SRQs using it
 }
 
-// mr is a memory region.
-type mr struct {
-	pd       uint32
-	ctx      uint32
-	access   uint32
-	dmaMR    bool   // the kernel's local DMA lkey: GPA addressing
-	frmr     bool   // fast-register MR
-	valid    bool   // FRMRs are invalid until registered
-	start    uint64 // I/O virtual address of byte 0
-	length   uint64
-	pages    dma.Pages
-	lkey     uint32
-	rkey     uint32
-	maxPages uint32 // FRMR page list capacity
-}
-
 // resources are the device's object tables and GID table.
 type resources struct {
 	uc   table[ucontext]
 	pd   table[pd]
-	mr   table[mr]
+	mr   table[mr.Region] // memory regions (package mr checks their keys)
 	cq   table[cq]
 	qp   table[qp]
 	srq  table[srq]
@@ -122,21 +107,10 @@ type resources struct {
 // so a guest cannot make the emulator allocate without limit.
 const maxPinnedPages = 4 << 20
 
-// Access flags (pvrdma.Access*) under the names the transport code uses.
-const (
-	accLocalWrite   = pvrdma.AccessLocalWrite
-	accRemoteWrite  = pvrdma.AccessRemoteWrite
-	accRemoteRead   = pvrdma.AccessRemoteRead
-	accRemoteAtomic = pvrdma.AccessRemoteAtomic
-	accMWBind       = pvrdma.AccessMWBind
-	accZeroBased    = pvrdma.AccessZeroBased
-	accKnown        = accLocalWrite | accRemoteWrite | accRemoteRead | accRemoteAtomic | accMWBind | accZeroBased
-)
-
-func (r *resources) init(c *Caps) {
+func (r *resources) init(c *pvrdma.DeviceCaps) {
 	r.uc = newTable[ucontext]("context", 1, c.MaxUAR)
 	r.pd = newTable[pd]("PD", 1, min(c.MaxPD+1, 1<<24))
-	r.mr = newTable[mr]("MR", 1, min(c.MaxMR+1, 1<<24))
+	r.mr = newTable[mr.Region]("MR", 1, min(c.MaxMR+1, 1<<24))
 	r.cq = newTable[cq]("CQ", 1, c.MaxCQ)
 	r.qp = newTable[qp]("QP", 1, min(c.MaxQP, 1<<16))
 	r.qp.reserved = 1 // QPN 1 is the GSI QP's
@@ -179,8 +153,8 @@ func (d *Device) pinPages(what string, pdir uint64, n uint32) (dma.Pages, *cmdEr
 func (d *Device) destroyContextObjects(ctx uint32) {
 	r := &d.res
 	for _, h := range r.qp.handles() {
-		if q := r.qp.get(h); q.ctx == ctx {
-			d.destroyQP(h, q)
+		if qp := r.qp.get(h); qp.ctx == ctx {
+			d.destroyQP(h, qp)
 		}
 	}
 	for _, h := range r.srq.handles() {
@@ -194,7 +168,7 @@ func (d *Device) destroyContextObjects(ctx uint32) {
 		}
 	}
 	for _, h := range r.mr.handles() {
-		if m := r.mr.get(h); m.ctx == ctx {
+		if m := r.mr.get(h); m.Ctx == ctx {
 			d.destroyMR(h, m)
 		}
 	}
@@ -228,12 +202,12 @@ func (d *Device) cmdCreatePD(req *pvrdma.CmdCreatePD) (pvrdma.Response, *cmdErr)
 
 func (d *Device) cmdDestroyPD(req *pvrdma.CmdDestroyPD) (pvrdma.Response, *cmdErr) {
 	h := req.PDHandle
-	x := d.res.pd.get(h)
-	if x == nil {
+	pd := d.res.pd.get(h)
+	if pd == nil {
 		return nil, fail(errInval, "no PD %d", h)
 	}
-	if x.refs > 0 {
-		return nil, fail(errBusy, "PD %d still used by %d objects", h, x.refs)
+	if pd.refs > 0 {
+		return nil, fail(errBusy, "PD %d still used by %d objects", h, pd.refs)
 	}
 	d.res.pd.del(h)
 	return nil, nil
@@ -247,32 +221,32 @@ const maxFRMRPages = pvrdma.MaxFastRegPages
 func (d *Device) cmdCreateMR(req *pvrdma.CmdCreateMR) (pvrdma.Response, *cmdErr) {
 	start, length, pdir := req.Start, req.Length, req.PdirDMA
 	pdh, access, flags, nchunks := req.PDHandle, req.AccessFlags, req.Flags, req.NChunks
-	x := d.res.pd.get(pdh)
-	if x == nil {
+	pd := d.res.pd.get(pdh)
+	if pd == nil {
 		return nil, fail(errInval, "no PD %d", pdh)
 	}
 	access &= 0xFFFFF // optional bits >= 20 (relaxed ordering...) are hints
-	if access&^accKnown != 0 {
+	if access&^mr.KnownAccess != 0 {
 		return nil, fail(errInval, "unsupported access flags %#x", access)
 	}
-	if access&(accRemoteWrite|accRemoteAtomic) != 0 && access&accLocalWrite == 0 {
+	if access&(mr.RemoteWrite|mr.RemoteAtomic) != 0 && access&mr.LocalWrite == 0 {
 		return nil, fail(errInval, "remote write/atomic access without local write")
 	}
-	m := &mr{pd: pdh, ctx: x.ctx, access: access}
+	m := &mr.Region{PD: pdh, Ctx: pd.ctx, Access: access}
 	switch flags {
 	case pvrdma.MRFlagDMA:
-		if x.ctx != 0 {
+		if pd.ctx != 0 {
 			return nil, fail(errPerm, "DMA MR on user PD %d", pdh)
 		}
-		if access != accLocalWrite {
+		if access != mr.LocalWrite {
 			return nil, fail(errInval, "DMA MR access %#x, want LOCAL_WRITE only", access)
 		}
-		m.dmaMR, m.valid = true, true
+		m.DMA, m.Valid = true, true
 	case pvrdma.MRFlagFRMR:
 		if nchunks == 0 || nchunks > maxFRMRPages {
 			return nil, fail(errInval, "FRMR with %d pages (1..%d)", nchunks, maxFRMRPages)
 		}
-		m.frmr, m.maxPages = true, nchunks
+		m.FRMR, m.MaxPages = true, nchunks
 	case 0:
 		if length == 0 || length > d.caps.MaxMRSize {
 			return nil, fail(errInval, "MR length %#x outside 1..%#x", length, d.caps.MaxMRSize)
@@ -289,19 +263,19 @@ func (d *Device) cmdCreateMR(req *pvrdma.CmdCreateMR) (pvrdma.Response, *cmdErr)
 		if e != nil {
 			return nil, e
 		}
-		m.pages, m.start, m.length, m.valid = pages, start, length, true
+		m.Pages, m.Start, m.Length, m.Valid = pages, start, length, true
 	default:
 		return nil, fail(errInval, "MR flags %#x", flags)
 	}
 	h, e := d.res.mr.add(m)
 	if e != nil {
-		d.res.unpin(len(m.pages))
+		d.res.unpin(len(m.Pages))
 		return nil, e
 	}
-	m.lkey = h << 8
-	m.rkey = m.lkey
-	x.refs++
-	return &pvrdma.CmdCreateMRResp{MRHandle: h, LKey: m.lkey, RKey: m.rkey}, nil
+	m.LKey = h << 8
+	m.RKey = m.LKey
+	pd.refs++
+	return &pvrdma.CmdCreateMRResp{MRHandle: h, LKey: m.LKey, RKey: m.RKey}, nil
 }
 
 func (d *Device) cmdDestroyMR(req *pvrdma.CmdDestroyMR) (pvrdma.Response, *cmdErr) {
@@ -314,27 +288,10 @@ func (d *Device) cmdDestroyMR(req *pvrdma.CmdDestroyMR) (pvrdma.Response, *cmdEr
 	return nil, nil
 }
 
-func (d *Device) destroyMR(h uint32, m *mr) {
-	d.res.unpin(len(m.pages))
-	if x := d.res.pd.get(m.pd); x != nil {
-		x.refs--
+func (d *Device) destroyMR(h uint32, m *mr.Region) {
+	d.res.unpin(len(m.Pages))
+	if pd := d.res.pd.get(m.PD); pd != nil {
+		pd.refs--
 	}
 	d.res.mr.del(h)
-}
-
-// lookupKey finds the MR a key names (bits 31:8 select it, the whole key
-// must match).
-func (d *Device) lookupKey(key uint32, remote bool) *mr {
-	m := d.res.mr.get(key >> 8)
-	if m == nil || !m.valid {
-		return nil
-	}
-	if remote {
-		if m.dmaMR || m.rkey != key {
-			return nil
-		}
-	} else if m.lkey != key {
-		return nil
-	}
-	return m
 }

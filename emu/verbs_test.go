@@ -63,7 +63,7 @@ func TestSRQ(t *testing.T) {
 	if !bytes.Equal(b.RAM.Mem[dst+1000:dst+1900], a.RAM.Mem[src:src+900]) {
 		t.Fatal("SRQ data differs")
 	}
-	if !hasEvent(b.AsyncEvents(), emu.EvSRQLimitReached, srq.Handle) {
+	if !hasEvent(b.AsyncEvents(), pvrdma.EventSRQLimitReached, srq.Handle) {
 		t.Error("no SRQ_LIMIT_REACHED")
 	}
 	// An SRQ in use cannot be destroyed.
@@ -155,7 +155,7 @@ func TestCQNotifications(t *testing.T) {
 		poll(t, a.cq, a, b)
 		poll(t, b.cq, a, b)
 	}
-	irq := func() int64 { return b.IRQ.Count[emu.IntrCQ].Load() }
+	irq := func() int64 { return b.IRQ.Count[pvrdma.IntrVectorCQ].Load() }
 	b.cq.Arm(false)
 	before := irq()
 	msg(false)
@@ -202,7 +202,7 @@ func TestCQOverrun(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		a.dev.Sync()
 	}
-	if !hasEvent(a.AsyncEvents(), emu.EvCQErr, cq.Handle) {
+	if !hasEvent(a.AsyncEvents(), pvrdma.EventCQErr, cq.Handle) {
 		t.Fatal("no CQ_ERR after overrun")
 	}
 	for i := 0; i < 4; i++ { // the 4 CQEs before the overrun are intact
@@ -220,7 +220,7 @@ func TestSQDrained(t *testing.T) {
 	if err := qa.Modify(pvrdma.AttrState|pvrdma.AttrEnSQDAsync, pvrdma.QPAttr{State: pvrdma.QPStateSQD, EnSQDAsyncNotify: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if !hasEvent(a.AsyncEvents(), emu.EvSQDrained, qa.Handle) {
+	if !hasEvent(a.AsyncEvents(), pvrdma.EventSQDrained, qa.Handle) {
 		t.Fatal("no SQ_DRAINED")
 	}
 }

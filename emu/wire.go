@@ -1,13 +1,12 @@
 package emu
 
 import (
-	"errors"
 	"net/netip"
 
-	"github.com/hcaemu/hcaemu/dma"
 	"github.com/hcaemu/hcaemu/emu/fabric"
+	"github.com/hcaemu/hcaemu/emu/mr"
 	"github.com/hcaemu/hcaemu/emu/roce"
-	"github.com/hcaemu/hcaemu/uverbs"
+	"github.com/hcaemu/hcaemu/emu/transport"
 )
 
 // Port is the HCA's attachment to the fabric (a *fabric.Port).
@@ -25,52 +24,32 @@ type Port interface {
 // the device (it never blocks; false: queue full, frame dropped).
 type Attach func(rx func(frame []byte) bool) Port
 
-// errPeerBusy reports a frame the receiver's full queue refused: send it again
-// a little later.
-var errPeerBusy = errors.New("receiver busy")
-
-// mtuBytes maps the IB MTU enum to bytes.
-func mtuBytes(enum uint32) int {
-	if enum < 1 || enum > 5 {
-		return 1024
-	}
-	return 128 << enum
-}
-
-// path is where a QP's packets go.
-type path struct {
-	src, dst  netip.Addr
-	dmac      [6]byte
-	hopLimit  uint8
-	tclass    uint8
-	flowLabel uint32
-	srcPort   uint16
-}
-
 // gidAddr is the IP address a GID stands for.
 func gidAddr(g [16]byte) netip.Addr { return netip.AddrFrom16(g).Unmap() }
 
 // pathFor resolves a source GID index and a destination GID into a path.
-func (d *Device) pathFor(sgid uint8, dgid [16]byte) (path, bool) {
+func (d *Device) pathFor(sgid uint8, dgid [16]byte) (transport.Path, bool) {
 	if int(sgid) >= len(d.res.gids) || !d.res.gids[sgid].Valid {
-		return path{}, false
+		return transport.Path{}, false
 	}
-	p := path{src: gidAddr(d.res.gids[sgid].GID), dst: gidAddr(dgid)}
-	if p.src.Is4() != p.dst.Is4() {
-		return path{}, false
+	p := transport.Path{Src: gidAddr(d.res.gids[sgid].GID), Dst: gidAddr(dgid)}
+	if p.Src.Is4() != p.Dst.Is4() {
+		return transport.Path{}, false
 	}
 	return p, true
 }
 
-// transmit builds one packet into a fresh frame and sends it. gather, if
-// not nil, fills the payload in place (n bytes) before the headers are
-// written: the only copy of the data on the sending side.
-func (d *Device) transmit(p *path, f *roce.PacketFields, n int, gather func(dst []byte) error) error {
+// transmit builds one packet into a fresh frame and sends it. The payload
+// is gathered from mem in place before the headers are written: the only
+// copy of the data on the sending side. A full receiver is
+// transport.ErrPeerBusy.
+func (d *Device) transmit(p *transport.Path, f *roce.PacketFields, payload *transport.Payload, mem mr.Space) error {
 	if d.port == nil {
 		return nil // no fabric: the wire is empty
 	}
-	ff := roce.FrameFields{Dst: p.dmac, Src: d.wireMAC, SrcIP: p.src, DstIP: p.dst,
-		TrafficClass: p.tclass, HopLimit: p.hopLimit, FlowLabel: p.flowLabel, SrcPort: p.srcPort}
+	n := payload.Len
+	ff := roce.FrameFields{Dst: p.DMAC, Src: d.wireMAC, SrcIP: p.Src, DstIP: p.Dst,
+		TrafficClass: p.TClass, HopLimit: p.HopLimit, FlowLabel: p.FlowLabel, SrcPort: p.SrcPort}
 	if ff.HopLimit == 0 {
 		ff.HopLimit = roce.DefaultHopLimit
 	}
@@ -90,13 +69,13 @@ func (d *Device) transmit(p *path, f *roce.PacketFields, n int, gather func(dst 
 		fabric.Release(buf)
 		return roce.ErrTooLong
 	}
-	if gather != nil {
-		payload := buf[h+hlen : h+hlen+n]
-		if err := gather(payload); err != nil {
+	if n > 0 {
+		dst := buf[h+hlen : h+hlen+n]
+		if err := payload.Gather(mem, dst); err != nil {
 			fabric.Release(buf)
 			return err
 		}
-		f.Payload = payload
+		f.Payload = dst
 	}
 	ib, err := roce.Build(buf[h:], f)
 	if err != nil {
@@ -109,98 +88,49 @@ func (d *Device) transmit(p *path, f *roce.PacketFields, n int, gather func(dst 
 		return err
 	}
 	if !d.port.Send(frame) {
-		return errPeerBusy
+		return transport.ErrPeerBusy
 	}
 	return nil
 }
 
-// seg is one validated piece of local memory an SGE names.
-type seg struct {
-	m    *mr
-	addr uint64
-	n    uint64
-}
-
-// segsFor validates a WQE's SGE list against the QP's PD: every lkey must
-// name a valid MR of that PD (the kernel's DMA MR only for kernel QPs), with
-// LOCAL_WRITE when the device writes into it, and each [addr, addr+len) must
-// lie inside the MR; the total must fit 31 bits. It returns the segments,
-// their total length and a completion status.
-func (d *Device) segsFor(x *qp, sges []uverbs.SGE, write bool) ([]seg, uint32, uint32) {
-	segs := make([]seg, 0, len(sges))
-	var total uint64
-	for _, s := range sges {
-		m := d.lookupKey(s.LKey, false)
-		if m == nil || m.pd != x.pd {
-			return nil, 0, uverbs.WCLocProtErr
+// receiveFrame handles one frame from the fabric (engine goroutine, d.mu
+// held): it goes to the transport of the QP it names. Frames that do not
+// decode, fail the ICRC or name no QP are dropped, as hardware does.
+func (d *Device) receiveFrame(frame []byte) {
+	defer fabric.Release(frame)
+	if d.dsr == nil || !d.active {
+		return
+	}
+	u, err := roce.Unframe(frame)
+	if err != nil {
+		d.log.Debug("dropped frame", "err", err)
+		return
+	}
+	if err := u.VerifyICRC(); err != nil {
+		d.log.Debug("dropped frame: bad ICRC")
+		return
+	}
+	pkt, err := roce.Parse(u.IB)
+	if err != nil {
+		d.log.Debug("dropped packet", "err", err)
+		return
+	}
+	if pkt.BTH.TVer() != 0 {
+		return
+	}
+	qpn := pkt.BTH.DestQP()
+	qp := d.res.qp.get(qpn)
+	if qp == nil || qp.qpn != qpn {
+		return
+	}
+	switch pkt.Opcode().Transport() {
+	case roce.TransportUD:
+		if qp.ud != nil && !qp.ud.Receive(&pkt, u.IP) {
+			d.res.qkeyViolations++
 		}
-		if write && m.access&accLocalWrite == 0 {
-			return nil, 0, uverbs.WCLocProtErr
-		}
-		if !m.inRange(s.Addr, uint64(s.Length)) {
-			return nil, 0, uverbs.WCLocProtErr
-		}
-		total += uint64(s.Length)
-		if total > 1<<31 {
-			return nil, 0, uverbs.WCLocLenErr
-		}
-		if s.Length > 0 {
-			segs = append(segs, seg{m: m, addr: s.Addr, n: uint64(s.Length)})
+	case roce.TransportRC:
+		if qp.rc != nil {
+			qp.rc.Receive(&pkt)
 		}
 	}
-	return segs, uint32(total), uverbs.WCSuccess
-}
-
-// inRange reports whether [va, va+n) lies inside the MR.
-func (m *mr) inRange(va, n uint64) bool {
-	if m.dmaMR {
-		_, ok := dma.End(va, n)
-		return ok
-	}
-	end, ok := dma.End(va, n)
-	mend, _ := dma.End(m.start, m.length)
-	return ok && va >= m.start && end <= mend
-}
-
-// span visits the guest memory behind [va, va+n) of the MR, split into
-// pieces that are contiguous in guest-physical memory.
-func (d *Device) span(m *mr, va, n uint64, fn func(gpa, n, done uint64) error) error {
-	if m.dmaMR {
-		return fn(va, n, 0)
-	}
-	return m.pages.Range(va-m.start&^(dma.PageSize-1), n, fn)
-}
-
-// copySegs copies between buf and the segments' memory starting at byte off
-// of the segment list (toGuest: buf -> guest).
-func (d *Device) copySegs(segs []seg, off uint64, buf []byte, toGuest bool) error {
-	left := uint64(len(buf))
-	var pos uint64
-	for _, s := range segs {
-		if left == 0 {
-			break
-		}
-		if off >= s.n {
-			off -= s.n
-			continue
-		}
-		n := min(s.n-off, left)
-		b := buf[pos : pos+n]
-		err := d.span(s.m, s.addr+off, n, func(gpa, k, done uint64) error {
-			if toGuest {
-				return d.mem.WriteAt(b[done:done+k], gpa)
-			}
-			return d.mem.ReadAt(b[done:done+k], gpa)
-		})
-		if err != nil {
-			return err
-		}
-		pos += n
-		left -= n
-		off = 0
-	}
-	if left != 0 {
-		return dma.Fault(0, left, "SGE list shorter than the data")
-	}
-	return nil
 }

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"bytes"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,12 +15,15 @@ import (
 // The end-to-end tests boot real guests (the unmodified vmw_pvrdma driver
 // and rdma-core) with "hcaemu run". They need provisioning (minutes on a
 // fresh machine, cached after) and run when HCAEMU_E2E=1; .ci/run sets it.
+// "go test -run Replay -update" re-records the replay goldens from real
+// guests, so it builds hcaemu as well.
 
 var hcaemuBin string
 
 func TestMain(m *testing.M) {
 	code := func() int {
-		if os.Getenv("HCAEMU_E2E") != "1" {
+		flag.Parse()
+		if os.Getenv("HCAEMU_E2E") != "1" && !*update {
 			return m.Run()
 		}
 		dir, err := os.MkdirTemp("", "hcaemu-e2e")

@@ -40,6 +40,17 @@ func (v *viaVFIO) WriteRegion(index int, off uint64, p []byte) error {
 	return err
 }
 
+// WaitInterrupt implements emutest.InterruptWaiter: it waits for vector's
+// eventfd as the driver waits for its command-completion interrupt.
+func (v *viaVFIO) WaitInterrupt(vector int) {
+	if vector < 0 || vector >= len(v.efd) {
+		return
+	}
+	pfd := []unix.PollFd{{Fd: int32(v.efd[vector]), Events: unix.POLLIN}}
+	_, _ = unix.Poll(pfd, int(time.Minute/time.Millisecond))
+	v.collect()
+}
+
 // collect moves eventfd counts into the driver's interrupt recorder.
 func (v *viaVFIO) collect() {
 	var b [8]byte

@@ -2,15 +2,19 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"sync"
 
 	"github.com/hcaemu/hcaemu/emu"
 	"github.com/hcaemu/hcaemu/emu/fabric"
+	"github.com/hcaemu/hcaemu/emu/fabric/capture"
 	"github.com/hcaemu/hcaemu/vfio"
+	"github.com/hcaemu/hcaemu/vfio/record"
 )
 
 // hcas is the set of emulated HCAs this process serves, joined by one
@@ -20,47 +24,96 @@ import (
 type hcas struct {
 	log  *slog.Logger
 	sw   *fabric.Switch
-	pcap *fabric.PcapWriter
+	pcap *capture.PcapWriter
+
+	// recordDir, when set, receives one recording per device connection
+	// (vfio/record): hca0.rec.gz, then hca0.2.rec.gz for its next
+	// connection, and so on.
+	recordDir string
+	recMu     sync.Mutex
+	recs      []*record.Recorder
+	recCount  map[string]int
 }
 
-// newHCAs makes the fabric; with pcapPath every frame is captured there.
-// The extra decorators (fault injection) come first: the capture records
-// what they let through.
-func newHCAs(log *slog.Logger, pcapPath string, extra ...fabric.Decorator) (*hcas, error) {
-	h := &hcas{log: log}
+// newHCAs makes the fabric; with pcapPath every frame is captured there, with
+// recordDir every device's boundary is recorded there. The extra decorators
+// (fault injection) come first: the capture records what they let through.
+func newHCAs(log *slog.Logger, pcapPath, recordDir string, extra ...fabric.Decorator) (*hcas, error) {
+	h := &hcas{log: log, recordDir: recordDir, recCount: map[string]int{}}
+	if recordDir != "" {
+		if err := os.MkdirAll(recordDir, 0o755); err != nil {
+			return nil, fmt.Errorf("--record: %w", err)
+		}
+	}
 	decorators := append([]fabric.Decorator(nil), extra...)
 	if pcapPath != "" {
 		f, err := os.Create(pcapPath)
 		if err != nil {
 			return nil, fmt.Errorf("--pcap: %w", err)
 		}
-		w, err := fabric.NewPcapWriter(f, fabric.PcapOptions{Nanosecond: true})
+		w, err := capture.NewPcapWriter(f, capture.PcapOptions{Nanosecond: true})
 		if err != nil {
 			f.Close()
 			return nil, fmt.Errorf("--pcap: %w", err)
 		}
 		h.pcap = w
-		decorators = append(decorators, fabric.Capture(w))
+		decorators = append(decorators, capture.To(w))
 	}
 	h.sw = fabric.NewSwitch(decorators...)
 	return h, nil
 }
 
-// close flushes the capture.
+// close flushes the capture and the recordings of devices still open.
 func (h *hcas) close() error {
-	if h.pcap != nil {
-		return h.pcap.Close()
+	var errs []error
+	h.recMu.Lock()
+	for _, rec := range h.recs {
+		if err := rec.Save(); err != nil {
+			errs = append(errs, fmt.Errorf("--record: %w", err))
+		}
 	}
-	return nil
+	h.recMu.Unlock()
+	if h.pcap != nil {
+		if err := h.pcap.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("--pcap: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// recorder returns a recorder for a new connection of HCA name, or nil when
+// not recording.
+func (h *hcas) recorder(name string, mac [6]byte) *record.Recorder {
+	if h.recordDir == "" {
+		return nil
+	}
+	h.recMu.Lock()
+	defer h.recMu.Unlock()
+	h.recCount[name]++
+	file := name + ".rec.gz"
+	if n := h.recCount[name]; n > 1 {
+		file = fmt.Sprintf("%s.%d.rec.gz", name, n)
+	}
+	rec := record.NewRecorder(filepath.Join(h.recordDir, file), name, net.HardwareAddr(mac[:]).String())
+	h.recs = append(h.recs, rec)
+	return rec
 }
 
 // factory returns the vfio.NewDevice for the HCA called name, paired with a
 // vmxnet3 whose MAC is mac.
 func (h *hcas) factory(name string, mac [6]byte) vfio.NewDevice {
 	return func(host vfio.Host) (vfio.Device, error) {
+		rec := h.recorder(name, mac)
+		if rec == nil {
+			return emu.New(emu.Config{Name: name, Mem: host.Mem, MSIX: host.MSIX, MAC: mac, Log: h.log,
+				Attach: func(rx func([]byte) bool) emu.Port { return h.sw.Attach(name, mac, rx) }}), nil
+		}
+		host = rec.Host(host)
 		d := emu.New(emu.Config{Name: name, Mem: host.Mem, MSIX: host.MSIX, MAC: mac, Log: h.log,
-			Attach: func(rx func([]byte) bool) emu.Port { return h.sw.Attach(name, mac, rx) }})
-		return d, nil
+			Attach: func(rx func([]byte) bool) emu.Port {
+				return rec.Port(h.sw.Attach(name, mac, rec.Receiver(rx)))
+			}})
+		return rec.Device(d), nil
 	}
 }
 

@@ -19,7 +19,7 @@ import (
 // While nil, guests boot without the vfio-user device.
 var startDevice func(ctx context.Context, socketPath string, guest int) (stop func(), err error)
 
-const runUsage = `usage: hcaemu run [--guests N] [--timeout D] [--memory M] [--cache DIR] [--pcap FILE] [--log-level L] [--reboots]
+const runUsage = `usage: hcaemu run [--guests N] [--timeout D] [--memory M] [--cache DIR] [--pcap FILE] [--record DIR] [--log-level L] [--reboots]
                   [--faults PLAN] [--faults-log FILE] [--faults-seed N] [--control SOCK] -- COMMAND...
 
 Provisions (cached) a QEMU with vfio-user, a guest kernel and initramfs, starts
@@ -49,6 +49,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	memory := fs.String("memory", "1G", "RAM per guest (e.g. 1G, 1536M)")
 	cache := fs.String("cache", "", "cache directory (default $HCAEMU_CACHE, else /var/cache/hcaemu for root)")
 	pcap := fs.String("pcap", "", "write the emulated HCAs' fabric traffic to this pcap file")
+	recordDir := fs.String("record", "", "record each HCA's boundary into this directory (hca0.rec.gz, ...) for replay tests")
 	logLevel := fs.String("log-level", "warn", "log level of the emulated HCAs (debug, info, warn, error)")
 	reboots := fs.Bool("reboots", false, "let a guest reboot (the command runs again after each boot; $HCAEMU_BOOT counts boots from 1)")
 	faults := registerFaultFlags(fs)
@@ -103,7 +104,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cl.MemoryMiB, cl.Timeout, cl.Stdout, cl.Stderr = mem, *timeout, stdout, stderr
 	cl.AllowReboot = *reboots
 
-	runOptions.pcap, runOptions.logLevel = *pcap, *logLevel
+	runOptions.pcap, runOptions.record, runOptions.logLevel = *pcap, *recordDir, *logLevel
 	defer closeRunFabric()
 	if startDevice != nil {
 		cl.Devices = true

@@ -16,6 +16,7 @@ var (
 	runFabric  *hcas
 	runOptions = struct {
 		pcap     string
+		record   string
 		logLevel string
 	}{logLevel: "warn"}
 )
@@ -32,7 +33,7 @@ func startRunDevice(ctx context.Context, socketPath string, guest int) (stop fun
 		if err != nil {
 			return nil, err
 		}
-		if runFabric, err = newHCAs(log, runOptions.pcap, runFaults.decorators()...); err != nil {
+		if runFabric, err = newHCAs(log, runOptions.pcap, runOptions.record, runFaults.decorators()...); err != nil {
 			return nil, err
 		}
 	}
@@ -51,7 +52,7 @@ func startRunDevice(ctx context.Context, socketPath string, guest int) (stop fun
 func closeRunFabric() {
 	if runFabric != nil {
 		if err := runFabric.close(); err != nil {
-			fmt.Fprintf(os.Stderr, "hcaemu run: --pcap: %v\n", err)
+			fmt.Fprintf(os.Stderr, "hcaemu run: %v\n", err)
 		}
 		runFabric = nil
 	}

@@ -22,7 +22,7 @@ type multiFlag []string
 func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
-const serveUsage = `usage: hcaemu serve --socket-path PATH [--socket-path PATH2 ...] [--fd N ...] [--pcap FILE] [--log-level LEVEL]
+const serveUsage = `usage: hcaemu serve --socket-path PATH [--socket-path PATH2 ...] [--fd N ...] [--pcap FILE] [--record DIR] [--log-level LEVEL]
                     [--faults PLAN] [--faults-log FILE] [--faults-seed N] [--control SOCK]
        hcaemu serve --print-capabilities
 
@@ -40,6 +40,7 @@ func serveMain(args []string) int {
 	printCaps := fs.Bool("print-capabilities", false, "print the backend's capabilities as JSON and exit")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	pcap := fs.String("pcap", "", "write every RoCEv2 frame between the HCAs to this pcap file")
+	recordDir := fs.String("record", "", "record each HCA's boundary (region accesses, guest memory, MSI-X, frames) into this directory, one file per connection, for replay tests")
 	faults := registerFaultFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -91,11 +92,15 @@ func serveMain(args []string) int {
 		}
 		defer faultSet.close()
 	}
-	h, err := newHCAs(log, *pcap, faultSet.decorators()...)
+	h, err := newHCAs(log, *pcap, *recordDir, faultSet.decorators()...)
 	if err != nil {
 		return fatalf("serve: %v", err)
 	}
-	defer h.close()
+	defer func() {
+		if err := h.close(); err != nil {
+			fmt.Fprintf(os.Stderr, "hcaemu serve: %v\n", err)
+		}
+	}()
 	var stops []func()
 	for i, l := range listeners {
 		name := fmt.Sprintf("hca%d", i)

@@ -10,8 +10,9 @@
 //   - Segment, the guests' L2 Ethernet segment: a learning switch QEMU's
 //     vmxnet3 NICs join over unix datagram sockets.
 //   - Links and decorators: a port's frames pass through a chain of Link
-//     decorators before the switch forwards them. Capture (with PcapWriter)
-//     is one; fault injection plugs in at the same place.
+//     decorators before the switch forwards them. Capture (package
+//     capture, with its pcap writer) is one; fault injection plugs in at
+//     the same place.
 //   - The frame buffer pool (NewFrame, Release, Clone): buffer ownership is
 //     part of the fabric's API, so a decorator never needs the device model.
 //

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hcaemu/hcaemu/emu/fabric"
+	"github.com/hcaemu/hcaemu/emu/fabric/capture"
 )
 
 // TestTshark writes frames built by this package (the vectors of spec §9
@@ -104,7 +104,7 @@ func TestTshark(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pw, err := fabric.NewPcapWriter(f, fabric.PcapOptions{Nanosecond: true})
+	pw, err := capture.NewPcapWriter(f, capture.PcapOptions{Nanosecond: true})
 	if err != nil {
 		t.Fatal(err)
 	}

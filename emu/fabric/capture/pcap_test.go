@@ -1,4 +1,4 @@
-package fabric
+package capture
 
 import (
 	"bufio"
@@ -18,7 +18,7 @@ import (
 // package's text2pcap file), by name.
 func loadVectors(t testing.TB) map[string][]byte {
 	t.Helper()
-	f, err := os.Open("../roce/testdata/vectors.txt")
+	f, err := os.Open("../../roce/testdata/vectors.txt")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package fabric
+package capture
 
 import (
 	"encoding/binary"

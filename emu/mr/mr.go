@@ -1,0 +1,294 @@
+// Package mr models memory regions and their keys (IBTA verbs, "Memory
+// Regions"): what a registered region covers, the L_Key and R_Key checks
+// against its protection domain, access rights and bounds, the
+// translation of a virtual address range (or an SGE list) into the guest
+// pages behind it, and the references that in-flight work holds.
+//
+// A reference names a region by handle and key and is re-validated on every
+// use: work that outlives its region's registration fails instead of
+// touching memory the region no longer owns. The package belongs to no
+// device model: the device keeps the handle table (registration is its
+// command ABI) and hands this package a Table to look regions up in.
+package mr
+
+import (
+	"errors"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/hcaemu/hcaemu/dma"
+)
+
+// Access flags (IBTA access rights; the verbs numbering).
+const (
+	LocalWrite   = 1
+	RemoteWrite  = 2
+	RemoteRead   = 4
+	RemoteAtomic = 8
+	MWBind       = 16
+	ZeroBased    = 32
+	OnDemand     = 64
+	KnownAccess  = LocalWrite | RemoteWrite | RemoteRead | RemoteAtomic | MWBind | ZeroBased
+)
+
+// Region is a registered memory region.
+type Region struct {
+	PD       uint32 // protection domain handle
+	Ctx      uint32 // owning user context, 0 = kernel
+	Access   uint32
+	DMA      bool   // the kernel's local DMA L_Key: GPA addressing
+	FRMR     bool   // fast-register MR
+	Valid    bool   // FRMRs are invalid until registered
+	Start    uint64 // I/O virtual address of byte 0
+	Length   uint64
+	Pages    dma.Pages
+	LKey     uint32
+	RKey     uint32
+	MaxPages uint32 // FRMR page list capacity
+}
+
+// Handle is the region handle a key names (bits 31:8; bits 7:0 are the
+// key's variant).
+func Handle(key uint32) uint32 { return key >> 8 }
+
+// Table looks regions up by handle (the device's MR table).
+type Table interface {
+	Region(handle uint32) *Region
+}
+
+// Lookup finds the valid region a key names: the whole key must match its
+// L_Key (local) or R_Key (remote; never the DMA region).
+func Lookup(regions Table, key uint32, remote bool) *Region {
+	region := regions.Region(Handle(key))
+	if region == nil || !region.Valid {
+		return nil
+	}
+	if remote {
+		if region.DMA || region.RKey != key {
+			return nil
+		}
+	} else if region.LKey != key {
+		return nil
+	}
+	return region
+}
+
+// LookupAny finds a valid or invalid region by either of its keys
+// (invalidation).
+func LookupAny(regions Table, key uint32) *Region {
+	region := regions.Region(Handle(key))
+	if region == nil || (region.RKey != key && region.LKey != key) {
+		return nil
+	}
+	return region
+}
+
+// InRange reports whether [va, va+n) lies inside the region.
+func (r *Region) InRange(va, n uint64) bool {
+	end, ok := dma.End(va, n)
+	if r.DMA {
+		return ok
+	}
+	regionEnd, _ := dma.End(r.Start, r.Length)
+	return ok && va >= r.Start && end <= regionEnd
+}
+
+// Span visits the guest memory behind [va, va+n) of the region, split into
+// pieces that are contiguous in guest-physical memory. The caller has
+// checked InRange.
+func (r *Region) Span(va, n uint64, fn func(gpa, n, done uint64) error) error {
+	if r.DMA {
+		return fn(va, n, 0)
+	}
+	return r.Pages.Range(va-r.Start&^(dma.PageSize-1), n, fn)
+}
+
+// Ref is what in-flight work holds instead of a region: resolved (and so
+// re-validated) on every use.
+type Ref struct {
+	Handle uint32
+	Key    uint32
+	PD     uint32
+	Remote bool // Key is an R_Key
+}
+
+// Resolve returns the region the reference still names: registered, valid,
+// with the same key and protection domain; nil otherwise.
+func (ref Ref) Resolve(regions Table) *Region {
+	region := Lookup(regions, ref.Key, ref.Remote)
+	if region == nil || Handle(ref.Key) != ref.Handle || region.PD != ref.PD {
+		return nil
+	}
+	return region
+}
+
+// SGE is a scatter/gather element: a local address range and its L_Key.
+type SGE struct {
+	Addr   uint64
+	Length uint32
+	LKey   uint32
+}
+
+// Seg is one validated piece of local memory an SGE names.
+type Seg struct {
+	Ref  Ref
+	Addr uint64
+	Len  uint64
+}
+
+// MaxMessage is the largest message an SGE list may describe (2^31 bytes).
+const MaxMessage = 1 << 31
+
+// Errors of SGE validation (the completion statuses LOC_PROT_ERR and
+// LOC_LEN_ERR).
+var (
+	ErrProtection = errors.New("SGE outside the memory regions of its protection domain")
+	ErrLength     = errors.New("SGE list longer than 2^31 bytes")
+	errStale      = errors.New("memory region no longer registered")
+)
+
+// Space is the memory a transport reaches: guest memory and the regions
+// registered on it.
+type Space struct {
+	Mem     dma.Memory
+	Regions Table
+}
+
+// Segs validates an SGE list against protection domain pd: every L_Key must
+// name a valid region of that PD, with LOCAL_WRITE when the device writes
+// into it, and each [addr, addr+len) must lie inside the region; the total
+// must fit 31 bits. It returns the segments and their total length.
+func (s Space) Segs(pd uint32, sges []SGE, write bool) ([]Seg, uint32, error) {
+	segs := make([]Seg, 0, len(sges))
+	var total uint64
+	for _, sge := range sges {
+		region := Lookup(s.Regions, sge.LKey, false)
+		if region == nil || region.PD != pd {
+			return nil, 0, ErrProtection
+		}
+		if write && region.Access&LocalWrite == 0 {
+			return nil, 0, ErrProtection
+		}
+		if !region.InRange(sge.Addr, uint64(sge.Length)) {
+			return nil, 0, ErrProtection
+		}
+		total += uint64(sge.Length)
+		if total > MaxMessage {
+			return nil, 0, ErrLength
+		}
+		if sge.Length > 0 {
+			ref := Ref{Handle: Handle(sge.LKey), Key: sge.LKey, PD: pd}
+			segs = append(segs, Seg{Ref: ref, Addr: sge.Addr, Len: uint64(sge.Length)})
+		}
+	}
+	return segs, uint32(total), nil
+}
+
+// Copy copies between buf and the segments' memory starting at byte off of
+// the segment list (toGuest: buf -> guest).
+func (s Space) Copy(segs []Seg, off uint64, buf []byte, toGuest bool) error {
+	left := uint64(len(buf))
+	var pos uint64
+	for _, seg := range segs {
+		if left == 0 {
+			break
+		}
+		if off >= seg.Len {
+			off -= seg.Len
+			continue
+		}
+		n := min(seg.Len-off, left)
+		region := seg.Ref.Resolve(s.Regions)
+		if region == nil {
+			return errStale
+		}
+		chunk := buf[pos : pos+n]
+		err := region.Span(seg.Addr+off, n, func(gpa, k, done uint64) error {
+			if toGuest {
+				return s.Mem.WriteAt(chunk[done:done+k], gpa)
+			}
+			return s.Mem.ReadAt(chunk[done:done+k], gpa)
+		})
+		if err != nil {
+			return err
+		}
+		pos += n
+		left -= n
+		off = 0
+	}
+	if left != 0 {
+		return dma.Fault(0, left, "SGE list shorter than the data")
+	}
+	return nil
+}
+
+// Remote checks an R_Key: a region of protection domain pd granting access
+// and covering [va, va+n). It returns the reference to use.
+func (s Space) Remote(pd, key uint32, va, n uint64, access uint32) (Ref, bool) {
+	region := Lookup(s.Regions, key, true)
+	if region == nil || region.PD != pd || region.Access&access == 0 || !region.InRange(va, n) {
+		return Ref{}, false
+	}
+	return Ref{Handle: Handle(key), Key: key, PD: pd, Remote: true}, true
+}
+
+// span resolves ref and visits [va, va+n) of its region.
+func (s Space) span(ref Ref, va, n uint64, fn func(gpa, n, done uint64) error) error {
+	region := ref.Resolve(s.Regions)
+	if region == nil || !region.InRange(va, n) {
+		return errStale
+	}
+	return region.Span(va, n, fn)
+}
+
+// Write copies b into the region at va.
+func (s Space) Write(ref Ref, va uint64, b []byte) error {
+	return s.span(ref, va, uint64(len(b)), func(gpa, n, done uint64) error {
+		return s.Mem.WriteAt(b[done:done+n], gpa)
+	})
+}
+
+// Read copies the region's bytes at va into b.
+func (s Space) Read(ref Ref, va uint64, b []byte) error {
+	return s.span(ref, va, uint64(len(b)), func(gpa, n, done uint64) error {
+		return s.Mem.ReadAt(b[done:done+n], gpa)
+	})
+}
+
+// Atomic performs a 64-bit compare-and-swap (cas) or fetch-and-add at va
+// and returns the original value.
+func (s Space) Atomic(ref Ref, va uint64, cas bool, compare, swapAdd uint64) (orig uint64, err error) {
+	err = s.span(ref, va, 8, func(gpa, n, _ uint64) error {
+		if n != 8 {
+			return dma.Fault(gpa, 8, "atomic target crosses a page")
+		}
+		return s.Mem.Access(gpa, 8, true, func(b []byte) {
+			word := (*uint64)(unsafe.Pointer(&b[0]))
+			for {
+				orig = atomic.LoadUint64(word)
+				next := orig + swapAdd
+				if cas {
+					if orig != compare {
+						return
+					}
+					next = swapAdd
+				}
+				if atomic.CompareAndSwapUint64(word, orig, next) {
+					return
+				}
+			}
+		})
+	})
+	return orig, err
+}
+
+// Invalidate invalidates the fast-register region of protection domain pd
+// that key names (LOCAL_INV, SEND_WITH_INV); false if there is none.
+func (s Space) Invalidate(pd, key uint32) bool {
+	region := LookupAny(s.Regions, key)
+	if region == nil || !region.FRMR || region.PD != pd {
+		return false
+	}
+	region.Valid = false
+	return true
+}

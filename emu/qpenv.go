@@ -1,0 +1,333 @@
+package emu
+
+import (
+	"errors"
+	"time"
+
+	"github.com/hcaemu/hcaemu/dma"
+	"github.com/hcaemu/hcaemu/emu/mr"
+	"github.com/hcaemu/hcaemu/emu/pvrdma"
+	"github.com/hcaemu/hcaemu/emu/roce"
+	"github.com/hcaemu/hcaemu/emu/transport"
+	"github.com/hcaemu/hcaemu/emu/transport/rc"
+	"github.com/hcaemu/hcaemu/emu/transport/ud"
+	"github.com/hcaemu/hcaemu/uverbs"
+)
+
+// The glue between a PVRDMA QP and its transport (an rc.QP or a ud.QP, on
+// the shared ground of package transport): the device turns its WQEs into
+// work requests, the transport's completions into CQEs, and gives it the
+// QP's timer, paths and rings.
+
+// qpEnv is a QP's transport.Env.
+type qpEnv struct {
+	d        *Device
+	qp       *qp
+	mem      mr.Space
+	timer    *time.Timer
+	timerGen uint64
+	wqe      []byte   // one SQ slot, reused
+	sges     []mr.SGE // the SGE list being validated, reused
+}
+
+// Region implements mr.Table: the MR table.
+func (r *resources) Region(handle uint32) *mr.Region { return r.mr.get(handle) }
+
+// space is the memory the device's transports reach.
+func (d *Device) space() mr.Space { return mr.Space{Mem: d.mem, Regions: &d.res} }
+
+// bindTransport gives a QP its transport object the first time it leaves
+// RESET (a QP of another type has none).
+func (d *Device) bindTransport(qp *qp) {
+	if qp.env != nil {
+		return
+	}
+	env := &qpEnv{d: d, qp: qp, mem: d.space()}
+	log := d.log.With("qp", qp.handle)
+	switch qp.typ {
+	case pvrdma.QPTypeRC:
+		qp.rc = rc.New(env, env.mem, log)
+	case pvrdma.QPTypeUD, pvrdma.QPTypeGSI:
+		qp.ud = ud.New(env, env.mem, log)
+	default:
+		return
+	}
+	qp.env = env
+}
+
+// configureTransport hands the QP's attributes to its transport.
+func (d *Device) configureTransport(qp *qp) {
+	a := &qp.attr
+	switch {
+	case qp.rc != nil:
+		qp.rc.Configure(rc.Config{
+			PD: qp.pd, DestQPN: a.DestQPN, PMTU: transport.PMTU(a.PathMTU),
+			SQPSN: a.SQPSN, RQPSN: a.RQPSN, SQDepth: qp.sq.ring.N,
+			RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry, Timeout: a.Timeout, MinRNRTimer: a.MinRNRTimer,
+			MaxRdAtomic: a.MaxRdAtomic, MaxDestRdAtomic: a.MaxDestRdAtomic, Access: a.AccessFlags,
+		})
+	case qp.ud != nil:
+		qp.ud.Configure(ud.Config{QPN: qp.qpn, QKey: a.QKey, GSI: qp.typ == pvrdma.QPTypeGSI})
+	}
+}
+
+// resetTransport forgets the QP's transport state and stops its timer
+// (destroyed QP).
+func (d *Device) resetTransport(qp *qp) {
+	if qp.rc != nil {
+		qp.rc.Reset()
+	}
+}
+
+// qpTimer handles QP x's expired timer of generation gen.
+func (d *Device) qpTimer(qp *qp, gen uint64) {
+	env := qp.env
+	if qp.rc == nil || env == nil || gen != env.timerGen || env.timer == nil {
+		return
+	}
+	env.timer = nil
+	qp.rc.Timeout()
+}
+
+func (env *qpEnv) PendingSends() (uint32, bool) {
+	d, qp := env.d, env.qp
+	n, err := d.pendingWQEs(qp.pages, &qp.sq)
+	if err != nil {
+		d.log.Warn("SQ producer index invalid", "qp", qp.handle, "err", err)
+		d.qpError(qp, pvrdma.EventQPFatal)
+		return 0, false
+	}
+	return n, true
+}
+
+func (env *qpEnv) TakeSend() (transport.SendWR, bool) {
+	d, qp := env.d, env.qp
+	if uint32(len(env.wqe)) != qp.sq.stride {
+		env.wqe = make([]byte, qp.sq.stride)
+	}
+	if err := d.takeWQE(qp.pages, &qp.sq, env.wqe); err != nil {
+		d.qpError(qp, pvrdma.EventQPFatal)
+		return transport.SendWR{}, false
+	}
+	w, err := uverbs.DecodeSendWQE(env.wqe, qp.sq.maxSGE)
+	return env.sendWR(&w, err), true
+}
+
+// opcodes maps PVRDMA send opcodes to the transport's (missing ones are
+// OpUnsupported).
+var opcodes = [...]transport.Opcode{
+	uverbs.OpSend: transport.OpSend, uverbs.OpSendImm: transport.OpSendImm, uverbs.OpSendInv: transport.OpSendInv,
+	uverbs.OpRDMAWrite: transport.OpWrite, uverbs.OpRDMAWriteImm: transport.OpWriteImm,
+	uverbs.OpRDMARead: transport.OpRead, uverbs.OpAtomicCmpSwp: transport.OpCompSwap,
+	uverbs.OpAtomicFetchAdd: transport.OpFetchAdd, uverbs.OpLocalInv: transport.OpLocalInv,
+	uverbs.OpFastRegMR: transport.OpFastReg,
+}
+
+func opcodeOf(op uint32) transport.Opcode {
+	if op >= uint32(len(opcodes)) {
+		return transport.OpUnsupported
+	}
+	return opcodes[op]
+}
+
+// sendWR turns a decoded send WQE into a work request: its variant as the
+// QP type reads it, and its SGEs validated against the QP's PD.
+func (env *qpEnv) sendWR(w *uverbs.SendWQE, decodeErr error) transport.SendWR {
+	qp := env.qp
+	wr := transport.SendWR{
+		ID: w.WRID, Opcode: opcodeOf(w.Opcode),
+		Signaled:  w.SendFlags&uverbs.SendSignaled != 0,
+		Solicited: w.SendFlags&uverbs.SendSolicited != 0,
+		Fence:     w.SendFlags&uverbs.SendFence != 0,
+	}
+	if decodeErr != nil {
+		wr.Status = transport.StatusLocLenErr
+		return wr
+	}
+	switch wr.Opcode {
+	case transport.OpSendImm, transport.OpWriteImm:
+		wr.Imm = be32(w.Ex)
+	case transport.OpSendInv, transport.OpLocalInv:
+		wr.InvalidateKey = w.InvalidateRKey()
+	case transport.OpFastReg:
+		fr := w.FastReg()
+		wr.FastReg = transport.FastReg{IOVA: fr.IOVA, PageListDir: fr.PageListDir, PageShift: fr.PageShift,
+			PageListLen: fr.PageListLen, Length: fr.Length, Access: fr.Access, Key: fr.RKey}
+	}
+	if qp.typ == pvrdma.QPTypeUD || qp.typ == pvrdma.QPTypeGSI {
+		var av uverbs.AV
+		wr.DestQPN, wr.QKey, av = w.UD()
+		wr.AH = transport.AddressHandle{GIDIndex: av.GIDIndex, DGID: av.DGID, DMAC: av.DMAC,
+			HopLimit: av.HopLimit, TrafficClass: av.TrafficClass(), FlowLabel: av.FlowLabel()}
+	} else {
+		switch wr.Opcode {
+		case transport.OpWrite, transport.OpWriteImm, transport.OpRead:
+			wr.RemoteAddr, wr.RKey = w.RDMA()
+		case transport.OpCompSwap, transport.OpFetchAdd:
+			wr.RemoteAddr, wr.CompareAdd, wr.Swap, wr.RKey = w.Atomic()
+		}
+	}
+	if wr.Opcode.HasSGEs() {
+		wr.Segs, wr.Length, wr.Status = env.segs(w.SGE, wr.Opcode.WritesLocal())
+	}
+	return wr
+}
+
+// segs validates an SGE list against the QP's PD (write: the device writes
+// into it).
+func (env *qpEnv) segs(sges []uverbs.SGE, write bool) ([]mr.Seg, uint32, transport.Status) {
+	env.sges = env.sges[:0]
+	for _, sge := range sges {
+		env.sges = append(env.sges, mr.SGE(sge))
+	}
+	segs, n, err := env.mem.Segs(env.qp.pd, env.sges, write)
+	switch {
+	case errors.Is(err, mr.ErrLength):
+		return nil, 0, transport.StatusLocLenErr
+	case err != nil:
+		return nil, 0, transport.StatusLocProtErr
+	}
+	return segs, n, transport.StatusSuccess
+}
+
+func (env *qpEnv) PeekRecv() (transport.RecvWR, transport.Status, bool) {
+	return env.d.peekRecv(env)
+}
+
+func (env *qpEnv) PopRecv() { env.d.popRecv(env.qp) }
+
+// wcOpcodes maps the transport's completion opcodes to PVRDMA's.
+var wcOpcodes = [...]uint32{
+	transport.WCSend: uverbs.WCSend, transport.WCWrite: uverbs.WCRDMAWrite, transport.WCRead: uverbs.WCRDMARead,
+	transport.WCCompSwap: uverbs.WCCompSwap, transport.WCFetchAdd: uverbs.WCFetchAdd,
+	transport.WCLocalInv: uverbs.WCLocalInv, transport.WCFastReg: uverbs.WCFastRegMR,
+	transport.WCRecv: uverbs.WCRecv, transport.WCRecvWriteImm: uverbs.WCRecvRDMAImm,
+}
+
+func (env *qpEnv) Complete(c transport.Completion) {
+	d, qp := env.d, env.qp
+	cqe := uverbs.CQE{WRID: c.WRID, Opcode: wcOpcodes[c.Opcode], Status: uint32(c.Status), ByteLen: c.ByteLen}
+	if !c.Recv {
+		d.completeSend(qp, &cqe, c.Signaled)
+		return
+	}
+	cqe.SrcQP, cqe.ImmData, cqe.NetworkHdrType = c.SrcQP, c.Imm, c.NetworkHdrType
+	if c.GRH {
+		cqe.WCFlags |= uverbs.WCFlagGRH | uverbs.WCFlagNetworkHdrType
+	}
+	if c.HasImm {
+		cqe.WCFlags |= uverbs.WCFlagImm
+	}
+	if c.Invalidated {
+		cqe.WCFlags |= uverbs.WCFlagInvalidate
+	}
+	d.completeRecv(qp, &cqe, c.Solicited)
+}
+
+// events maps the transport's QP errors to PVRDMA async events.
+var events = [...]uint32{
+	transport.EventQPFatal: pvrdma.EventQPFatal, transport.EventQPRequestErr: pvrdma.EventQPReqErr, transport.EventQPAccessError: pvrdma.EventQPAccessErr,
+}
+
+func (env *qpEnv) Error(ev transport.Event) { env.d.qpError(env.qp, events[ev]) }
+
+func (env *qpEnv) Drained() { env.d.checkDrained(env.qp) }
+
+// Path is where an RC QP's packets go: its primary path.
+func (env *qpEnv) Path() (transport.Path, bool) {
+	qp := env.qp
+	ah := &qp.attr.AH
+	p, ok := env.d.pathFor(ah.SGIDIndex, ah.DGID)
+	if !ok {
+		return p, false
+	}
+	p.DMAC, p.HopLimit, p.TClass, p.FlowLabel = ah.DMAC, ah.HopLimit, ah.TrafficClass, ah.FlowLabel
+	p.SrcPort = roce.UDPSourcePort(ah.FlowLabel, qp.qpn, qp.attr.DestQPN)
+	return p, true
+}
+
+// PathTo is where a UD datagram to ah goes.
+func (env *qpEnv) PathTo(ah *transport.AddressHandle) (transport.Path, bool) {
+	p, ok := env.d.pathFor(ah.GIDIndex, ah.DGID)
+	if !ok {
+		return p, false
+	}
+	p.DMAC, p.HopLimit, p.TClass, p.FlowLabel = ah.DMAC, ah.HopLimit, ah.TrafficClass, ah.FlowLabel
+	p.SrcPort = roce.UDPSourcePortHash(env.qp.qpn)
+	return p, true
+}
+
+func (env *qpEnv) Transmit(path transport.Path, f roce.PacketFields, payload transport.Payload) error {
+	return env.d.transmit(&path, &f, &payload, env.mem)
+}
+
+func (env *qpEnv) LocalOp(wr *transport.SendWR) transport.Status {
+	return env.d.localOp(env.qp, wr, env.mem)
+}
+
+func (env *qpEnv) ArmTimer(dur time.Duration) {
+	if env.timer != nil {
+		env.timer.Stop()
+	}
+	env.timerGen++
+	gen, h, eng := env.timerGen, env.qp.handle, &env.d.eng
+	env.timer = time.AfterFunc(dur, func() { eng.kickTimer(h, gen) })
+}
+
+func (env *qpEnv) StopTimer() {
+	if env.timer != nil {
+		env.timer.Stop()
+		env.timer = nil
+	}
+	env.timerGen++
+}
+
+func (env *qpEnv) Kick(work transport.Work, later bool) {
+	flags := uint32(kickSend)
+	if work == transport.WorkRespond {
+		flags = kickResp
+	}
+	if later {
+		env.d.eng.kickLater(env.qp.handle, flags)
+	} else {
+		env.d.eng.kick(kickQP, env.qp.handle, flags)
+	}
+}
+
+// localOp executes LOCAL_INV and FAST_REG_MR.
+func (d *Device) localOp(qp *qp, wr *transport.SendWR, mem mr.Space) transport.Status {
+	switch wr.Opcode {
+	case transport.OpLocalInv:
+		if !mem.Invalidate(qp.pd, wr.InvalidateKey) {
+			return transport.StatusLocProtErr
+		}
+	case transport.OpFastReg:
+		fr := &wr.FastReg
+		region := d.res.mr.get(mr.Handle(fr.Key))
+		if region == nil || !region.FRMR || region.PD != qp.pd || region.Valid {
+			return transport.StatusLocProtErr
+		}
+		if fr.PageShift != 12 || fr.PageListLen == 0 || fr.PageListLen > region.MaxPages ||
+			fr.Access&^mr.KnownAccess != 0 || uint64(fr.Length) > uint64(fr.PageListLen)*dma.PageSize {
+			return transport.StatusLocProtErr
+		}
+		if _, ok := dma.End(fr.IOVA, uint64(fr.Length)); !ok {
+			return transport.StatusLocProtErr
+		}
+		pages, err := dma.ReadPageDir(d.mem, fr.PageListDir, fr.PageListLen, region.MaxPages)
+		if err != nil {
+			return transport.StatusLocProtErr
+		}
+		if e := d.res.pin(uint32(len(pages))); e != nil {
+			return transport.StatusLocProtErr
+		}
+		d.res.unpin(len(region.Pages))
+		region.Pages, region.Start, region.Length, region.Access = pages, fr.IOVA, uint64(fr.Length), fr.Access
+		region.LKey, region.RKey, region.Valid = fr.Key, fr.Key, true
+	}
+	return transport.StatusSuccess
+}
+
+func be32(b [4]byte) uint32 {
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+}

@@ -1,0 +1,195 @@
+package emu
+
+import (
+	"github.com/hcaemu/hcaemu/dma"
+	"github.com/hcaemu/hcaemu/emu/pvrdma"
+	"github.com/hcaemu/hcaemu/emu/transport"
+	"github.com/hcaemu/hcaemu/uverbs"
+)
+
+// Work queues in guest rings (SQ, RQ, SRQ): producer indices, taking WQEs,
+// receive WQEs for incoming messages, completions, and flushing.
+
+// pendingWQEs reads the guest-owned producer index of a work queue and
+// returns how many WQEs are posted but not consumed.
+func (d *Device) pendingWQEs(pages dma.Pages, w *wq) (uint32, error) {
+	prod, err := dma.LoadUint32(d.mem, pages[0]+w.prodOff)
+	if err != nil {
+		return 0, err
+	}
+	if !w.ring.Valid(prod) {
+		return 0, dma.Fault(pages[0]+w.prodOff, 4, "producer index out of range")
+	}
+	n := w.ring.Pending(prod, w.cons)
+	if n > w.ring.N {
+		return 0, dma.Fault(pages[0]+w.prodOff, 4, "producer index more than a ring ahead")
+	}
+	return n, nil
+}
+
+// takeWQE copies the WQE at the consumer index out of guest memory (once)
+// and advances the consumer index.
+func (d *Device) takeWQE(pages dma.Pages, w *wq, buf []byte) error {
+	off := w.base + uint64(w.ring.Slot(w.cons))*uint64(w.stride)
+	if err := pages.ReadAt(d.mem, buf[:w.stride], off); err != nil {
+		return err
+	}
+	w.cons = w.ring.Next(w.cons)
+	return dma.StoreUint32(d.mem, pages[0]+w.consOff, w.cons)
+}
+
+// processSQ hands posted send WQEs of a UD or GSI QP to its transport in
+// order, at most one ring's worth per call.
+func (d *Device) processSQ(qp *qp) {
+	if qp.ud == nil {
+		return
+	}
+	n, ok := qp.env.PendingSends()
+	if !ok {
+		return
+	}
+	if n > sqBatch {
+		// Come back for the rest after other queues and frames have had
+		// the device lock.
+		n = sqBatch
+		d.eng.kick(kickQP, qp.handle, kickSend)
+	}
+	buf := make([]byte, qp.sq.stride)
+	for ; n > 0 && qp.state != pvrdma.QPStateErr; n-- {
+		if err := d.takeWQE(qp.pages, &qp.sq, buf); err != nil {
+			d.log.Warn("SQ WQE unreadable", "qp", qp.handle, "err", err)
+			d.qpError(qp, pvrdma.EventQPFatal)
+			return
+		}
+		w, err := uverbs.DecodeSendWQE(buf, qp.sq.maxSGE)
+		if err != nil {
+			cqe := uverbs.CQE{WRID: w.WRID, Opcode: sendWCOpcode(w.Opcode), Status: uverbs.WCLocLenErr}
+			d.completeSend(qp, &cqe, false)
+			d.qpError(qp, pvrdma.EventQPReqErr)
+			return
+		}
+		wr := qp.env.sendWR(&w, nil)
+		qp.ud.Send(&wr)
+	}
+	if qp.state == pvrdma.QPStateErr {
+		d.flush(qp)
+	}
+}
+
+// sendWCOpcode is the completion opcode of a PVRDMA send opcode.
+func sendWCOpcode(op uint32) uint32 { return wcOpcodes[opcodeOf(op).Completion()] }
+
+// completeSend posts a send-side completion when it is signaled (or
+// failed).
+func (d *Device) completeSend(qp *qp, cqe *uverbs.CQE, signaled bool) {
+	if cqe.Status == uverbs.WCSuccess && !qp.sigAll && !signaled {
+		return
+	}
+	c := d.res.cq.get(qp.sendCQ)
+	if c == nil {
+		return
+	}
+	cqe.QP, cqe.PortNum = uint64(qp.handle), 1
+	d.post(c, cqe, false)
+}
+
+// flush completes every outstanding WQE of an ERR QP with WR_FLUSH_ERR:
+// send WQEs to the send CQ, receive WQEs (own RQ only) to the receive CQ.
+func (d *Device) flush(qp *qp) {
+	if n, err := d.pendingWQEs(qp.pages, &qp.sq); err == nil {
+		buf := make([]byte, qp.sq.stride)
+		for ; n > 0; n-- {
+			if d.takeWQE(qp.pages, &qp.sq, buf) != nil {
+				break
+			}
+			w, _ := uverbs.DecodeSendWQE(buf, qp.sq.maxSGE)
+			cqe := uverbs.CQE{WRID: w.WRID, Opcode: sendWCOpcode(w.Opcode), Status: uverbs.WCWRFlushErr}
+			d.completeSend(qp, &cqe, false)
+		}
+	}
+	if qp.srq != 0 {
+		return
+	}
+	if n, err := d.pendingWQEs(qp.pages, &qp.rq); err == nil {
+		buf := make([]byte, qp.rq.stride)
+		c := d.res.cq.get(qp.recvCQ)
+		for ; n > 0; n-- {
+			if d.takeWQE(qp.pages, &qp.rq, buf) != nil {
+				break
+			}
+			w, _ := uverbs.DecodeRecvWQE(buf, qp.rq.maxSGE)
+			if c != nil {
+				e := uverbs.CQE{WRID: w.WRID, QP: uint64(qp.handle), Opcode: uverbs.WCRecv,
+					Status: uverbs.WCWRFlushErr, PortNum: 1}
+				d.post(c, &e, false)
+			}
+		}
+	}
+}
+
+// peekRecv reads the next receive WQE of the QP (its RQ or its SRQ) without
+// consuming it. ok=false: none posted. A WQE that fails validation is
+// returned with status != success.
+func (d *Device) peekRecv(env *qpEnv) (wr transport.RecvWR, status transport.Status, ok bool) {
+	qp := env.qp
+	pages, w := qp.pages, &qp.rq
+	if qp.srq != 0 {
+		s := d.res.srq.get(qp.srq)
+		if s == nil {
+			return wr, 0, false
+		}
+		pages, w = s.pages, &s.q
+	}
+	n, err := d.pendingWQEs(pages, w)
+	if err != nil || n == 0 {
+		return wr, 0, false
+	}
+	buf := make([]byte, w.stride)
+	off := w.base + uint64(w.ring.Slot(w.cons))*uint64(w.stride)
+	if err := pages.ReadAt(d.mem, buf, off); err != nil {
+		return wr, transport.StatusLocProtErr, true
+	}
+	wqe, err := uverbs.DecodeRecvWQE(buf, w.maxSGE)
+	wr.ID = wqe.WRID
+	if err != nil {
+		return wr, transport.StatusLocLenErr, true
+	}
+	wr.Segs, wr.Cap, status = env.segs(wqe.SGE, true)
+	return wr, status, true
+}
+
+// popRecv consumes the WQE peekRecv returned.
+func (d *Device) popRecv(qp *qp) {
+	if qp.srq == 0 {
+		qp.rq.cons = qp.rq.ring.Next(qp.rq.cons)
+		dma.StoreUint32(d.mem, qp.pages[0]+qp.rq.consOff, qp.rq.cons)
+		return
+	}
+	s := d.res.srq.get(qp.srq)
+	if s == nil {
+		return
+	}
+	s.q.cons = s.q.ring.Next(s.q.cons)
+	dma.StoreUint32(d.mem, s.pages[0]+s.q.consOff, s.q.cons)
+	if s.limit != 0 {
+		if n, err := d.pendingWQEs(s.pages, &s.q); err == nil && n < s.limit {
+			s.limit = 0
+			d.event(pvrdma.EventSRQLimitReached, s.handle)
+		}
+	}
+}
+
+// completeRecv posts a receive completion to the QP's receive CQ.
+func (d *Device) completeRecv(qp *qp, cqe *uverbs.CQE, solicited bool) {
+	c := d.res.cq.get(qp.recvCQ)
+	if c == nil {
+		return
+	}
+	cqe.QP = uint64(qp.handle)
+	cqe.PortNum = 1
+	if c.ctx != 0 {
+		cqe.WCFlags &= uverbs.WCFlagGRH | uverbs.WCFlagImm // user CQs: the provider passes flags raw
+		cqe.NetworkHdrType = 0
+	}
+	d.post(c, cqe, solicited)
+}

@@ -1,0 +1,114 @@
+package tests
+
+import (
+	"os/exec"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// allowedImports is the project's import graph, the way Go's
+// go/build/deps_test.go writes the standard library's: for every package of
+// the module, the packages of the module it may import (test files aside).
+// A new import, or a new package, that is not here fails TestImportGraph:
+// add it here on purpose, in the layer where it belongs
+// (docs/architecture.md, "Import rules").
+//
+// The layers, bottom up:
+//   - plain formats and memory: dma, mmio, doorbell, uverbs, emu/pvrdma,
+//     emu/roce, emu/ratelog
+//   - the network: emu/fabric, emu/fabric/capture, emu/fault (packet
+//     faults, a fabric decorator)
+//   - memory regions and the transport, which belong to no device model:
+//     emu/mr, emu/transport, emu/transport/rc, emu/transport/ud
+//   - the PVRDMA device model: emu
+//   - the vfio-user server, which knows nothing of RDMA: vfio, vfio/record
+//   - provisioning and launching: qemu
+//   - the CLI: cmd/hcaemu
+//
+// Packages ending in "test" are fakes for tests; no other package may import
+// them.
+var allowedImports = map[string][]string{
+	"dma":                            nil,
+	"mmio":                           nil,
+	"doorbell":                       nil,
+	"uverbs":                         nil,
+	"emu/pvrdma":                     nil,
+	"emu/roce":                       nil,
+	"emu/ratelog":                    nil,
+	"emu/fabric":                     nil,
+	"emu/fabric/capture":             {"emu/fabric"},
+	"emu/fault":                      {"emu/fabric", "emu/roce"},
+	"emu/mr":                         {"dma"},
+	"emu/transport":                  {"dma", "emu/mr", "emu/roce"},
+	"emu/transport/rc":               {"dma", "emu/mr", "emu/roce", "emu/transport"},
+	"emu/transport/ud":               {"dma", "emu/mr", "emu/roce", "emu/transport"},
+	"emu/transport/transporttest":    {"dma", "emu/mr", "emu/roce", "emu/transport"},
+	"emu":                            {"dma", "doorbell", "emu/fabric", "emu/mr", "emu/pvrdma", "emu/ratelog", "emu/roce", "emu/transport", "emu/transport/rc", "emu/transport/ud", "mmio", "uverbs"},
+	"emu/emutest":                    {"dma", "emu", "emu/pvrdma", "uverbs"},
+	"vfio":                           {"dma"},
+	"vfio/record":                    {"dma", "vfio"},
+	"vfio/vfiotest":                  {"vfio"},
+	"qemu":                           {"emu/fabric"},
+	"qemu/guestmod/hcaemu-initramfs": nil,
+	"cmd/hcaemu":                     {"emu", "emu/fabric", "emu/fabric/capture", "emu/fault", "qemu", "vfio", "vfio/record"},
+	"tests":                          nil,
+}
+
+// TestImportGraph checks every package's imports of the module against
+// allowedImports, and that the hcaemu binary's packages import nothing of the
+// initramfs-building stack (u-root, mkuimage, gobusybox: the builder runs as
+// a tool at provisioning time).
+func TestImportGraph(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "github.com/hcaemu/hcaemu/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	const mod = "github.com/hcaemu/hcaemu/"
+	rel := func(p string) string {
+		if p == strings.TrimSuffix(mod, "/") {
+			return "."
+		}
+		return strings.TrimPrefix(p, mod)
+	}
+	seen := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		pkg := rel(fields[0])
+		seen[pkg] = true
+		allowed, known := allowedImports[pkg]
+		if !known {
+			t.Errorf("package %s is not in allowedImports: add it, with what it may import, in its layer", pkg)
+			continue
+		}
+		ok := map[string]bool{}
+		for _, a := range allowed {
+			ok[a] = true
+		}
+		for _, imp := range fields[1:] {
+			if strings.HasPrefix(imp, "github.com/u-root/") && pkg != "qemu/guestmod/hcaemu-initramfs" {
+				t.Errorf("%s imports %s: only the initramfs builder tool links u-root", pkg, imp)
+			}
+			if !strings.HasPrefix(imp, mod) {
+				continue
+			}
+			dep := rel(imp)
+			if strings.HasSuffix(dep, "test") && !strings.HasSuffix(pkg, "test") && pkg != "tests" {
+				t.Errorf("%s imports %s: fakes are for tests only", pkg, dep)
+			}
+			if !ok[dep] {
+				t.Errorf("%s imports %s, which allowedImports does not allow", pkg, dep)
+			}
+		}
+	}
+	var stale []string
+	for pkg := range allowedImports {
+		if !seen[pkg] {
+			stale = append(stale, pkg)
+		}
+	}
+	sort.Strings(stale)
+	for _, pkg := range stale {
+		t.Errorf("allowedImports names %s, which does not exist any more", pkg)
+	}
+}
