@@ -30,6 +30,11 @@ var guestGoSum []byte
 //go:embed guestmod/hcaemu-initramfs/main.go
 var builderSource []byte
 
+// readyScript is the guest's hcaemu-ready: the command runs it to say it is
+// ready (--ready marker; also heard in listen mode). The init watches for
+// the file it creates.
+const readyScript = "#!/bbin/gosh\n: > /tmp/.hcaemu-ready\n"
+
 // builderDir is the builder's package directory in the guest module.
 const builderDir = "hcaemu-initramfs"
 
@@ -206,6 +211,11 @@ func buildInitramfs(ctx context.Context, p *provisioner) error {
 		return err
 	}
 	specs = append(specs, initPath+":hcaemu/init.sh")
+	readyPath := filepath.Join(guest, "hcaemu-ready")
+	if err := os.WriteFile(readyPath, []byte(readyScript), 0o755); err != nil {
+		return err
+	}
+	specs = append(specs, readyPath+":bin/hcaemu-ready")
 	sort.Strings(specs)
 
 	// Leftovers of an interrupted build.
