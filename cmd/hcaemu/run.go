@@ -19,14 +19,16 @@ import (
 // While nil, guests boot without the vfio-user device.
 var startDevice func(ctx context.Context, socketPath string, guest int) (stop func(), err error)
 
-const runUsage = `usage: hcaemu run [--guests N] [--timeout D] [--memory M] [--cache DIR] [--pcap FILE] [--log-level L] [--reboots] -- COMMAND...
+const runUsage = `usage: hcaemu run [--guests N] [--ready started|listen|marker] [--share HOSTDIR[:GUESTDIR]]... [--smp N] [--timeout D] [--memory M] [--cache DIR] [--pcap FILE] [--log-level L] [--reboots] -- COMMAND...
 
 Provisions (cached) a QEMU with vfio-user, a guest kernel and initramfs, starts
 one emulated PVRDMA device per guest, boots N guests on one Ethernet segment
 (guest k is 10.0.0.k+1/24) and runs COMMAND through the guest shell in each:
-guest 0 first, the others once guest 0's command is running. In the guests,
-HCAEMU_GUEST=k and HCAEMU_SERVER_IP=10.0.0.1 (empty in guest 0). Output lines
-are prefixed [gK]. The exit status is 0 only if every guest's command exited 0.
+guest 0 first, the others once guest 0's command is ready (--ready: by default
+once it listens on a TCP port or an rdma_cm ID; or exits 0). When guest 0's
+command fails, the others are stopped. In the guests, HCAEMU_GUEST=k and
+HCAEMU_SERVER_IP=10.0.0.1 (empty in guest 0). Output lines are prefixed [gK].
+The exit status is 0 only if every guest's command exited 0.
 
 Environment: HCAEMU_CACHE (cache dir), HCAEMU_ACCEL (tcg|kvm), HCAEMU_MIRROR.
 `
@@ -46,6 +48,8 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	pcap := fs.String("pcap", "", "write the emulated HCAs' fabric traffic to this pcap file")
 	logLevel := fs.String("log-level", "warn", "log level of the emulated HCAs (debug, info, warn, error)")
 	reboots := fs.Bool("reboots", false, "let a guest reboot (the command runs again after each boot; $HCAEMU_BOOT counts boots from 1)")
+	var workload workloadFlags
+	workload.register(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, runUsage)
@@ -74,6 +78,14 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hcaemu run: --memory: %v\n", err)
 		return 2
 	}
+	if err := workload.apply(nil); err != nil {
+		fmt.Fprintf(stderr, "hcaemu run: %v\n", err)
+		return 2
+	}
+	if err := checkOutputPath("pcap", *pcap); err != nil {
+		fmt.Fprintf(stderr, "hcaemu run: %v\n", err)
+		return 2
+	}
 
 	ctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
@@ -91,6 +103,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer cl.Close()
 	cl.MemoryMiB, cl.Timeout, cl.Stdout, cl.Stderr = mem, *timeout, stdout, stderr
 	cl.AllowReboot = *reboots
+	workload.apply(cl) // checked above
 
 	runOptions.pcap, runOptions.logLevel = *pcap, *logLevel
 	defer closeRunFabric()
