@@ -58,6 +58,9 @@ type Cluster struct {
 	CPUs int
 	// Shares are host directories mounted in every guest (virtio-9p).
 	Shares []Share
+	// Kernel, when set, is the kernel and modules the guests boot instead
+	// of the provisioned ones (see Env.PrepareKernel).
+	Kernel *GuestKernel
 }
 
 // Readiness is when guest 0's command counts as ready: guests >= 1 start
@@ -289,6 +292,48 @@ type guestRun struct {
 	mu      sync.Mutex
 }
 
+// kernelFiles returns the kernel the guests boot and the files the run's
+// archive adds: for Cluster.Kernel, its modules and their load order. The
+// kernel is copied into the run directory, which QEMU's root sees.
+func (c *Cluster) kernelFiles() (string, []string, error) {
+	gk := c.Kernel
+	if gk == nil {
+		return c.Env.Kernel, nil, nil
+	}
+	kernel := filepath.Join(c.Dir, "bzImage")
+	if err := copyFile(gk.Kernel, kernel); err != nil {
+		return "", nil, fmt.Errorf("guest kernel: %w", err)
+	}
+	order := filepath.Join(c.Dir, "modules.order")
+	if err := os.WriteFile(order, []byte(strings.Join(gk.Order, "\n")+"\n"), 0o644); err != nil {
+		return "", nil, err
+	}
+	files := []string{order + ":modules/order"}
+	for _, m := range gk.Order {
+		if src, ok := gk.Files[m]; ok {
+			files = append(files, src+":modules/"+m+".ko")
+		}
+	}
+	return kernel, files, nil
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, in)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
 // exitStatus is the command's exit status (-1: none yet).
 func (gr *guestRun) exitStatus() int {
 	gr.mu.Lock()
@@ -327,8 +372,12 @@ func (c *Cluster) Run(ctx context.Context, script string) ([]GuestResult, error)
 	}
 	ctx, cancelAll := context.WithCancelCause(ctx)
 	defer cancelAll(nil)
+	kernel, files, err := c.kernelFiles()
+	if err != nil {
+		return nil, err
+	}
 	initrd := filepath.Join(c.Dir, "initrd.cpio")
-	if err := makeInitrd(ctx, e.Builder, e.Initramfs, initrd, script); err != nil {
+	if err := makeInitrd(ctx, e.Builder, e.Initramfs, initrd, script, files); err != nil {
 		return nil, fmt.Errorf("per-run initrd: %w", err)
 	}
 	if c.Segment == nil {
@@ -348,7 +397,7 @@ func (c *Cluster) Run(ctx context.Context, script string) ([]GuestResult, error)
 	guests := make([]*guestRun, c.Guests)
 	for k := range guests {
 		g := guestSpec{
-			index: k, memoryMiB: c.MemoryMiB, cpus: c.CPUs, accel: e.Accel, kernel: e.Kernel, initrd: initrd,
+			index: k, memoryMiB: c.MemoryMiB, cpus: c.CPUs, accel: e.Accel, kernel: kernel, initrd: initrd,
 			netSocket: ports[k], switchPath: seg.Path(), reboot: c.AllowReboot,
 		}
 		if c.Devices {

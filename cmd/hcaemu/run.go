@@ -19,7 +19,7 @@ import (
 // While nil, guests boot without the vfio-user device.
 var startDevice func(ctx context.Context, socketPath string, guest int) (stop func(), err error)
 
-const runUsage = `usage: hcaemu run [--guests N] [--ready started|listen|marker] [--share HOSTDIR[:GUESTDIR]]... [--smp N] [--timeout D] [--memory M] [--cache DIR] [--pcap FILE] [--log-level L] [--reboots] -- COMMAND...
+const runUsage = `usage: hcaemu run [--guests N] [--ready started|listen|marker] [--share HOSTDIR[:GUESTDIR]]... [--smp N] [--kernel bzImage] [--modules DIR] [--kernel-tree PATH] [--timeout D] [--memory M] [--cache DIR] [--pcap FILE] [--log-level L] [--reboots] -- COMMAND...
 
 Provisions (cached) a QEMU with vfio-user, a guest kernel and initramfs, starts
 one emulated PVRDMA device per guest, boots N guests on one Ethernet segment
@@ -103,7 +103,11 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer cl.Close()
 	cl.MemoryMiB, cl.Timeout, cl.Stdout, cl.Stderr = mem, *timeout, stdout, stderr
 	cl.AllowReboot = *reboots
-	workload.apply(cl) // checked above
+	if err := workload.apply(cl); err != nil {
+		// Only what needs the provisioned kernel is left to fail here.
+		fmt.Fprintf(stderr, "hcaemu run: %v\n", err)
+		return 2
+	}
 
 	runOptions.pcap, runOptions.logLevel = *pcap, *logLevel
 	defer closeRunFabric()

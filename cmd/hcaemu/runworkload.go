@@ -15,11 +15,14 @@ const maxCPUs = 32
 
 // workloadFlags are the flags of "hcaemu run" that shape the guests'
 // workload: when guests >= 1 start, the host directories they share, their
-// vCPUs.
+// vCPUs, their kernel and modules.
 type workloadFlags struct {
-	ready  string
-	smp    int
-	shares []string
+	ready      string
+	smp        int
+	shares     []string
+	kernel     string
+	modules    string
+	kernelTree string
 }
 
 // register adds the flags to fs.
@@ -33,6 +36,42 @@ func (w *workloadFlags) register(fs *flag.FlagSet) {
 		w.shares = append(w.shares, s)
 		return nil
 	})
+	fs.StringVar(&w.kernel, "kernel", "", "boot this bzImage instead of the provisioned kernel (another release needs --modules)")
+	fs.StringVar(&w.modules, "modules", "", "DIR: kernel modules (.ko, searched recursively) replacing the provisioned ones, e.g. a rebuilt vmw_pvrdma.ko")
+	fs.StringVar(&w.kernelTree, "kernel-tree", "", "PATH: a kernel build tree: boot its arch/x86/boot/bzImage with the modules built in it")
+}
+
+// kernelOptions checks the kernel flags' paths (before provisioning).
+func (w *workloadFlags) kernelOptions() (*qemu.KernelOptions, error) {
+	if w.kernelTree != "" {
+		if w.kernel != "" || w.modules != "" {
+			return nil, fmt.Errorf("--kernel-tree replaces --kernel and --modules: give one or the others")
+		}
+		opts, err := qemu.TreeOptions(w.kernelTree)
+		if err != nil {
+			return nil, fmt.Errorf("--kernel-tree: %v", err)
+		}
+		opts.Shares = len(w.shares) > 0
+		return &opts, nil
+	}
+	if w.kernel == "" && w.modules == "" {
+		return nil, nil
+	}
+	if w.kernel != "" {
+		if _, err := qemu.KernelRelease(w.kernel); err != nil {
+			return nil, fmt.Errorf("--kernel %s: %v", w.kernel, err)
+		}
+	}
+	if w.modules != "" {
+		fi, err := os.Stat(w.modules)
+		if err != nil {
+			return nil, fmt.Errorf("--modules: %v", err)
+		}
+		if !fi.IsDir() {
+			return nil, fmt.Errorf("--modules %s: not a directory", w.modules)
+		}
+	}
+	return &qemu.KernelOptions{Kernel: w.kernel, ModulesDir: w.modules, Shares: len(w.shares) > 0}, nil
 }
 
 // apply validates the flags and sets them on cl. Its errors are one line
@@ -61,8 +100,19 @@ func (w *workloadFlags) apply(cl *qemu.Cluster) error {
 	if len(shares) > 8 {
 		return fmt.Errorf("--share: at most 8 shares, not %d", len(shares))
 	}
+	if _, err := w.kernelOptions(); err != nil {
+		return err
+	}
 	if cl != nil {
 		cl.Ready, cl.CPUs, cl.Shares = ready, w.smp, shares
+		opts, _ := w.kernelOptions()
+		if opts != nil {
+			gk, err := cl.Env.PrepareKernel(*opts)
+			if err != nil {
+				return err
+			}
+			cl.Kernel = gk
+		}
 	}
 	return nil
 }
