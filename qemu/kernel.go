@@ -40,7 +40,7 @@ var moduleOption = map[string]string{
 	"rdma_ucm": "CONFIG_INFINIBAND_USER_ACCESS", "ib_umad": "CONFIG_INFINIBAND_USER_MAD",
 	"crc32_generic": "CONFIG_CRC32", "udp_tunnel": "CONFIG_NET_UDP_TUNNEL",
 	"ip6_udp_tunnel": "CONFIG_NET_UDP_TUNNEL", "rdma_rxe": "CONFIG_RDMA_RXE",
-	"vmw_pvrdma": "CONFIG_INFINIBAND_VMWARE_PVRDMA",
+	"vmw_pvrdma":   "CONFIG_INFINIBAND_VMWARE_PVRDMA",
 	"9pnet_virtio": "CONFIG_NET_9P_VIRTIO", "9p": "CONFIG_9P_FS",
 }
 
