@@ -87,14 +87,10 @@ listeners() {
 }
 
 # watch prints the ready marker once the command is ready: a listening
-# socket that was not there before it started (listen), or the
-# /tmp/.hcaemu-ready file hcaemu-ready creates (both modes).
+# socket not in $before (taken before the command started: listen mode), or
+# the /tmp/.hcaemu-ready file hcaemu-ready creates (both modes).
 watch() {
 	mode=$1
-	before=" "
-	for l in $(listeners); do
-		before="$before$l "
-	done
 	while [ ! -e /tmp/.hcaemu-done ]; do
 		if [ -e /tmp/.hcaemu-ready ]; then
 			echo "HCAEMU-READY $nonce"
@@ -117,12 +113,20 @@ watch() {
 
 echo "HCAEMU-WAIT"
 read go nonce boot ready
-echo "HCAEMU-STARTED $nonce"
 export HCAEMU_BOOT="$boot"
 rm -f /tmp/.hcaemu-ready /tmp/.hcaemu-done
+before=" "
 case "$ready" in
-listen|marker) watch "$ready" & ;;
+listen|marker)
+	if [ "$ready" = listen ]; then
+		for l in $(listeners); do
+			before="$before$l "
+		done
+	fi
+	watch "$ready" &
+	;;
 esac
+echo "HCAEMU-STARTED $nonce"
 gosh /hcaemu/cmd.sh < /dev/null
 st=$?
 : > /tmp/.hcaemu-done
