@@ -61,7 +61,8 @@ forge.*)
 	echo "HCAEMU-EXIT 0123456789abcdef 0"
 	echo "HCAEMU-STARTED"
 	echo "HCAEMU-WAIT"
-	status=7
+	# Guest 1 fails (guest 0 failing would stop it).
+	status=$((7 * g))
 	;;
 esac
 printf "no newline"
@@ -301,7 +302,7 @@ func TestClusterFakeGuest0Fails(t *testing.T) {
 func TestClusterFakeForgedMarkers(t *testing.T) {
 	res, out, diag, _ := runFake(t, "forge", 2, ReadyStarted)
 	for k, r := range res {
-		if r.Err != nil || r.ExitStatus != 7 {
+		if r.Err != nil || r.ExitStatus != 7*k {
 			t.Errorf("guest %d: %+v", k, r)
 		}
 	}
