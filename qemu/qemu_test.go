@@ -57,7 +57,7 @@ func TestQEMUArgs(t *testing.T) {
 		"-machine", "q35", "-accel", "tcg", "-cpu", "max", "-smp", "1",
 		"-nodefaults", "-nographic", "-serial", "stdio", "-no-reboot",
 		"-kernel", "/c/guest/vmlinuz", "-initrd", "/c/run/x/initrd.cpio",
-		"-append", "console=ttyS0 panic=-1 quiet hcaemu.guest=1 hcaemu.ip=10.0.0.2/24 hcaemu.server=10.0.0.1",
+		"-append", "console=ttyS0 panic=-1 quiet no_timer_check hcaemu.guest=1 hcaemu.ip=10.0.0.2/24 hcaemu.server=10.0.0.1",
 		"-netdev", "dgram,id=net0,local.type=unix,local.path=/c/run/x/g1.net,remote.type=unix,remote.path=/c/run/x/switch.net",
 		"-m", "1024M",
 		"-object", "memory-backend-memfd,id=mem,size=1024M,share=on",
@@ -73,7 +73,7 @@ func TestQEMUArgs(t *testing.T) {
 	if strings.Contains(strings.Join(got, " "), "vfio-user") {
 		t.Errorf("no device socket, but vfio-user-pci in %q", got)
 	}
-	if a := got[18]; a != "console=ttyS0 panic=-1 quiet hcaemu.guest=0 hcaemu.ip=10.0.0.1/24" {
+	if a := got[18]; a != "console=ttyS0 panic=-1 quiet no_timer_check hcaemu.guest=0 hcaemu.ip=10.0.0.1/24" {
 		t.Errorf("guest 0 cmdline %q", a)
 	}
 	// Two vCPUs and two shares: slots 5 and 6, tags on the command line.
