@@ -82,6 +82,10 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hcaemu run: %v\n", err)
 		return 2
 	}
+	if _, err := newLogger(*logLevel); err != nil {
+		fmt.Fprintf(stderr, "hcaemu run: %v\n", err)
+		return 2
+	}
 	if err := checkOutputPath("pcap", *pcap); err != nil {
 		fmt.Fprintf(stderr, "hcaemu run: %v\n", err)
 		return 2

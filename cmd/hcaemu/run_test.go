@@ -41,6 +41,13 @@ func TestRunFlagErrors(t *testing.T) {
 		{[]string{"--pcap", filepath.Join(dir, "nodir", "x.pcap"), "--", "true"}, "--pcap " + filepath.Join(dir, "nodir", "x.pcap")},
 		{[]string{"--pcap", filepath.Join(file, "x.pcap"), "--", "true"}, "--pcap"},
 		{[]string{"--nope", "--", "true"}, "-nope"},
+		{[]string{"--log-level", "loud", "--", "true"}, `--log-level "loud"`},
+		{[]string{"--kernel", file, "--", "true"}, "--kernel " + file + ": not an x86 bzImage"},
+		{[]string{"--kernel", filepath.Join(dir, "nope"), "--", "true"}, "--kernel " + filepath.Join(dir, "nope")},
+		{[]string{"--modules", file, "--", "true"}, "--modules " + file + ": not a directory"},
+		{[]string{"--modules", filepath.Join(dir, "nope"), "--", "true"}, "--modules: "},
+		{[]string{"--kernel-tree", dir, "--", "true"}, "--kernel-tree: kernel tree " + dir + " has no arch/x86/boot/bzImage"},
+		{[]string{"--kernel-tree", dir, "--modules", dir, "--", "true"}, "--kernel-tree replaces --kernel and --modules"},
 		{[]string{"--guests", "2"}, "no command given"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
