@@ -117,19 +117,39 @@ type guestSpec struct {
 	netSocket  string // this guest's end (QEMU binds it)
 	switchPath string // the switch's socket
 	devSocket  string // vfio-user socket; "" for none
-	wait       bool
-	reboot     bool // a guest reboot restarts the machine instead of ending QEMU
+	reboot     bool   // a guest reboot restarts the machine instead of ending QEMU
+	cpus       int    // vCPUs (0 = 1)
+	shares     []guestShare
+}
+
+// guestShare is a virtio-9p share as QEMU sees it.
+type guestShare struct {
+	hostDir  string // the directory as QEMU sees it (inside its root)
+	guestDir string // the mount point in the guest
+}
+
+// shareTag is the 9p mount tag of share i.
+func shareTag(i int) string {
+	return fmt.Sprintf("hcaemu%d", i)
+}
+
+// shareMount is where share i is bound inside the QEMU root.
+func shareMount(i int) string {
+	return fmt.Sprintf("/run/hcaemu-share%d", i)
 }
 
 // kernelCmdline is guest k's kernel command line.
-func kernelCmdline(k int, wait bool) string {
-	parts := []string{"console=ttyS0", "panic=-1", "quiet",
+func kernelCmdline(k int, shares []guestShare) string {
+	// no_timer_check: under TCG on a loaded host the boot-time check of
+	// the IO-APIC timer can miss its ticks and panic the kernel ("IO-APIC
+	// + timer doesn't work!"); virtual machines skip it.
+	parts := []string{"console=ttyS0", "panic=-1", "quiet", "no_timer_check",
 		"hcaemu.guest=" + strconv.Itoa(k), "hcaemu.ip=" + GuestIP(k) + "/24"}
 	if k > 0 {
 		parts = append(parts, "hcaemu.server="+GuestIP(0))
 	}
-	if wait {
-		parts = append(parts, "hcaemu.wait=1")
+	for i, sh := range shares {
+		parts = append(parts, "hcaemu.share="+shareTag(i)+":"+sh.guestDir)
 	}
 	return strings.Join(parts, " ")
 }
@@ -148,10 +168,14 @@ func qemuArgs(g guestSpec) []string {
 	if accel == "kvm" {
 		cpu = "host"
 	}
+	cpus := g.cpus
+	if cpus < 1 {
+		cpus = 1
+	}
 	args := []string{
-		"-machine", "q35", "-accel", accel, "-cpu", cpu, "-smp", "1",
+		"-machine", "q35", "-accel", accel, "-cpu", cpu, "-smp", strconv.Itoa(cpus),
 		"-nodefaults", "-nographic", "-serial", "stdio", "-no-reboot",
-		"-kernel", g.kernel, "-initrd", g.initrd, "-append", kernelCmdline(g.index, g.wait),
+		"-kernel", g.kernel, "-initrd", g.initrd, "-append", kernelCmdline(g.index, g.shares),
 		"-netdev", fmt.Sprintf("dgram,id=net0,local.type=unix,local.path=%s,remote.type=unix,remote.path=%s", g.netSocket, g.switchPath),
 	}
 	if g.reboot {
@@ -163,5 +187,18 @@ func qemuArgs(g guestSpec) []string {
 	if g.devSocket == "" {
 		dev = dev[:len(dev)-2]
 	}
-	return append(args, dev...)
+	args = append(args, dev...)
+	// Shares in the slots after the HCA's (5, 6, ...): read-write, files
+	// keep the guest's modes, owned by whoever runs QEMU.
+	for i, sh := range g.shares {
+		args = append(args,
+			"-fsdev", fmt.Sprintf("local,id=fs%d,path=%s,security_model=none", i, qemuOptEscape(sh.hostDir)),
+			"-device", fmt.Sprintf("virtio-9p-pci,fsdev=fs%d,mount_tag=%s,addr=0x%x", i, shareTag(i), 5+i))
+	}
+	return args
+}
+
+// qemuOptEscape escapes a value for a QEMU -opt list (commas are doubled).
+func qemuOptEscape(s string) string {
+	return strings.ReplaceAll(s, ",", ",,")
 }

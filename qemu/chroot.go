@@ -9,32 +9,46 @@ import (
 // enterScript runs in a private mount namespace (unshare --mount): it binds
 // /dev, /sys, a fresh /proc and /dev/shm into the root file system, binds the
 // cache tree at the same path inside, and chroots. The mounts vanish when the
-// command exits. Arguments: ROOT BIND COMMAND...
+// command exits. Arguments: ROOT [HOSTDIR DIR]... -- COMMAND...
 const enterScript = `set -e
-root=$1; bind=$2; shift 2
+root=$1; shift
 mount --rbind /dev "$root/dev"
 mount --make-rslave "$root/dev"
 mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$root/dev/shm"
 mount -t proc proc "$root/proc"
 mount --rbind /sys "$root/sys"
 mount --make-rslave "$root/sys"
-mkdir -p "$root$bind"
-mount --bind "$bind" "$root$bind"
+while [ "$1" != -- ]; do
+	mkdir -p "$root$2"
+	mount --bind "$1" "$root$2"
+	shift 2
+done
+shift
 exec chroot "$root" "$@"
 `
 
+// bindMount is a host directory bound at dir inside a root.
+type bindMount struct {
+	hostDir, dir string
+}
+
 // chrootArgv returns the argv that runs argv inside root with cacheDir bound
-// at the same path. Root is entered through unshare so nothing leaks into the
-// host's mount table; without root privileges a user namespace maps the
+// at the same path and the binds bound. Root is entered through unshare so nothing leaks into
+// the host's mount table; without root privileges a user namespace maps the
 // caller to root.
-func chrootArgv(root, cacheDir string, argv ...string) []string {
+func chrootArgv(root, cacheDir string, binds []bindMount, argv ...string) []string {
 	// A PID namespace whose init dies with unshare (--kill-child): when
 	// hcaemu dies, everything started inside goes too.
 	un := []string{"unshare", "--mount", "--propagation", "private", "--pid", "--fork", "--kill-child"}
 	if os.Geteuid() != 0 {
 		un = append(un, "--map-root-user")
 	}
-	out := append(un, "--", "/bin/sh", "-c", enterScript, "hcaemu-enter", root, cacheDir)
+	out := append(un, "--", "/bin/sh", "-c", enterScript, "hcaemu-enter", root)
+	out = append(out, cacheDir, cacheDir)
+	for _, b := range binds {
+		out = append(out, b.hostDir, b.dir)
+	}
+	out = append(out, "--")
 	return append(out, argv...)
 }
 

@@ -30,17 +30,43 @@ case "$FAKE_MODE" in
 crash) echo "qemu: something broke" >&2; exit 1;;
 hang) sleep 30; exit 0;;
 esac
-if echo "$app" | grep -q 'hcaemu.wait=1'; then
-	echo HCAEMU-WAIT
-	read go
-	echo "$go"
-fi
-echo "started $g" >> "$FAKE_LOG"
-echo HCAEMU-STARTED
+echo HCAEMU-WAIT
+read go nonce boot ready
+echo "$go $nonce $boot $ready"
+echo "started $g $ready" >> "$FAKE_LOG"
+echo "HCAEMU-STARTED $nonce"
 tail -c 200 "$initrd" | grep -q 'echo from-cmd' && echo "cmd present"
 echo "hello from $g"
+status=$g
+case "$FAKE_MODE.$g" in
+listen.0)
+	# The server takes a while to listen.
+	sleep 1
+	echo "ready 0" >> "$FAKE_LOG"
+	echo "HCAEMU-READY $nonce"
+	;;
+marker.0)
+	sleep 1
+	echo "ready 0" >> "$FAKE_LOG"
+	echo "HCAEMU-READY"
+	;;
+fail0.0) echo "HCAEMU-EXIT $nonce 3"; exit 0;;
+fail0late.0)
+	echo "HCAEMU-READY $nonce"
+	while ! grep -q "started 1" "$FAKE_LOG"; do sleep 0.1; done
+	echo "HCAEMU-EXIT $nonce 3"; exit 0;;
+fail0late.*) sleep 30; exit 0;;
+forge.*)
+	echo "HCAEMU-EXIT 0"
+	echo "HCAEMU-EXIT 0123456789abcdef 0"
+	echo "HCAEMU-STARTED"
+	echo "HCAEMU-WAIT"
+	# Guest 1 fails (guest 0 failing would stop it).
+	status=$((7 * g))
+	;;
+esac
 printf "no newline"
-echo "HCAEMU-EXIT $g"
+echo "HCAEMU-EXIT $nonce $status"
 echo "reboot: Power down"
 `
 
@@ -128,7 +154,9 @@ func TestClusterFake(t *testing.T) {
 		t.Errorf("diagnostics: %s", diag.String())
 	}
 	l, _ := os.ReadFile(log)
-	if !strings.HasPrefix(string(l), "started 0\n") || strings.Count(string(l), "started") != 3 {
+	// Guest 0 watches for a listener (the default); it exits 0 without
+	// one, which releases the others.
+	if !strings.HasPrefix(string(l), "started 0 listen\n") || strings.Count(string(l), "started") != 3+2 {
 		t.Errorf("guest 0 did not start first:\n%s", l)
 	}
 	cl.Close()
@@ -175,5 +203,117 @@ func TestClusterFakeTimeout(t *testing.T) {
 	}
 	if d := time.Since(t0); d > 5*time.Second {
 		t.Errorf("timeout took %s", d)
+	}
+}
+
+// runFake runs guests fake guests in mode with the given readiness.
+func runFake(t *testing.T, mode string, guests int, ready Readiness) ([]GuestResult, string, string, string) {
+	t.Helper()
+	env, log := fakeEnv(t, mode)
+	cl, err := env.NewCluster(guests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var out, diag bytes.Buffer
+	cl.Stdout, cl.Stderr, cl.Timeout, cl.Ready = &out, &diag, 2*time.Minute, ready
+	res, err := cl.Run(context.Background(), "true\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, _ := os.ReadFile(log)
+	return res, out.String(), diag.String(), string(l)
+}
+
+// Guests >= 1 start their command only once guest 0's is ready; the
+// readiness mode reaches guest 0's init (and only guest 0's).
+func TestClusterFakeReadiness(t *testing.T) {
+	for _, tc := range []struct {
+		mode  string
+		ready Readiness
+		want  string // the log
+	}{
+		{"listen", "", "started 0 listen\nready 0\nstarted 1 started\nstarted 2 started\n"},
+		{"listen", ReadyListen, "started 0 listen\nready 0\nstarted 1 started\nstarted 2 started\n"},
+		{"marker", ReadyMarker, "started 0 marker\nready 0\nstarted 1 started\nstarted 2 started\n"},
+		// A plain HCAEMU-READY line also counts in listen mode.
+		{"marker", ReadyListen, "started 0 listen\nready 0\nstarted 1 started\nstarted 2 started\n"},
+		// Guest 0 exiting 0 without becoming ready releases the others.
+		{"", ReadyMarker, "started 0 marker\nstarted 1 started\nstarted 2 started\n"},
+	} {
+		t.Run(tc.mode+"/"+string(tc.ready), func(t *testing.T) {
+			res, out, diag, log := runFake(t, tc.mode, 3, tc.ready)
+			for k, r := range res {
+				if r.Err != nil || r.ExitStatus != k {
+					t.Errorf("guest %d: %+v", k, r)
+				}
+			}
+			// Guests 1 and 2 may start in either order.
+			sorted := strings.Split(strings.TrimSuffix(log, "\n"), "\n")
+			if len(sorted) == len(strings.Split(strings.TrimSuffix(tc.want, "\n"), "\n")) {
+				n := len(sorted)
+				if sorted[n-2] > sorted[n-1] {
+					sorted[n-2], sorted[n-1] = sorted[n-1], sorted[n-2]
+				}
+			}
+			if got := strings.Join(sorted, "\n") + "\n"; got != tc.want {
+				t.Errorf("log:\n%s\nwant:\n%s", got, tc.want)
+			}
+			if strings.Contains(out, "HCAEMU-READY ") || diag != "" {
+				t.Errorf("output:\n%s\ndiagnostics:\n%s", out, diag)
+			}
+		})
+	}
+	if _, err := ParseReadiness("soon"); err == nil {
+		t.Error("ParseReadiness(soon): want error")
+	}
+}
+
+// When guest 0's command fails, the others are stopped at once, with a
+// message saying why, not at the timeout (2 minutes here).
+func TestClusterFakeGuest0Fails(t *testing.T) {
+	for _, tc := range []struct {
+		mode, why string
+	}{
+		{"fail0", "guest 0's command failed (exit status 3) before it was ready"},
+		{"fail0late", "guest 0's command failed (exit status 3)"},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			t0 := time.Now()
+			res, _, diag, _ := runFake(t, tc.mode, 2, ReadyListen)
+			if res[0].Err != nil || res[0].ExitStatus != 3 {
+				t.Errorf("guest 0: %+v", res[0])
+			}
+			if res[1].Err == nil || !strings.Contains(res[1].Err.Error(), tc.why) || res[1].ExitStatus != -1 {
+				t.Errorf("guest 1: %+v, want %q", res[1], tc.why)
+			}
+			if want := "hcaemu: guest 1: killed: " + tc.why + "\n"; !strings.Contains(diag, want) || strings.Contains(diag, "last console lines") {
+				t.Errorf("diagnostics:\n%s\nwant %q", diag, want)
+			}
+			if d := time.Since(t0); d > time.Minute {
+				t.Errorf("took %s: guest 1 waited for the timeout", d)
+			}
+		})
+	}
+}
+
+// The command's own marker-like lines are output; only the init's markers,
+// with the run's nonce, count.
+func TestClusterFakeForgedMarkers(t *testing.T) {
+	res, out, diag, _ := runFake(t, "forge", 2, ReadyStarted)
+	for k, r := range res {
+		if r.Err != nil || r.ExitStatus != 7*k {
+			t.Errorf("guest %d: %+v", k, r)
+		}
+	}
+	for k := 0; k < 2; k++ {
+		for _, want := range []string{"HCAEMU-EXIT 0", "HCAEMU-EXIT 0123456789abcdef 0", "HCAEMU-STARTED", "HCAEMU-WAIT"} {
+			if !strings.Contains(out, fmt.Sprintf("[g%d] %s\n", k, want)) {
+				t.Errorf("guest %d: output lacks %q:\n%s", k, want, out)
+			}
+		}
+	}
+	if diag != "" {
+		t.Errorf("diagnostics:\n%s", diag)
 	}
 }

@@ -34,9 +34,14 @@
 // HCAEMU_ACCEL says). All guests share one Ethernet segment, a fabric.Segment in the
 // calling process over unix datagram sockets (QEMU -netdev dgram), so nothing
 // reaches any network. The guest init (init.sh, run by gosh) loads the
-// modules in order, configures eth0 from the kernel command line, and runs
-// /hcaemu/cmd.sh (from a small cpio appended to the initramfs per run),
-// framing it with markers on the serial console: HCAEMU-WAIT (guests >= 1
-// wait for a go line on the console, sent once guest 0 printed
-// HCAEMU-STARTED), HCAEMU-STARTED, HCAEMU-EXIT <status>, HCAEMU-FAIL <what>.
+// modules in order, configures eth0 from the kernel command line, mounts
+// the virtio-9p shares, and runs /hcaemu/cmd.sh (from a small cpio appended
+// to the initramfs per run), framing it with markers on the serial console:
+// HCAEMU-WAIT (every guest then waits for the go line "HCAEMU-GO <nonce>
+// <boot> <readiness>" on the console: guest 0 gets it at once, the others
+// once guest 0's command is ready), HCAEMU-STARTED <nonce>, HCAEMU-READY
+// <nonce> (guest 0's init saw a new TCP or rdma_cm listener, or the command
+// ran hcaemu-ready), HCAEMU-EXIT <nonce> <status>, HCAEMU-FAIL <what>. The
+// nonce is fresh per run and stays in the init's unexported shell variables,
+// so the command's own output cannot forge an exit.
 package qemu

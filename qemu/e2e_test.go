@@ -55,7 +55,8 @@ func runCluster(t *testing.T, env *Env, guests int, timeout time.Duration, scrip
 }
 
 // Two guests on one segment: guest 1 pings guest 0, then connects to it over
-// TCP (guest 0 waits for that connection: no fixed sleeps), and exits with 3.
+// TCP (guest 0 waits for that connection: no fixed sleeps; guest 1 starts
+// once guest 0 listens), and exits with 3.
 func TestE2ETwoGuestsPing(t *testing.T) {
 	env := e2eEnv(t)
 	script := `echo "guest $HCAEMU_GUEST server=$HCAEMU_SERVER_IP"
@@ -63,11 +64,8 @@ if [ "$HCAEMU_GUEST" = 0 ]; then
 	netcat -l --recv-only 5000 > /dev/null 2>&1 && echo "g0 got a connection"
 else
 	ping -c 1 $HCAEMU_SERVER_IP > /dev/null && echo "g1 reached $HCAEMU_SERVER_IP" || exit 1
-	# guest 0 may not listen yet: retry
-	for i in $(seq 1 100); do
-		echo hi | netcat --send-only $HCAEMU_SERVER_IP 5000 > /dev/null 2>&1 && break
-		sleep 0.2
-	done
+	# No retry: guest 1 starts once guest 0 listens (Cluster.Ready).
+	echo hi | netcat --send-only $HCAEMU_SERVER_IP 5000 > /dev/null 2>&1
 	exit 3
 fi
 `

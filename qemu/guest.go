@@ -51,6 +51,80 @@ type Cluster struct {
 	// device sees the reset and the driver probes again) and the command
 	// runs again with HCAEMU_BOOT counting boots from 1.
 	AllowReboot bool
+	// Ready says when guest 0's command is ready for the others to start
+	// theirs ("" = ReadyListen).
+	Ready Readiness
+	// CPUs is each guest's number of vCPUs (0 = 1).
+	CPUs int
+	// Shares are host directories mounted in every guest (virtio-9p).
+	Shares []Share
+	// Kernel, when set, is the kernel and modules the guests boot instead
+	// of the provisioned ones (see Env.PrepareKernel).
+	Kernel *GuestKernel
+}
+
+// Readiness is when guest 0's command counts as ready: guests >= 1 start
+// their command then.
+type Readiness string
+
+const (
+	// ReadyStarted: as soon as guest 0's command has started.
+	ReadyStarted Readiness = "started"
+	// ReadyListen: once guest 0 has a listening socket that was not there
+	// when its command started (TCP over IPv4 or IPv6, or an rdma_cm
+	// listener), or the command declared itself ready as in ReadyMarker.
+	ReadyListen Readiness = "listen"
+	// ReadyMarker: once the command prints a line "HCAEMU-READY" or runs
+	// hcaemu-ready in the guest.
+	ReadyMarker Readiness = "marker"
+)
+
+// ParseReadiness checks a --ready value.
+func ParseReadiness(s string) (Readiness, error) {
+	switch r := Readiness(s); r {
+	case ReadyStarted, ReadyListen, ReadyMarker:
+		return r, nil
+	}
+	return "", fmt.Errorf("unknown readiness %q (want started, listen or marker)", s)
+}
+
+// Share is a host directory mounted read-write in every guest.
+type Share struct {
+	// HostDir is an absolute path of an existing directory on the host.
+	HostDir string
+	// GuestDir is the absolute mount point in the guest.
+	GuestDir string
+}
+
+// DefaultShareDir is where a share without a guest directory is mounted.
+const DefaultShareDir = "/mnt/host"
+
+// ParseShare parses HOSTDIR[:GUESTDIR] and checks that HOSTDIR is a
+// directory. GUESTDIR defaults to DefaultShareDir.
+func ParseShare(s string) (Share, error) {
+	host, guest, hasGuest := strings.Cut(s, ":")
+	if host == "" {
+		return Share{}, fmt.Errorf("share %q: no host directory (want HOSTDIR[:GUESTDIR])", s)
+	}
+	if !hasGuest {
+		guest = DefaultShareDir
+	}
+	if !strings.HasPrefix(guest, "/") || guest == "/" || strings.ContainsAny(guest, " \t\n:") || len(guest) > 200 {
+		return Share{}, fmt.Errorf("share %q: guest directory %q must be an absolute path other than / without spaces or colons", s, guest)
+	}
+	guest = filepath.Clean(guest)
+	abs, err := filepath.Abs(host)
+	if err != nil {
+		return Share{}, fmt.Errorf("share %q: %v", s, err)
+	}
+	fi, err := os.Stat(abs)
+	if err != nil {
+		return Share{}, fmt.Errorf("share %q: host directory: %v", s, err)
+	}
+	if !fi.IsDir() {
+		return Share{}, fmt.Errorf("share %q: %s is not a directory", s, abs)
+	}
+	return Share{HostDir: abs, GuestDir: guest}, nil
 }
 
 // GuestResult is the outcome of one guest.
@@ -125,12 +199,15 @@ func CommandScript(args []string) string {
 	return strings.Join(args, " ") + "\n"
 }
 
-// Marker lines printed by the guest init.
+// Marker lines printed by the guest init. EXIT, STARTED and READY carry the
+// run's nonce (sent to the guest init on the console, never given to the
+// command), so a command printing them does not end its run.
 const (
 	markerExit    = "HCAEMU-EXIT "
 	markerFail    = "HCAEMU-FAIL "
 	markerWait    = "HCAEMU-WAIT"
 	markerStarted = "HCAEMU-STARTED"
+	markerReady   = "HCAEMU-READY"
 	markerGo      = "HCAEMU-GO"
 )
 
@@ -143,18 +220,22 @@ const (
 	evFail
 	evWait
 	evStarted
+	evReady     // the init saw the command ready (with the nonce)
+	evReadyLine // the command printed HCAEMU-READY itself
 	evIgnore
 )
 
-// parseLine classifies one console line (without its line ending). For evExit
-// status is the exit status and text the output before the marker (a last
-// line without a newline); for evFail text is what failed.
-func parseLine(line string) (ev event, status int, text string) {
+// parseLine classifies one console line (without its line ending) of a run
+// whose nonce is nonce. For evExit status is the exit status and text the
+// output before the marker (a last line without a newline); for evFail text
+// is what failed. Markers with another nonce are output.
+func parseLine(line, nonce string) (ev event, status int, text string) {
 	t := strings.TrimSpace(line)
-	if i := strings.Index(line, markerExit); i >= 0 {
-		f := strings.Fields(line[i+len(markerExit):])
-		if len(f) > 0 {
-			if n, err := strconv.Atoi(f[0]); err == nil {
+	exit := markerExit + nonce + " "
+	if i := strings.Index(line, exit); i >= 0 && nonce != "" {
+		f := strings.Fields(line[i+len(exit):])
+		if len(f) == 1 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n >= 0 && n <= 255 {
 				return evExit, n, line[:i]
 			}
 		}
@@ -164,9 +245,13 @@ func parseLine(line string) (ev event, status int, text string) {
 		return evFail, 0, strings.TrimPrefix(t, markerFail)
 	case t == markerWait:
 		return evWait, 0, ""
-	case t == markerStarted:
+	case nonce != "" && t == markerStarted+" "+nonce:
 		return evStarted, 0, ""
-	case strings.HasPrefix(t, markerGo):
+	case nonce != "" && t == markerReady+" "+nonce:
+		return evReady, 0, ""
+	case t == markerReady:
+		return evReadyLine, 0, ""
+	case strings.HasPrefix(t, markerGo+" "+nonce) && nonce != "":
 		return evIgnore, 0, "" // the guest tty's echo of our go line
 	}
 	return evOutput, 0, ""
@@ -187,12 +272,17 @@ func (l lineWriter) line(prefix, s string) {
 // guestRun is the state of one running guest.
 type guestRun struct {
 	k       int
+	nonce   string    // the run's marker nonce
+	ready   Readiness // what this guest's init watches for (guest 0)
+	reboot  bool      // reboots allowed: HCAEMU-WAIT may follow STARTED
 	cmd     *exec.Cmd
 	stdin   io.WriteCloser
 	tail    tailBuffer // console lines (all of them, last N)
 	qerr    tailBuffer // QEMU's stderr
 	waiting chan struct{}
 	started chan struct{}
+	isReady chan struct{} // the command is ready (see Readiness)
+	cmdDone chan struct{} // the exit marker arrived (status is set)
 	exited  chan struct{} // QEMU exited
 	boots   int           // HCAEMU-WAIT lines seen: boots of this guest
 	status  int
@@ -202,11 +292,79 @@ type guestRun struct {
 	mu      sync.Mutex
 }
 
+// kernelFiles returns the kernel the guests boot and the files the run's
+// archive adds: for Cluster.Kernel, its modules and their load order. The
+// kernel is copied into the run directory, which QEMU's root sees.
+func (c *Cluster) kernelFiles() (string, []string, error) {
+	gk := c.Kernel
+	if gk == nil {
+		return c.Env.Kernel, nil, nil
+	}
+	kernel := filepath.Join(c.Dir, "bzImage")
+	if err := copyFile(gk.Kernel, kernel); err != nil {
+		return "", nil, fmt.Errorf("guest kernel: %w", err)
+	}
+	order := filepath.Join(c.Dir, "modules.order")
+	if err := os.WriteFile(order, []byte(strings.Join(gk.Order, "\n")+"\n"), 0o644); err != nil {
+		return "", nil, err
+	}
+	files := []string{order + ":modules/order"}
+	for _, m := range gk.Order {
+		if src, ok := gk.Files[m]; ok {
+			files = append(files, src+":modules/"+m+".ko")
+		}
+	}
+	return kernel, files, nil
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, in)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// exitStatus is the command's exit status (-1: none yet).
+func (gr *guestRun) exitStatus() int {
+	gr.mu.Lock()
+	defer gr.mu.Unlock()
+	return gr.status
+}
+
+// newNonce returns a fresh marker nonce.
+func newNonce() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
 // Run boots the guests, runs script in each (guest 0 first: the others start
-// their command once guest 0 has started its own) and returns one result per
-// guest.
+// their command once guest 0's command is ready, see Cluster.Ready) and
+// returns one result per guest. When guest 0's command fails (or its guest
+// stops without an exit status), the others are stopped at once.
 func (c *Cluster) Run(ctx context.Context, script string) ([]GuestResult, error) {
 	e := c.Env
+	ready := c.Ready
+	if ready == "" {
+		ready = ReadyListen
+	}
+	if _, err := ParseReadiness(string(ready)); err != nil {
+		return nil, err
+	}
+	if c.Guests == 1 {
+		ready = ReadyStarted // nobody waits: no watching
+	}
+	nonce := newNonce()
 	if c.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
@@ -214,8 +372,12 @@ func (c *Cluster) Run(ctx context.Context, script string) ([]GuestResult, error)
 	}
 	ctx, cancelAll := context.WithCancelCause(ctx)
 	defer cancelAll(nil)
+	kernel, files, err := c.kernelFiles()
+	if err != nil {
+		return nil, err
+	}
 	initrd := filepath.Join(c.Dir, "initrd.cpio")
-	if err := makeInitrd(ctx, e.Builder, e.Initramfs, initrd, script); err != nil {
+	if err := makeInitrd(ctx, e.Builder, e.Initramfs, initrd, script, files); err != nil {
 		return nil, fmt.Errorf("per-run initrd: %w", err)
 	}
 	if c.Segment == nil {
@@ -235,18 +397,32 @@ func (c *Cluster) Run(ctx context.Context, script string) ([]GuestResult, error)
 	guests := make([]*guestRun, c.Guests)
 	for k := range guests {
 		g := guestSpec{
-			index: k, memoryMiB: c.MemoryMiB, accel: e.Accel, kernel: e.Kernel, initrd: initrd,
-			netSocket: ports[k], switchPath: seg.Path(), wait: k > 0 || c.AllowReboot,
-			reboot: c.AllowReboot,
+			index: k, memoryMiB: c.MemoryMiB, cpus: c.CPUs, accel: e.Accel, kernel: kernel, initrd: initrd,
+			netSocket: ports[k], switchPath: seg.Path(), reboot: c.AllowReboot,
 		}
 		if c.Devices {
 			g.devSocket = c.SocketPath(k)
 		}
+		var binds []bindMount
+		for i, sh := range c.Shares {
+			dir := sh.HostDir
+			if e.Root != "" {
+				// Inside the QEMU root the share is bound below /run.
+				dir = shareMount(i)
+				binds = append(binds, bindMount{hostDir: sh.HostDir, dir: dir})
+			}
+			g.shares = append(g.shares, guestShare{hostDir: dir, guestDir: sh.GuestDir})
+		}
 		argv := append([]string{e.QEMU}, qemuArgs(g)...)
 		if e.Root != "" {
-			argv = chrootArgv(e.Root, e.CacheDir, argv...)
+			argv = chrootArgv(e.Root, e.CacheDir, binds, argv...)
 		}
-		gr := &guestRun{k: k, status: -1, waiting: make(chan struct{}), started: make(chan struct{}), exited: make(chan struct{})}
+		gr := &guestRun{k: k, nonce: nonce, ready: ReadyStarted, reboot: c.AllowReboot, status: -1,
+			waiting: make(chan struct{}), started: make(chan struct{}), isReady: make(chan struct{}),
+			cmdDone: make(chan struct{}), exited: make(chan struct{})}
+		if k == 0 {
+			gr.ready = ready
+		}
 		gr.tail.max, gr.qerr.max = 60, 30
 		gr.cmd = exec.Command(argv[0], argv[1:]...)
 		gr.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: unix.SIGKILL, Setpgid: true}
@@ -268,33 +444,27 @@ func (c *Cluster) Run(ctx context.Context, script string) ([]GuestResult, error)
 		go gr.read(stdout, out)
 	}
 
-	// Guests >= 1 start their command once guest 0 has started its own.
+	// Guests >= 1 start their command once guest 0's is ready.
+	release := make(chan struct{})
 	for _, gr := range guests[1:] {
 		go func() {
 			select {
-			case <-guests[0].started:
+			case <-release:
 			case <-ctx.Done():
 				return
 			}
 			select {
 			case <-gr.waiting:
-				io.WriteString(gr.stdin, markerGo+"\n")
+				gr.mu.Lock()
+				gr.sendGo()
+				gr.mu.Unlock()
 			case <-ctx.Done():
 			}
 		}()
 	}
-	// If guest 0 dies before starting, the others would wait for ever.
-	go func() {
-		select {
-		case <-guests[0].exited:
-			select {
-			case <-guests[0].started:
-			default:
-				cancelAll(errors.New("guest 0 stopped before starting its command"))
-			}
-		case <-ctx.Done():
-		}
-	}()
+	if len(guests) > 1 {
+		go watchGuest0(ctx, guests[0], release, cancelAll)
+	}
 
 	var wg sync.WaitGroup
 	for _, gr := range guests {
@@ -403,7 +573,7 @@ func (gr *guestRun) read(r io.Reader, out lineWriter) {
 	for sc.Scan() {
 		line := strings.TrimRight(sc.Text(), "\r")
 		line = strings.ReplaceAll(line, "\r", "")
-		ev, status, text := parseLine(line)
+		ev, status, text := parseLine(line, gr.nonce)
 		gr.mu.Lock()
 		gr.tail.add(ansiRe.ReplaceAllString(line, ""))
 		switch ev {
@@ -411,6 +581,7 @@ func (gr *guestRun) read(r io.Reader, out lineWriter) {
 			if !exited {
 				gr.status = status
 				exited = true
+				closeOnce(gr.cmdDone)
 				// The guest powers off next; don't wait for a stuck shutdown.
 				t := time.AfterFunc(30*time.Second, gr.kill)
 				defer t.Stop()
@@ -418,18 +589,33 @@ func (gr *guestRun) read(r io.Reader, out lineWriter) {
 		case evFail:
 			gr.failed = text
 		case evWait:
+			if started && !gr.reboot {
+				ev = evOutput // the command's own line: no reboot here
+				break
+			}
 			started = false // a reboot: boot noise until the next STARTED
 			gr.boots++
 			if gr.boots > 1 || gr.k == 0 {
-				// A reboot (or guest 0 waiting because reboots are on):
-				// no ordering to respect, go at once.
-				fmt.Fprintf(gr.stdin, "%s %d\n", markerGo, gr.boots)
+				// Guest 0, or a reboot: no ordering to respect, go at once.
+				gr.sendGo()
 			} else {
 				closeOnce(gr.waiting)
 			}
 		case evStarted:
 			started = true
 			closeOnce(gr.started)
+			if gr.ready == ReadyStarted {
+				closeOnce(gr.isReady)
+			}
+		case evReady:
+			closeOnce(gr.isReady)
+		case evReadyLine:
+			// The command says it is ready (marker mode, or a listener
+			// hcaemu cannot see); it is output all the same.
+			if started && !exited && gr.ready != ReadyStarted {
+				closeOnce(gr.isReady)
+			}
+			ev = evOutput
 		}
 		gr.mu.Unlock()
 		if ev == evOutput && started && !exited {
@@ -442,6 +628,49 @@ func (gr *guestRun) read(r io.Reader, out lineWriter) {
 	io.Copy(io.Discard, r)
 	gr.cmd.Wait()
 	close(gr.exited)
+}
+
+// sendGo tells the guest init to start the command (gr.mu held).
+func (gr *guestRun) sendGo() {
+	fmt.Fprintf(gr.stdin, "%s %s %d %s\n", markerGo, gr.nonce, gr.boots, gr.ready)
+}
+
+// watchGuest0 closes release once guest 0's command is ready (or has exited
+// 0 without being ready: nothing to wait for), and cancels the run when
+// guest 0's command fails or its guest stops without an exit status.
+func watchGuest0(ctx context.Context, g0 *guestRun, release chan struct{}, cancel context.CancelCauseFunc) {
+	select {
+	case <-g0.isReady:
+	case <-g0.cmdDone:
+	case <-g0.exited:
+	case <-ctx.Done():
+		return
+	}
+	select {
+	case <-g0.isReady:
+	default:
+		switch st := g0.exitStatus(); {
+		case st > 0:
+			cancel(fmt.Errorf("guest 0's command failed (exit status %d) before it was ready", st))
+			return
+		case st < 0:
+			cancel(errors.New("guest 0 stopped before its command was ready"))
+			return
+		}
+	}
+	close(release)
+	select {
+	case <-g0.cmdDone:
+	case <-g0.exited:
+	case <-ctx.Done():
+		return
+	}
+	switch st := g0.exitStatus(); {
+	case st > 0:
+		cancel(fmt.Errorf("guest 0's command failed (exit status %d)", st))
+	case st < 0:
+		cancel(errors.New("guest 0 stopped before its command finished"))
+	}
 }
 
 // ansiRe matches the terminal control sequences SeaBIOS and the kernel print.

@@ -1,25 +1,30 @@
 # hcaemu guest init, run by u-root's gosh as uinit.
-# Kernel command line: hcaemu.guest=K hcaemu.ip=A.B.C.D/N hcaemu.server=IP hcaemu.wait=1
+# Kernel command line: hcaemu.guest=K hcaemu.ip=A.B.C.D/N hcaemu.server=IP
+#   hcaemu.share=TAG:DIR (repeatable: a virtio-9p share to mount)
 # The command is /hcaemu/cmd.sh (from a per-run cpio appended to the initramfs).
-# Markers on the console (one per line): HCAEMU-FAIL <what>, HCAEMU-WAIT,
-# HCAEMU-STARTED, HCAEMU-EXIT <status>.
+# Markers on the console (one per line): HCAEMU-FAIL <what>, HCAEMU-WAIT, then,
+# after the host's go line "HCAEMU-GO <nonce> <boot> <ready>",
+# HCAEMU-STARTED <nonce>, HCAEMU-READY <nonce>, HCAEMU-EXIT <nonce> <status>.
+# The nonce is never in the command's environment or files, so the command's
+# own output cannot end the run or declare readiness in its name.
 export PATH=/bbin:/bin:/usr/bin:/usr/sbin:/sbin
 export HOME=/tmp
 guest=""
 ip=""
 server=""
-wait=""
+shares=""
 for w in $(cat /proc/cmdline); do
 	case "$w" in
 	hcaemu.guest=*) guest="${w#hcaemu.guest=}" ;;
 	hcaemu.ip=*) ip="${w#hcaemu.ip=}" ;;
 	hcaemu.server=*) server="${w#hcaemu.server=}" ;;
-	hcaemu.wait=1) wait=1 ;;
+	hcaemu.share=*) shares="$shares ${w#hcaemu.share=}" ;;
 	esac
 done
 
+nonce=""
 finish() {
-	echo "HCAEMU-EXIT $1"
+	echo "HCAEMU-EXIT $nonce $1"
 	sync
 	shutdown halt
 	sleep 5
@@ -47,19 +52,82 @@ if [ -n "$ip" ]; then
 	fi
 fi
 
+for s in $shares; do
+	tag="${s%%:*}"
+	dir="${s#*:}"
+	mkdir -p "$dir"
+	if ! mount -t 9p -o trans=virtio,version=9p2000.L,msize=524288 "$tag" "$dir"; then
+		echo "HCAEMU-FAIL mount -t 9p $tag $dir"
+		dmesg | tail -n 20
+		finish 125
+	fi
+done
+
 export HCAEMU_GUEST="$guest"
 export HCAEMU_SERVER_IP="$server"
 # Only errors from the kernel from here on, so the console carries the command's output.
 echo 3 > /proc/sys/kernel/printk
 cd /tmp
-export HCAEMU_BOOT=1
-if [ "$wait" = 1 ]; then
-	echo "HCAEMU-WAIT"
-	read go boot
-	if [ -n "$boot" ]; then
-		export HCAEMU_BOOT="$boot"
+
+# listeners prints the listening sockets: TCP (state 0A in /proc/net/tcp*,
+# by inode) and rdma_cm listeners (rdma resource show cm_id).
+listeners() {
+	for f in /proc/net/tcp /proc/net/tcp6; do
+		while read -r sl local rem st queues timer retr uid tmo inode rest; do
+			if [ "$st" = 0A ]; then
+				echo "tcp:$local:$inode"
+			fi
+		done < $f
+	done
+	rdma resource show cm_id 2>/dev/null | while read -r line; do
+		case "$line" in
+		*"state LISTEN"*) echo "cm:${line// /_}" ;;
+		esac
+	done
+}
+
+# watch prints the ready marker once the command is ready: a listening
+# socket not in $before (taken before the command started: listen mode), or
+# the /tmp/.hcaemu-ready file hcaemu-ready creates (both modes).
+watch() {
+	mode=$1
+	while [ ! -e /tmp/.hcaemu-done ]; do
+		if [ -e /tmp/.hcaemu-ready ]; then
+			echo "HCAEMU-READY $nonce"
+			return
+		fi
+		if [ "$mode" = listen ]; then
+			for l in $(listeners); do
+				case "$before" in
+				*" $l "*) ;;
+				*)
+					echo "HCAEMU-READY $nonce"
+					return
+					;;
+				esac
+			done
+		fi
+		sleep 0.2
+	done
+}
+
+echo "HCAEMU-WAIT"
+read go nonce boot ready
+export HCAEMU_BOOT="$boot"
+rm -f /tmp/.hcaemu-ready /tmp/.hcaemu-done
+before=" "
+case "$ready" in
+listen|marker)
+	if [ "$ready" = listen ]; then
+		for l in $(listeners); do
+			before="$before$l "
+		done
 	fi
-fi
-echo "HCAEMU-STARTED"
+	watch "$ready" &
+	;;
+esac
+echo "HCAEMU-STARTED $nonce"
 gosh /hcaemu/cmd.sh < /dev/null
-finish $?
+st=$?
+: > /tmp/.hcaemu-done
+finish $st

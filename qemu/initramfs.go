@@ -30,6 +30,11 @@ var guestGoSum []byte
 //go:embed guestmod/hcaemu-initramfs/main.go
 var builderSource []byte
 
+// readyScript is the guest's hcaemu-ready: the command runs it to say it is
+// ready (--ready marker; also heard in listen mode). The init watches for
+// the file it creates.
+const readyScript = "#!/bbin/gosh\n: > /tmp/.hcaemu-ready\n"
+
 // builderDir is the builder's package directory in the guest module.
 const builderDir = "hcaemu-initramfs"
 
@@ -206,6 +211,11 @@ func buildInitramfs(ctx context.Context, p *provisioner) error {
 		return err
 	}
 	specs = append(specs, initPath+":hcaemu/init.sh")
+	readyPath := filepath.Join(guest, "hcaemu-ready")
+	if err := os.WriteFile(readyPath, []byte(readyScript), 0o755); err != nil {
+		return err
+	}
+	specs = append(specs, readyPath+":bin/hcaemu-ready")
 	sort.Strings(specs)
 
 	// Leftovers of an interrupted build.
@@ -236,11 +246,17 @@ func buildInitramfs(ctx context.Context, p *provisioner) error {
 // makeInitrd writes the run's initrd: the base initramfs with a small cpio
 // holding the command appended (the kernel unpacks concatenated archives),
 // written by the provisioned builder.
-func makeInitrd(ctx context.Context, builder, base, out, script string) error {
+//
+// files (SRC:DST) are added to the small cpio too.
+func makeInitrd(ctx context.Context, builder, base, out, script string, files []string) error {
 	if builder == "" {
 		return errors.New("no initramfs builder (Env.Builder): provision first")
 	}
-	cmd := exec.CommandContext(ctx, builder, "append", "-base", base, "-o", out, "-name", "hcaemu/cmd.sh")
+	args := []string{"append", "-base", base, "-o", out, "-name", "hcaemu/cmd.sh"}
+	for _, f := range files {
+		args = append(args, "-file", f)
+	}
+	cmd := exec.CommandContext(ctx, builder, args...)
 	cmd.Stdin = strings.NewReader(script)
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("%s: %w\n%s", filepath.Base(builder), err, bytes.TrimSpace(msg))

@@ -93,6 +93,7 @@ var guestModules = []string{
 	"ib_cm", "iw_cm", "configfs", "rdma_cm", "rdma_ucm", "ib_umad",
 	"crc32_generic", "udp_tunnel", "ip6_udp_tunnel", "rdma_rxe",
 	"vmw_pvrdma",
+	"9pnet_virtio", "9p", // --share
 }
 
 const minFreeBytes = 3 << 30
@@ -181,7 +182,7 @@ func (p *provisioner) keys() (tools, sid, trixie, modules, initramfs string) {
 	trixie = recipeTrixie + " " + strings.Join(trixiePackages, ",")
 	modules = recipeModules + " " + strings.Join(guestModules, ",") + " " + hash(buildModScript) + "|" +
 		strings.ReplaceAll(p.st.stamp("trixie"), "\n", " ")
-	initramfs = recipeInitramfs + " " + strings.Join(guestCommands, ",") + " " + hash(initScript, string(guestGoMod), string(guestGoSum), string(builderSource)) + "|" +
+	initramfs = recipeInitramfs + " " + strings.Join(guestCommands, ",") + " " + hash(initScript, readyScript, string(guestGoMod), string(guestGoSum), string(builderSource)) + "|" +
 		strings.ReplaceAll(p.st.stamp("sid")+p.st.stamp("modules"), "\n", " ")
 	return
 }
@@ -312,7 +313,7 @@ func (p *provisioner) modules(ctx context.Context) error {
 			return err
 		}
 		root := p.path(dirTrixie)
-		argv := chrootArgv(root, p.cache, append([]string{"/bin/sh", "-c", buildModScript, "buildmod", out}, guestModules...)...)
+		argv := chrootArgv(root, p.cache, nil, append([]string{"/bin/sh", "-c", buildModScript, "buildmod", out}, guestModules...)...)
 		if err := p.r.run(ctx, "modules", "", nil, argv[0], argv[1:]...); err != nil {
 			return err
 		}

@@ -52,12 +52,12 @@ func TestParseMemory(t *testing.T) {
 
 func TestQEMUArgs(t *testing.T) {
 	g := guestSpec{index: 1, memoryMiB: 1024, accel: "tcg", kernel: "/c/guest/vmlinuz", initrd: "/c/run/x/initrd.cpio",
-		netSocket: "/c/run/x/g1.net", switchPath: "/c/run/x/switch.net", devSocket: "/c/run/x/hca1.sock", wait: true}
+		netSocket: "/c/run/x/g1.net", switchPath: "/c/run/x/switch.net", devSocket: "/c/run/x/hca1.sock"}
 	want := []string{
 		"-machine", "q35", "-accel", "tcg", "-cpu", "max", "-smp", "1",
 		"-nodefaults", "-nographic", "-serial", "stdio", "-no-reboot",
 		"-kernel", "/c/guest/vmlinuz", "-initrd", "/c/run/x/initrd.cpio",
-		"-append", "console=ttyS0 panic=-1 quiet hcaemu.guest=1 hcaemu.ip=10.0.0.2/24 hcaemu.server=10.0.0.1 hcaemu.wait=1",
+		"-append", "console=ttyS0 panic=-1 quiet no_timer_check hcaemu.guest=1 hcaemu.ip=10.0.0.2/24 hcaemu.server=10.0.0.1",
 		"-netdev", "dgram,id=net0,local.type=unix,local.path=/c/run/x/g1.net,remote.type=unix,remote.path=/c/run/x/switch.net",
 		"-m", "1024M",
 		"-object", "memory-backend-memfd,id=mem,size=1024M,share=on",
@@ -68,13 +68,27 @@ func TestQEMUArgs(t *testing.T) {
 	if d := cmp.Diff(want, qemuArgs(g)); d != "" {
 		t.Errorf("qemuArgs (-want +got):\n%s", d)
 	}
-	g.devSocket, g.index, g.wait = "", 0, false
+	g.devSocket, g.index = "", 0
 	got := qemuArgs(g)
 	if strings.Contains(strings.Join(got, " "), "vfio-user") {
 		t.Errorf("no device socket, but vfio-user-pci in %q", got)
 	}
-	if a := got[18]; a != "console=ttyS0 panic=-1 quiet hcaemu.guest=0 hcaemu.ip=10.0.0.1/24" {
+	if a := got[18]; a != "console=ttyS0 panic=-1 quiet no_timer_check hcaemu.guest=0 hcaemu.ip=10.0.0.1/24" {
 		t.Errorf("guest 0 cmdline %q", a)
+	}
+	// Two vCPUs and two shares: slots 5 and 6, tags on the command line.
+	g.cpus = 2
+	g.shares = []guestShare{{hostDir: "/run/hcaemu-share0", guestDir: "/mnt/host"}, {hostDir: "/a,b", guestDir: "/results"}}
+	joined := strings.Join(qemuArgs(g), " ")
+	for _, want := range []string{
+		"-smp 2 ",
+		"hcaemu.guest=0 hcaemu.ip=10.0.0.1/24 hcaemu.share=hcaemu0:/mnt/host hcaemu.share=hcaemu1:/results ",
+		"-fsdev local,id=fs0,path=/run/hcaemu-share0,security_model=none -device virtio-9p-pci,fsdev=fs0,mount_tag=hcaemu0,addr=0x5",
+		"-fsdev local,id=fs1,path=/a,,b,security_model=none -device virtio-9p-pci,fsdev=fs1,mount_tag=hcaemu1,addr=0x6",
+	} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("args lack %q:\n%s", want, joined)
+		}
 	}
 }
 
@@ -95,19 +109,34 @@ func TestParseLine(t *testing.T) {
 		Status int
 		Text   string
 	}
+	const nonce = "0123456789abcdef"
 	for in, want := range map[string]res{
-		"HCAEMU-EXIT 0":                       {evExit, 0, ""},
-		"HCAEMU-EXIT 137\r":                   {evExit, 137, ""},
-		"no newline at the endHCAEMU-EXIT 3":  {evExit, 3, "no newline at the end"},
-		"HCAEMU-STARTED":                      {evStarted, 0, ""},
-		"HCAEMU-WAIT":                         {evWait, 0, ""},
-		"HCAEMU-GO":                           {evIgnore, 0, ""},
-		"HCAEMU-FAIL insmod vmw_pvrdma":       {evFail, 0, "insmod vmw_pvrdma"},
-		"hello HCAEMU-STARTED":                {evOutput, 0, ""},
-		"64 bytes from 10.0.0.2: icmp_seq=1 ": {evOutput, 0, ""},
-		"HCAEMU-EXIT x":                       {evOutput, 0, ""},
+		"HCAEMU-EXIT " + nonce + " 0":                      {evExit, 0, ""},
+		"HCAEMU-EXIT " + nonce + " 137\r":                  {evExit, 137, ""},
+		"no newline at the endHCAEMU-EXIT " + nonce + " 3": {evExit, 3, "no newline at the end"},
+		"HCAEMU-STARTED " + nonce:                          {evStarted, 0, ""},
+		"HCAEMU-READY " + nonce:                            {evReady, 0, ""},
+		"HCAEMU-READY":                                     {evReadyLine, 0, ""},
+		" HCAEMU-READY \r":                                 {evReadyLine, 0, ""},
+		"HCAEMU-WAIT":                                      {evWait, 0, ""},
+		"HCAEMU-GO " + nonce + " 1 listen":                 {evIgnore, 0, ""},
+		"HCAEMU-FAIL insmod vmw_pvrdma":                    {evFail, 0, "insmod vmw_pvrdma"},
+		"hello HCAEMU-STARTED " + nonce:                    {evOutput, 0, ""},
+		"64 bytes from 10.0.0.2: icmp_seq=1 ":              {evOutput, 0, ""},
+		"HCAEMU-EXIT " + nonce + " x":                      {evOutput, 0, ""},
+		"HCAEMU-EXIT " + nonce + " 256":                    {evOutput, 0, ""},
+		"HCAEMU-EXIT " + nonce + " 0 trailing":             {evOutput, 0, ""},
+		// The command cannot forge the markers: it does not know the nonce.
+		"HCAEMU-EXIT 0":                   {evOutput, 0, ""},
+		"HCAEMU-EXIT fedcba9876543210 0":  {evOutput, 0, ""},
+		"HCAEMU-EXIT " + nonce[:8] + " 0": {evOutput, 0, ""},
+		"HCAEMU-STARTED":                  {evOutput, 0, ""},
+		"HCAEMU-STARTED fedcba9876543210": {evOutput, 0, ""},
+		"HCAEMU-READY fedcba9876543210":   {evOutput, 0, ""},
+		"HCAEMU-GO":                       {evOutput, 0, ""},
+		"HCAEMU-GO fedcba9876543210 1 x":  {evOutput, 0, ""},
 	} {
-		ev, st, text := parseLine(in)
+		ev, st, text := parseLine(in, nonce)
 		if d := cmp.Diff(want, res{ev, st, text}); d != "" {
 			t.Errorf("parseLine(%q) (-want +got):\n%s", in, d)
 		}

@@ -54,7 +54,9 @@ func needE2E(t *testing.T) {
 // guestRetry defines run CMD...: in guest 0 (the server) it runs CMD once;
 // in the others it appends the server's IP and retries until the server is
 // listening (bounded; a connection refused is the only expected failure
-// before that), then prints RESULT <status> <cmd>.
+// before that), then prints RESULT <status> <cmd>. Readiness (hcaemu run
+// --ready) orders only the first step of a script: each later step starts a
+// new server, so scripts of many steps still need it.
 const guestRetry = `run() {
   if [ -z "$HCAEMU_SERVER_IP" ]; then
     "$@"

@@ -19,15 +19,19 @@ import (
 // While nil, guests boot without the vfio-user device.
 var startDevice func(ctx context.Context, socketPath string, guest int) (stop func(), err error)
 
-const runUsage = `usage: hcaemu run [--guests N] [--timeout D] [--memory M] [--cache DIR] [--pcap FILE] [--record DIR] [--log-level L] [--reboots]
+const runUsage = `usage: hcaemu run [--guests N] [--ready started|listen|marker] [--share HOSTDIR[:GUESTDIR]]... [--smp N]
+                  [--kernel bzImage] [--modules DIR] [--kernel-tree PATH] [--timeout D] [--memory M] [--cache DIR]
+                  [--pcap FILE] [--record DIR] [--log-level L] [--reboots]
                   [--faults PLAN] [--faults-log FILE] [--faults-seed N] [--control SOCK] -- COMMAND...
 
 Provisions (cached) a QEMU with vfio-user, a guest kernel and initramfs, starts
 one emulated PVRDMA device per guest, boots N guests on one Ethernet segment
 (guest k is 10.0.0.k+1/24) and runs COMMAND through the guest shell in each:
-guest 0 first, the others once guest 0's command is running. In the guests,
-HCAEMU_GUEST=k and HCAEMU_SERVER_IP=10.0.0.1 (empty in guest 0). Output lines
-are prefixed [gK]. The exit status is 0 only if every guest's command exited 0.
+guest 0 first, the others once guest 0's command is ready (--ready: by default
+once it listens on a TCP port or an rdma_cm ID; or exits 0). When guest 0's
+command fails, the others are stopped. In the guests, HCAEMU_GUEST=k and
+HCAEMU_SERVER_IP=10.0.0.1 (empty in guest 0). Output lines are prefixed [gK].
+The exit status is 0 only if every guest's command exited 0.
 
 The frames between the HCAs pass through a fault plan (--faults, empty by
 default) whose control socket (--control, else a path printed at start)
@@ -53,6 +57,8 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	logLevel := fs.String("log-level", "warn", "log level of the emulated HCAs (debug, info, warn, error)")
 	reboots := fs.Bool("reboots", false, "let a guest reboot (the command runs again after each boot; $HCAEMU_BOOT counts boots from 1)")
 	faults := registerFaultFlags(fs)
+	var workload workloadFlags
+	workload.register(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, runUsage)
@@ -81,6 +87,19 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hcaemu run: --memory: %v\n", err)
 		return 2
 	}
+	if err := workload.apply(nil); err != nil {
+		fmt.Fprintf(stderr, "hcaemu run: %v\n", err)
+		return 2
+	}
+	if _, err := newLogger(*logLevel); err != nil {
+		fmt.Fprintf(stderr, "hcaemu run: %v\n", err)
+		return 2
+	}
+	if err := checkOutputPath("pcap", *pcap); err != nil {
+		fmt.Fprintf(stderr, "hcaemu run: %v\n", err)
+		return 2
+	}
+
 	if runFaults, err = faults.start(stderr, defaultControlPath()); err != nil {
 		fmt.Fprintf(stderr, "hcaemu run: %v\n", err)
 		return 2
@@ -103,6 +122,11 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer cl.Close()
 	cl.MemoryMiB, cl.Timeout, cl.Stdout, cl.Stderr = mem, *timeout, stdout, stderr
 	cl.AllowReboot = *reboots
+	if err := workload.apply(cl); err != nil {
+		// Only what needs the provisioned kernel is left to fail here.
+		fmt.Fprintf(stderr, "hcaemu run: %v\n", err)
+		return 2
+	}
 
 	runOptions.pcap, runOptions.record, runOptions.logLevel = *pcap, *recordDir, *logLevel
 	defer closeRunFabric()

@@ -5,13 +5,14 @@
 // ../go.mod.txt) and runs it as a tool.
 //
 //	hcaemu-initramfs build -o OUT -gomod DIR -goroot DIR -tmp DIR [-file SRC:DST ...] [-command PKG ...]
-//	hcaemu-initramfs append -base BASE -o OUT -name NAME < CONTENT
+//	hcaemu-initramfs append -base BASE -o OUT -name NAME [-file SRC:DST ...] < CONTENT
 //
 // build makes the base initramfs with mkuimage: a u-root busybox of the
 // given commands (built in the module at -gomod), the files, gosh running
 // /hcaemu/init.sh as uinit. append writes BASE followed by a newc archive
 // holding one executable file NAME with the content read from stdin (the
-// kernel unpacks concatenated archives): the per-run command of a guest.
+// kernel unpacks concatenated archives): the per-run command of a guest, and
+// the files given (a run's own kernel modules, which replace those of BASE).
 package main
 
 import (
@@ -93,6 +94,8 @@ func appendMain(args []string, stdin io.Reader) error {
 	base := fs.String("base", "", "archive to start with")
 	out := fs.String("o", "", "output archive")
 	name := fs.String("name", "", "path of the file in the archive")
+	var files listFlag
+	fs.Var(&files, "file", "SRC:DST file to add (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -106,12 +109,24 @@ func appendMain(args []string, stdin io.Reader) error {
 	if len(content) > maxContent {
 		return fmt.Errorf("append: content longer than %d bytes", maxContent)
 	}
-	return appendFile(*base, *out, *name, string(content))
+	records := []cpio.Record{cpio.StaticFile(*name, string(content), 0o755)}
+	for _, f := range files {
+		src, dst, ok := strings.Cut(f, ":")
+		if !ok || src == "" || dst == "" {
+			return fmt.Errorf("append: -file %q: want SRC:DST", f)
+		}
+		b, err := os.ReadFile(src)
+		if err != nil {
+			return fmt.Errorf("append: -file: %v", err)
+		}
+		records = append(records, cpio.StaticFile(dst, string(b), 0o644))
+	}
+	return appendFile(*base, *out, records)
 }
 
 // appendFile writes base, zero padding to a 512-byte boundary, then a newc
-// archive with the executable file name.
-func appendFile(base, out, name, content string) error {
+// archive with the records.
+func appendFile(base, out string, records []cpio.Record) error {
 	in, err := os.Open(base)
 	if err != nil {
 		return err
@@ -126,7 +141,7 @@ func appendFile(base, out, name, content string) error {
 		_, err = f.Write(make([]byte, (512-n%512)%512))
 	}
 	if err == nil {
-		err = writeArchive(f, name, content)
+		err = writeArchive(f, records)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -134,10 +149,11 @@ func appendFile(base, out, name, content string) error {
 	return err
 }
 
-// writeArchive writes a newc archive holding one executable file.
-func writeArchive(w io.Writer, name, content string) error {
+// writeArchive writes a newc archive holding the records (their
+// directories must be in the base archive).
+func writeArchive(w io.Writer, records []cpio.Record) error {
 	rw := cpio.Newc.Writer(w)
-	if err := cpio.WriteRecords(rw, []cpio.Record{cpio.StaticFile(name, content, 0o755)}); err != nil {
+	if err := cpio.WriteRecords(rw, records); err != nil {
 		return err
 	}
 	return cpio.WriteTrailer(rw)

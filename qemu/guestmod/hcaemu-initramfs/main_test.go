@@ -7,11 +7,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/u-root/mkuimage/cpio"
 )
 
 func TestWriteArchive(t *testing.T) {
 	var b bytes.Buffer
-	if err := writeArchive(&b, "hcaemu/cmd.sh", "echo hi\n"); err != nil {
+	if err := writeArchive(&b, []cpio.Record{cpio.StaticFile("hcaemu/cmd.sh", "echo hi\n", 0o755)}); err != nil {
 		t.Fatal(err)
 	}
 	s := b.String()
@@ -50,6 +52,10 @@ func TestAppend(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "initrd.cpio")
+	ko := filepath.Join(dir, "vmw_pvrdma.ko")
+	if err := os.WriteFile(ko, []byte("\x7fELF module"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name    string
 		args    []string
@@ -57,6 +63,9 @@ func TestAppend(t *testing.T) {
 		wantErr bool
 	}{
 		{"ok", []string{"-base", base, "-o", out, "-name", "hcaemu/cmd.sh"}, "echo from-cmd\n", false},
+		{"files", []string{"-base", base, "-o", out, "-name", "hcaemu/cmd.sh", "-file", ko + ":modules/vmw_pvrdma.ko"}, "echo from-cmd\n", false},
+		{"bad file", []string{"-base", base, "-o", out, "-name", "a", "-file", ko}, "x", true},
+		{"missing file", []string{"-base", base, "-o", out, "-name", "a", "-file", ko + "x:modules/x.ko"}, "x", true},
 		{"no name", []string{"-base", base, "-o", out}, "x", true},
 		{"no base", []string{"-base", filepath.Join(dir, "none"), "-o", out, "-name", "a"}, "x", true},
 		{"too long", []string{"-base", base, "-o", out, "-name", "a"}, strings.Repeat("x", maxContent+1), true},
@@ -78,6 +87,9 @@ func TestAppend(t *testing.T) {
 			if !bytes.HasPrefix(b, []byte("070701base\x00")) || !bytes.Equal(b[512:518], []byte("070701")) ||
 				!bytes.Contains(b[512:], []byte("hcaemu/cmd.sh\x00")) || !bytes.Contains(b, []byte(tt.content)) {
 				t.Errorf("bad initrd %q", b)
+			}
+			if tt.name == "files" && (!bytes.Contains(b, []byte("modules/vmw_pvrdma.ko\x00")) || !bytes.Contains(b, []byte("\x7fELF module"))) {
+				t.Errorf("initrd lacks the module file: %q", b)
 			}
 		})
 	}
