@@ -90,6 +90,7 @@ type Device struct {
 	wireMAC [6]byte // source MAC of RoCE frames: the vmxnet3's, learnt from the default GID
 	res     resources
 	closed  bool
+	fatal   bool // the engine panicked: DEVICE_FATAL declared, no more engine work until reset
 }
 
 // New creates a device in its power-on state.
@@ -151,6 +152,7 @@ func (d *Device) powerOn() {
 	d.mach.Store(uint32(binary.LittleEndian.Uint16(d.mac[4:6])))
 	d.dsr = nil
 	d.active = false
+	d.fatal = false
 	d.wireMAC = d.mac
 	d.res.init(&d.caps)
 }

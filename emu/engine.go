@@ -1,6 +1,8 @@
 package emu
 
 import (
+	"fmt"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -125,24 +127,27 @@ func (eng *engine) run(d *Device) {
 			// One QP per lock hold: a doorbell or command waits for one
 			// QP's bounded batch of work at most (sqBatch WQEs, a window of
 			// RC packets), not for every QP with news.
-			d.mu.Lock()
-			if d.closed {
-				d.unlock()
+			closed := false
+			d.engineWork(func() {
+				if closed = d.closed; closed {
+					return
+				}
+				kind, h := uint32(key>>32), uint32(key)
+				switch kind {
+				case kickQP:
+					if qp := d.res.qp.get(h); qp != nil {
+						if gen, ok := fired[h]; ok && flags&kickTimer != 0 {
+							d.qpTimer(qp, gen)
+						}
+						d.serviceQP(qp, flags)
+					}
+				case kickSRQ:
+					// SRQ WQEs are consumed when a message arrives; nothing to do.
+				}
+			})
+			if closed {
 				break
 			}
-			kind, h := uint32(key>>32), uint32(key)
-			switch kind {
-			case kickQP:
-				if qp := d.res.qp.get(h); qp != nil {
-					if gen, ok := fired[h]; ok && flags&kickTimer != 0 {
-						d.qpTimer(qp, gen)
-					}
-					d.serviceQP(qp, flags)
-				}
-			case kickSRQ:
-				// SRQ WQEs are consumed when a message arrives; nothing to do.
-			}
-			d.unlock()
 		}
 		clear(work)
 		eng.mu.Lock()
@@ -168,9 +173,34 @@ func (eng *engine) run(d *Device) {
 
 // receiveLocked handles one received frame under the device lock.
 func (d *Device) receiveLocked(frame []byte) {
+	if !d.engineWork(func() { d.receiveFrame(frame) }) {
+		fabric.Release(frame) // a fatal device takes no frames
+	}
+}
+
+// engineWork runs one unit of the engine's work (a received frame, one QP's
+// news) under the device lock, and reports whether it ran. A panic in it is
+// a bug, but one that guest or peer input reached: it costs this device, not
+// the process and every other guest on it. It is logged with its stack, the
+// device declares DEVICE_FATAL (the driver passes it on to its consumers as
+// IB_EVENT_DEVICE_FATAL), and the engine does no more work for the device
+// until it is reset.
+func (d *Device) engineWork(fn func()) (ran bool) {
 	d.mu.Lock()
-	d.receiveFrame(frame)
-	d.unlock()
+	defer d.unlock()
+	if d.fatal {
+		return false
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			d.log.Error("device fatal: panic in the engine", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			d.fatal = true
+			d.event(pvrdma.EventDeviceFatal, 0)
+		}
+	}()
+	ran = true // fn owns what it was given, even if it panics
+	fn()
+	return ran
 }
 
 func (eng *engine) drainRx() {

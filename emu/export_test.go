@@ -7,3 +7,6 @@ func (d *Device) WithLock(fn func()) {
 	defer d.unlock()
 	fn()
 }
+
+// EngineWork runs fn as the engine runs a unit of its work.
+func (d *Device) EngineWork(fn func()) bool { return d.engineWork(fn) }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,8 +12,10 @@ import (
 	"github.com/hcaemu/hcaemu/doorbell"
 	"github.com/hcaemu/hcaemu/emu"
 	"github.com/hcaemu/hcaemu/emu/emutest"
+	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/ratelog"
+	"github.com/hcaemu/hcaemu/uverbs"
 )
 
 // watchdog fails the test if done is not closed in a long time: the
@@ -132,4 +135,71 @@ func (c *lineCounter) count() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.n
+}
+
+// TestEnginePanicIsDeviceFatal: a panic in the engine's work (a bug that
+// guest or peer input reached) is logged with its stack and becomes this
+// device's DEVICE_FATAL async event; the process, and the other device on the
+// fabric, go on; the fatal device does no more engine work until it is reset.
+func TestEnginePanicIsDeviceFatal(t *testing.T) {
+	checkGoroutines(t)
+	sw := fabric.NewSwitch()
+	var logged syncBuffer
+	drv := emutest.New(64 << 20)
+	dev := emu.New(emu.Config{Name: "fatal", Mem: drv.RAM, MSIX: drv.IRQ.Raise,
+		Log: slog.New(slog.NewTextHandler(&logged, nil)), MAC: [6]byte{0x00, 0x50, 0x56, 0, 0, 9}})
+	t.Cleanup(dev.Close)
+	drv.Dev = dev
+	if err := drv.Probe(); err != nil {
+		t.Fatal(err)
+	}
+	asyncBefore := drv.IRQ.Count[pvrdma.IntrVectorAsync].Load()
+	if !dev.EngineWork(func() { panic("injected engine bug") }) {
+		t.Fatal("the panicking work did not run")
+	}
+	if !hasEvent(drv.AsyncEvents(), pvrdma.EventDeviceFatal, 0) {
+		t.Fatalf("async events %v: no DEVICE_FATAL", drv.AsyncEvents())
+	}
+	if drv.IRQ.Count[pvrdma.IntrVectorAsync].Load() == asyncBefore {
+		t.Fatal("no async interrupt for DEVICE_FATAL")
+	}
+	if log := logged.String(); !strings.Contains(log, "injected engine bug") || !strings.Contains(log, "TestEnginePanicIsDeviceFatal") {
+		t.Fatalf("the log line lacks the panic or its stack:\n%s", log)
+	}
+	if dev.EngineWork(func() { t.Error("a fatal device ran engine work") }) {
+		t.Fatal("engine work ran on a fatal device")
+	}
+	// Other devices in the process are untouched: RC traffic between two
+	// healthy HCAs still moves checked data.
+	b, c := newHost(t, sw, 2), newHost(t, sw, 3)
+	src, lk, _ := b.mr(t, 4096, allAccess)
+	dst, lk2, _ := c.mr(t, 4096, allAccess)
+	qb, qc := pairRC(t, b, c, defaultRC(), defaultRC())
+	fill(b.RAM.Mem[src:src+4096], 7)
+	qc.PostRecv(uverbs.RecvWQE{WRID: 1, SGE: []uverbs.SGE{{Addr: dst, Length: 4096, LKey: lk2}}})
+	qb.PostSend(send(uverbs.OpSend, 2, 0, uverbs.SGE{Addr: src, Length: 4096, LKey: lk}))
+	if e := poll(t, b.cq, b, c); e.Status != 0 {
+		t.Fatalf("SEND between healthy devices: %+v", e)
+	}
+	if e := poll(t, c.cq, b, c); e.Status != 0 || !bytes.Equal(b.RAM.Mem[src:src+4096], c.RAM.Mem[dst:dst+4096]) {
+		t.Fatalf("RECV between healthy devices: %+v", e)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger on another goroutine.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
