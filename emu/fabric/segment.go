@@ -6,6 +6,7 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -25,10 +26,26 @@ type Segment struct {
 	path string
 
 	mu    sync.Mutex
-	ports []segmentPort   // by port number
-	macs  map[[6]byte]int // learned MAC -> port
+	ports []segmentPort        // by port number
+	macs  map[[6]byte]camEntry // learned MAC -> port, at most camSize
+	now   func() time.Time     // the clock entries age by (tests replace it)
 	stats SegmentStats
 	done  chan struct{}
+}
+
+// The MAC table is bounded the way a switch's CAM is: a guest sending from
+// ever new source MACs cannot grow it without limit. Entries age out after
+// camAge (the usual 300 s); when the table is full of live entries, new
+// MACs are not learned and frames to them flood, as on real switches.
+const (
+	camSize = 1024
+	camAge  = 300 * time.Second
+)
+
+// camEntry is one learned MAC: its port and when it was last seen.
+type camEntry struct {
+	port int
+	seen time.Time
 }
 
 // segmentPort is a QEMU's unix socket (path) or an in-process receiver.
@@ -40,6 +57,8 @@ type segmentPort struct {
 // SegmentStats counts frames.
 type SegmentStats struct {
 	Frames, Flooded, Dropped uint64
+	// CAMFull counts source MACs not learned because the table was full.
+	CAMFull uint64
 }
 
 // NewSegment listens on the unix datagram socket path for the given ports
@@ -55,7 +74,7 @@ func NewSegment(path string, ports []string) (*Segment, error) {
 		conn.Close()
 		return nil, err
 	}
-	s := &Segment{conn: conn, raw: raw, path: path, macs: map[[6]byte]int{}, done: make(chan struct{})}
+	s := &Segment{conn: conn, raw: raw, path: path, macs: map[[6]byte]camEntry{}, now: time.Now, done: make(chan struct{})}
 	for _, p := range ports {
 		s.ports = append(s.ports, segmentPort{path: p})
 	}
@@ -159,6 +178,23 @@ func (s *Segment) send(path string, frame []byte) {
 	}
 }
 
+// learn records that mac was seen on port in (s.mu held), within the table's
+// bound: a full table first drops aged entries, then stops learning.
+func (s *Segment) learn(mac [6]byte, in int, now time.Time) {
+	if _, ok := s.macs[mac]; !ok && len(s.macs) >= camSize {
+		for m, e := range s.macs {
+			if now.Sub(e.seen) >= camAge {
+				delete(s.macs, m)
+			}
+		}
+		if len(s.macs) >= camSize {
+			s.stats.CAMFull++
+			return
+		}
+	}
+	s.macs[mac] = camEntry{port: in, seen: now}
+}
+
 // forward learns the frame's source MAC on port in and returns the ports the
 // frame goes to.
 func (s *Segment) forward(in int, frame []byte) []segmentPort {
@@ -168,15 +204,16 @@ func (s *Segment) forward(in int, frame []byte) []segmentPort {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stats.Frames++
+	now := s.now()
 	if src[0]&1 == 0 {
-		s.macs[src] = in
+		s.learn(src, in, now)
 	}
 	if dst[0]&1 == 0 {
-		if out, ok := s.macs[dst]; ok {
-			if out == in {
+		if e, ok := s.macs[dst]; ok && now.Sub(e.seen) < camAge {
+			if e.port == in {
 				return nil
 			}
-			return []segmentPort{s.ports[out]}
+			return []segmentPort{s.ports[e.port]}
 		}
 	}
 	s.stats.Flooded++

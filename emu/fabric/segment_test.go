@@ -78,3 +78,47 @@ func TestSegment(t *testing.T) {
 		t.Fatal("frame from the in-process port not switched to its learned port only")
 	}
 }
+
+// TestSegmentCAMBounded: a guest sending from ever new source MACs cannot grow
+// the segment's MAC table past camSize: once it is full of live entries, new
+// MACs are not learned (their frames flood, counted as CAMFull), known ones
+// keep switching, and entries older than camAge make room again.
+func TestSegmentCAMBounded(t *testing.T) {
+	dir := t.TempDir()
+	ports := []string{filepath.Join(dir, "p0"), filepath.Join(dir, "p1")}
+	seg, err := NewSegment(filepath.Join(dir, "sw"), ports)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seg.Close()
+	clock := time.Unix(1000, 0)
+	seg.now = func() time.Time { return clock }
+	frame := func(dst, src [6]byte) []byte {
+		return append(append(append([]byte{}, dst[:]...), src[:]...), 0x08, 0x00)
+	}
+	mac := func(i int) [6]byte { return [6]byte{0x52, 0x54, 0, byte(i >> 16), byte(i >> 8), byte(i)} }
+	known := mac(1 << 20)
+	seg.forward(1, frame(mac(0), known)) // port 1's MAC, learned first
+	for i := range 10 * camSize {
+		seg.forward(0, frame(known, mac(i)))
+	}
+	if n := len(seg.macs); n > camSize {
+		t.Fatalf("%d MACs learned, bound %d", n, camSize)
+	}
+	if seg.stats.CAMFull == 0 {
+		t.Fatal("a full table learned every new MAC")
+	}
+	if outs := seg.forward(0, frame(known, mac(1))); len(outs) != 1 || outs[0].path != ports[1] {
+		t.Fatalf("a known MAC is no longer switched: %v", outs)
+	}
+	late := mac(20 * camSize)
+	seg.forward(0, frame(known, late))
+	if _, ok := seg.macs[late]; ok {
+		t.Fatal("learned a new MAC into a full table of live entries")
+	}
+	clock = clock.Add(camAge)
+	seg.forward(0, frame(known, late))
+	if e, ok := seg.macs[late]; !ok || e.port != 0 {
+		t.Fatalf("after ageing: %v %v, want learned on port 0", e, ok)
+	}
+}
