@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -21,7 +22,16 @@ type Server struct {
 	NewDevice NewDevice
 	// Log receives the server's messages; nil means slog.Default().
 	Log *slog.Logger
+	// MaxConns bounds the connections Serve serves at once (each is a
+	// device with its own DMA windows, descriptors and memory); a client
+	// beyond it is closed at once. 0 means DefaultMaxConns.
+	MaxConns int
 }
+
+// DefaultMaxConns is the connections one listener serves at once: a socket
+// is one PCI function for one QEMU, with room for a restarted QEMU that
+// connects while the old connection is still being torn down.
+const DefaultMaxConns = 4
 
 func (s *Server) logger() *slog.Logger {
 	if s.Log != nil {
@@ -86,6 +96,12 @@ func (s *Server) Serve(ctx context.Context, l *net.UnixListener) error {
 	defer stop()
 	log := s.logger()
 	var backoff time.Duration
+	maxConns := s.MaxConns
+	if maxConns <= 0 {
+		maxConns = DefaultMaxConns
+	}
+	var active atomic.Int32
+	var refused uint64
 	for {
 		c, err := l.AcceptUnix()
 		if err != nil {
@@ -106,7 +122,19 @@ func (s *Server) Serve(ctx context.Context, l *net.UnixListener) error {
 			return fmt.Errorf("vfio-user: accept: %w", err)
 		}
 		backoff = 0
-		wg.Go(func() { _ = s.ServeConn(ctx, c) }) // logs its own end
+		if int(active.Load()) >= maxConns {
+			refused++
+			if refused&(refused-1) == 0 { // 1st, 2nd, 4th, 8th…: bounded logging
+				log.Warn("vfio-user: connection refused: too many at once", "max", maxConns, "refused", refused)
+			}
+			c.Close()
+			continue
+		}
+		active.Add(1)
+		wg.Go(func() {
+			defer active.Add(-1)
+			_ = s.ServeConn(ctx, c) // logs its own end
+		})
 	}
 }
 

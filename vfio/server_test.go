@@ -1257,3 +1257,64 @@ func TestBlockingEventfdCannotWedgeTheServer(t *testing.T) {
 		t.Fatal("the server stopped answering after triggering a blocking, saturated eventfd")
 	}
 }
+
+// TestServeBoundsConnections: one listener serves at most MaxConns
+// connections at once; a client beyond them is closed at once (it gets no
+// device), and a slot freed by a client that leaves serves the next one.
+func TestServeBoundsConnections(t *testing.T) {
+	checkLeaks(t)
+	path := filepath.Join(t.TempDir(), "pvrdma.sock")
+	l, err := vfio.Listen(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var devices atomic.Int32
+	srv := &vfio.Server{MaxConns: 2, Log: slogDiscard(), NewDevice: func(h vfio.Host) (vfio.Device, error) {
+		devices.Add(1)
+		return newFakeDevice(h), nil
+	}}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, l) }()
+	dial := func() *vfiotest.Client {
+		conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := vfiotest.NewClient(conn)
+		c.Timeout = time.Minute
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	first, second := dial(), dial()
+	for _, c := range []*vfiotest.Client{first, second} {
+		if _, _, _, err := c.Version(vfiotest.QEMUVersionJSON); err != nil {
+			t.Fatal(err)
+		}
+	}
+	third := dial()
+	if _, _, _, err := third.Version(vfiotest.QEMUVersionJSON); err == nil {
+		t.Fatal("a third connection was served with MaxConns 2")
+	}
+	first.Close()
+	// The first connection's slot comes free once the server has torn it
+	// down; a client that comes before that is refused like the third.
+	var fourth *vfiotest.Client
+	for deadline := time.Now().Add(time.Minute); ; {
+		fourth = dial()
+		if _, _, _, err := fourth.Version(vfiotest.QEMUVersionJSON); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no slot came free after a client left")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := devices.Load(); n != 3 {
+		t.Fatalf("%d devices made, want 3 (the refused client gets none)", n)
+	}
+	cancel()
+	if err := <-served; err != nil {
+		t.Fatal(err)
+	}
+}
