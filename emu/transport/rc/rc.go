@@ -122,6 +122,7 @@ type QP struct {
 	reqs       []*request
 	nextPSN    uint32 // PSN of the next new request
 	unacked    uint32 // oldest unacknowledged PSN
+	sentEnd    uint32 // one past the newest PSN sent (a READ's last response PSN)
 	retries    uint8
 	rnrRetries uint8
 	rnrWait    bool
@@ -176,6 +177,7 @@ func (qp *QP) SetState(next transport.State) {
 	if next == transport.StateRTS && prev == transport.StateRTR {
 		qp.nextPSN = qp.cfg.SQPSN
 		qp.unacked = qp.cfg.SQPSN
+		qp.sentEnd = qp.cfg.SQPSN
 		qp.retries = qp.cfg.RetryCnt
 		qp.rnrRetries = qp.cfg.RNRRetry
 	}
@@ -296,6 +298,7 @@ func (qp *QP) Pump() {
 				return
 			}
 			req.next++
+			qp.sent(req)
 			qp.armTimer(false)
 		}
 	}
@@ -410,6 +413,43 @@ func (qp *QP) sendPacket(path transport.Path, req *request) error {
 		payload.Segs, payload.Off = wr.Segs, uint64(off)
 	}
 	return qp.env.Transmit(path, f, payload)
+}
+
+// sent records that the packet before req.next went out: the PSNs up to
+// it (a READ's whole response range) may now be acknowledged.
+func (qp *QP) sent(req *request) {
+	end := roce.PSNAdd(req.first, int(req.next))
+	if req.readOrAtomic {
+		end = roce.PSNAdd(req.last(), 1)
+	}
+	if roce.PSNDiff(end, qp.sentEnd) > 0 {
+		qp.sentEnd = end
+	}
+}
+
+// beyondSent reports whether psn is newer than every PSN sent: no genuine
+// response can carry it (rocev2.md §3.5: a response that fits no
+// outstanding request is dropped).
+func (qp *QP) beyondSent(psn uint32) bool { return roce.PSNDiff(psn, qp.sentEnd) >= 0 }
+
+// nakable reports whether a NAK's PSN names a request packet still
+// awaiting its acknowledgement: sent, and not older than the oldest
+// unacknowledged PSN, or inside the oldest unfinished request (a READ or
+// atomic an ACK went past is re-requested at its own PSN).
+func (qp *QP) nakable(psn uint32) bool {
+	if qp.beyondSent(psn) {
+		return false
+	}
+	if roce.PSNDiff(psn, qp.unacked) >= 0 {
+		return true
+	}
+	for _, req := range qp.reqs {
+		if req.done || req.npsn == 0 {
+			continue
+		}
+		return roce.PSNInRange(psn, req.first, req.last())
+	}
+	return false
 }
 
 // armTimer starts the retransmission timer if it is not running (or
@@ -604,20 +644,43 @@ func (qp *QP) failHead(status transport.Status) {
 	}
 }
 
-// failFirstUnfinished fails the oldest unfinished request that has packets
-// (class-C NAKs), after completing the finished ones before it. It does not
-// look at the NAK's PSN: the NAK acknowledges the requests before that PSN,
-// so this is the request at the PSN, except when a READ or atomic before
-// it still awaits its response (acked stops there); then that READ or
-// atomic fails instead (rocev2.md §3.5 says the request at the PSN).
-func (qp *QP) failFirstUnfinished(status transport.Status) {
+// failAt fails the request whose PSN range holds psn (class-C NAKs,
+// rocev2.md §3.5: "complete the WQE at that PSN"). The NAK acknowledged the
+// requests before it (acked marked them done); a READ or atomic before it
+// whose response never came cannot complete any more: it is flushed, as the
+// QP goes to ERR. The caller checked that psn is outstanding (nakable);
+// should no request hold it, the oldest unfinished one fails.
+func (qp *QP) failAt(psn uint32, status transport.Status) {
+	var target *request
 	for _, req := range qp.reqs {
 		if req.done || req.npsn == 0 {
 			continue
 		}
-		qp.failRequest(req, status)
+		if target == nil {
+			target = req // fallback: the oldest unfinished
+		}
+		if roce.PSNInRange(psn, req.first, req.last()) {
+			target = req
+			break
+		}
+	}
+	if target == nil {
 		return
 	}
+	for len(qp.reqs) > 0 && qp.reqs[0] != target {
+		head := qp.reqs[0]
+		if !head.done && !head.local && head.status == transport.StatusSuccess && head.npsn > 0 {
+			qp.reqs = qp.reqs[1:]
+			qp.completeSend(&head.wr, transport.StatusWRFlushErr, 0)
+			continue
+		}
+		if !head.done {
+			break
+		}
+		qp.reqs = qp.reqs[1:]
+		qp.completeSend(&head.wr, transport.StatusSuccess, head.length)
+	}
+	qp.failRequest(target, status)
 }
 
 // flush completes every request the requester holds, and the receive
@@ -645,6 +708,16 @@ func (qp *QP) response(pkt *roce.Packet) {
 	var syn roce.Syndrome
 	if pkt.AETH != nil {
 		syn = pkt.AETH.Syndrome()
+	}
+	if qp.beyondSent(psn) {
+		// Acknowledges (or NAKs, or answers) a PSN never sent: forged or
+		// from another connection. It must not complete anything.
+		qp.log.Debug("RC response beyond the PSNs sent dropped", "psn", psn, "sent_end", qp.sentEnd)
+		return
+	}
+	if (syn.IsRNRNAK() || syn.IsNAK()) && op == roce.RCAcknowledge && !qp.nakable(psn) {
+		qp.log.Debug("RC NAK outside the outstanding window dropped", "psn", psn, "unacked", qp.unacked)
+		return
 	}
 	switch op {
 	case roce.RCAcknowledge:
@@ -676,13 +749,13 @@ func (qp *QP) response(pkt *roce.Packet) {
 				qp.unacked = psn
 				qp.rewind(psn)
 			case roce.NAKInvalidRequest, roce.NAKInvalidRDRequest:
-				qp.failFirstUnfinished(transport.StatusRemInvReq)
+				qp.failAt(psn, transport.StatusRemInvReq)
 				return
 			case roce.NAKRemoteAccessError:
-				qp.failFirstUnfinished(transport.StatusRemAccess)
+				qp.failAt(psn, transport.StatusRemAccess)
 				return
 			default:
-				qp.failFirstUnfinished(transport.StatusRemOpErr)
+				qp.failAt(psn, transport.StatusRemOpErr)
 				return
 			}
 		}
