@@ -132,13 +132,16 @@ if [ -z "$HCAEMU_SERVER_IP" ]; then
 	hcaemu-ready
 	# Wait (bounded) for guest 1's answer: it starts only after hcaemu-ready.
 	for i in $(seq 1 600); do
-		if [ -e /results/g1.txt ]; then break; fi
+		if [ -e /results/g1.done ]; then break; fi
 		sleep 0.2
 	done
 	cat /results/g1.txt
 	exit 0
 fi
 echo "g1 sees: $(cat /results/g0.txt)" > /results/g1.txt
+# Then a second file: guest 0 polls for this one, so it never reads
+# g1.txt while it exists but is still empty.
+echo done > /results/g1.done
 exit 3
 `
 	if err := os.WriteFile(filepath.Join(in, "job.sh"), []byte(script), 0o755); err != nil {
