@@ -307,12 +307,12 @@ const peerStepArgs = 16
 
 // Step kinds of FuzzRCPeer's program (the first byte of each step, mod 6).
 const (
-	peerPost      = iota // post the next victim work request
-	peerRelease          // let [0]%8+1 held victim frames through, then sync
-	peerAttack           // one attacker frame (see attack)
-	peerDestroy          // DESTROY_MR of victim region [0]%5
-	peerReregister       // register a buffer like deregistered region [0]%5
-	peerSync             // sync both devices
+	peerPost       = iota // post the next victim work request
+	peerRelease           // let [0]%8+1 held victim frames through, then sync
+	peerAttack            // one attacker frame (see attack)
+	peerDestroy           // DESTROY_MR of victim region [0]%5
+	peerReregister        // register a buffer like deregistered region [0]%5
+	peerSync              // sync both devices
 	peerStepKinds
 )
 
