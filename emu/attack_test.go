@@ -87,6 +87,7 @@ type region struct {
 	handle     uint32
 	addr       uint64 // I/O virtual address of byte 0
 	gpa        uint64 // guest-physical address of byte 0 (pages are contiguous)
+	pdir       uint64 // its page directory
 	size       uint64
 	lkey, rkey uint32
 }
@@ -114,7 +115,7 @@ func (h *watchedHost) registerAt(t *testing.T, name string, pd uint32, iova, siz
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &region{name: name, pd: pd, access: access, handle: rsp.MRHandle, addr: iova, gpa: pages[0], size: size, lkey: rsp.LKey, rkey: rsp.RKey}
+	r := &region{name: name, pd: pd, access: access, handle: rsp.MRHandle, addr: iova, gpa: pages[0], pdir: dir, size: size, lkey: rsp.LKey, rkey: rsp.RKey}
 	if writable {
 		h.watch.Allow(name, r.gpa, size)
 	} else {
