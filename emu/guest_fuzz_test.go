@@ -104,8 +104,8 @@ func newGuestRig(t *testing.T) *guestRig {
 			guestStruct{i, "CQ notification ring", s.CQRing[0], uint64(len(s.CQRing)) * dma.PageSize},
 			guestStruct{i, "DSR", s.DSR, dma.PageSize})
 		for k := range 4 {
-			s.rc.PostRecv(uverbs.RecvWQE{WRID: g.nextWRID(), SGE: []uverbs.SGE{{Addr: s.lw.addr, Length: 8192, LKey: s.lw.lkey}}})
-			s.ud.PostRecv(uverbs.RecvWQE{WRID: g.nextWRID(), SGE: []uverbs.SGE{{Addr: s.rw.addr + uint64(k)*4096, Length: 4096, LKey: s.rw.lkey}}})
+			g.postRecv(s, s.rc, uverbs.RecvWQE{WRID: g.nextWRID(), SGE: []uverbs.SGE{{Addr: s.lw.addr, Length: 8192, LKey: s.lw.lkey}}})
+			g.postRecv(s, s.ud, uverbs.RecvWQE{WRID: g.nextWRID(), SGE: []uverbs.SGE{{Addr: s.rw.addr + uint64(k)*4096, Length: 4096, LKey: s.rw.lkey}}})
 		}
 	}
 	for _, s := range g.sides {
@@ -119,6 +119,24 @@ func newGuestRig(t *testing.T) *guestRig {
 
 func (g *guestRig) nextWRID() uint64 { g.wrid++; return g.wrid }
 
+// The guest's writes to memory the device may be reading or writing at the
+// same moment (scribbles, and WQEs once ring indices are scribbled over)
+// happen while it holds the device's lock: the device sees them between
+// two of its own steps, as it would see a guest's store, and the race
+// detector sees the lock.
+
+// postSend writes a send WQE on s's QP under its device's lock and rings.
+func (g *guestRig) postSend(s *guestSide, qp *emutest.QP, w uverbs.SendWQE) {
+	s.dev.WithLock(func() { qp.WriteSend(w) })
+	qp.RingSend()
+}
+
+// postRecv writes a receive WQE on s's QP under its device's lock and rings.
+func (g *guestRig) postRecv(s *guestSide, qp *emutest.QP, w uverbs.RecvWQE) {
+	s.dev.WithLock(func() { qp.WriteRecv(w) })
+	qp.RingRecv()
+}
+
 // legit posts a well-formed work request from side [0]&1 to the other:
 // [1]%5 picks SEND, WRITE, READ, FETCH_ADD or a UD SEND, [2:4] the length.
 func (g *guestRig) legit(arg []byte) {
@@ -127,26 +145,26 @@ func (g *guestRig) legit(arg []byte) {
 	src := uverbs.SGE{Addr: s.rw.addr, Length: n, LKey: s.rw.lkey}
 	switch arg[1] % 5 {
 	case 0:
-		peer.rc.PostRecv(uverbs.RecvWQE{WRID: g.nextWRID(), SGE: []uverbs.SGE{{Addr: peer.lw.addr, Length: 8192, LKey: peer.lw.lkey}}})
-		s.rc.PostSend(send(uverbs.OpSend, g.nextWRID(), 0, src))
+		g.postRecv(peer, peer.rc, uverbs.RecvWQE{WRID: g.nextWRID(), SGE: []uverbs.SGE{{Addr: peer.lw.addr, Length: 8192, LKey: peer.lw.lkey}}})
+		g.postSend(s, s.rc, send(uverbs.OpSend, g.nextWRID(), 0, src))
 	case 1:
 		w := send(uverbs.OpRDMAWrite, g.nextWRID(), 0, src)
 		w.SetRDMA(peer.rw.addr+8192, peer.rw.rkey)
-		s.rc.PostSend(w)
+		g.postSend(s, s.rc, w)
 	case 2:
 		w := send(uverbs.OpRDMARead, g.nextWRID(), 0, uverbs.SGE{Addr: s.lw.addr, Length: n, LKey: s.lw.lkey})
 		w.SetRDMA(peer.rw.addr, peer.rw.rkey)
-		s.rc.PostSend(w)
+		g.postSend(s, s.rc, w)
 	case 3:
 		w := send(uverbs.OpAtomicFetchAdd, g.nextWRID(), 0, uverbs.SGE{Addr: s.lw.addr + 8, Length: 8, LKey: s.lw.lkey})
 		w.SetAtomic(peer.rw.addr+16, 1, 0, peer.rw.rkey)
-		s.rc.PostSend(w)
+		g.postSend(s, s.rc, w)
 	case 4:
-		peer.ud.PostRecv(uverbs.RecvWQE{WRID: g.nextWRID(), SGE: []uverbs.SGE{{Addr: peer.lw.addr, Length: 4096, LKey: peer.lw.lkey}}})
+		g.postRecv(peer, peer.ud, uverbs.RecvWQE{WRID: g.nextWRID(), SGE: []uverbs.SGE{{Addr: peer.lw.addr, Length: 4096, LKey: peer.lw.lkey}}})
 		src.Length = min(n, 1024)
 		w := send(uverbs.OpSend, g.nextWRID(), 0, src)
 		w.SetUD(peer.ud.QPN, guestUDQKey, s.av)
-		s.ud.PostSend(w)
+		g.postSend(s, s.ud, w)
 	}
 }
 
@@ -210,14 +228,16 @@ func (g *guestRig) run(in []byte) {
 			st := g.structs[int(arg[0])%len(g.structs)]
 			h := g.sides[st.side]
 			off := uint64(binary.BigEndian.Uint16(arg[1:])) % st.size
-			if kind == guestWrite32 {
-				h.Put32(st.gpa+off&^3, binary.LittleEndian.Uint32(arg[3:]))
-			} else {
+			h.dev.WithLock(func() {
+				if kind == guestWrite32 {
+					h.Put32(st.gpa+off&^3, binary.LittleEndian.Uint32(arg[3:]))
+					return
+				}
 				n := min(uint64(arg[4]%64)+1, st.size-off)
 				for i := range n {
 					h.RAM.Mem[st.gpa+off+i] = arg[3]
 				}
-			}
+			})
 		case guestDoorbell:
 			// Offsets 0 (QP), 4 (CQ), 8 (SRQ) or any word of the page;
 			// the handle one of the side's QPs' or its CQ's, or raw.
@@ -247,23 +267,23 @@ func (g *guestRig) run(in []byte) {
 			}
 			if arg[0]&2 != 0 {
 				w.SetUD(g.sides[1-g.sideIndex(s)].ud.QPN, guestUDQKey, s.av)
-				s.ud.PostSend(w)
+				g.postSend(s, s.ud, w)
 			} else {
-				s.rc.PostSend(w)
+				g.postSend(s, s.rc, w)
 			}
 		case guestRecv:
 			w := uverbs.RecvWQE{WRID: g.nextWRID(), SGE: []uverbs.SGE{g.sge(s, arg[1:8])}}
 			if arg[0]&2 != 0 {
-				s.ud.PostRecv(w)
+				g.postRecv(s, s.ud, w)
 			} else {
-				s.rc.PostRecv(w)
+				g.postRecv(s, s.rc, w)
 			}
 		case guestProducer:
 			qp := []*emutest.QP{s.rc, s.ud}[arg[1]&1]
 			v := binary.LittleEndian.Uint32(arg[2:])
 			if arg[1]&2 != 0 {
 				s.Put32(qp.Pages[0]+uverbs.RxProdTail, v)
-				s.Doorbell(0, 0, qp.Handle|1<<31)
+				qp.RingRecv()
 			} else {
 				qp.SetSQProd(v)
 			}
@@ -277,15 +297,18 @@ func (g *guestRig) check() {
 	a, b := g.sides[0].watchedHost, g.sides[1].watchedHost
 	settle(a, b)
 	for _, s := range g.sides {
-		for range 2 * s.cq.N {
-			e, ok := s.cq.Poll()
-			if !ok {
-				break
+		// The ring indices may be scribbled over: drain under the lock.
+		s.dev.WithLock(func() {
+			for range 2 * s.cq.N {
+				e, ok := s.cq.Poll()
+				if !ok {
+					break
+				}
+				t.Logf("%s: CQE %+v", s.ip, e)
 			}
-			t.Logf("%s: CQE %+v", s.ip, e)
-		}
-		s.AsyncEvents()
-		s.CQNotifications()
+			s.AsyncEvents()
+			s.CQNotifications()
+		})
 	}
 	a.checkMemory(t)
 	b.checkMemory(t)
