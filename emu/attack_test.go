@@ -139,14 +139,17 @@ func (h *watchedHost) canaries(n int) {
 }
 
 // destroyMR deregisters r; from the moment DESTROY_MR returns, the device
-// may not write its memory, whose bytes must stay as they are.
-func (h *watchedHost) destroyMR(t *testing.T, r *region) {
+// may not write its memory, whose bytes must stay as they are. It reports
+// whether the device deregistered it.
+func (h *watchedHost) destroyMR(t *testing.T, r *region) bool {
 	t.Helper()
 	if err := h.MustCmd(&pvrdma.CmdDestroyMR{MRHandle: r.handle}, nil); err != nil {
-		t.Fatal(err)
+		t.Logf("%s: %s stays registered: %v", h.ip, r.name, err)
+		return false
 	}
 	h.watch.Revoke(r.name)
 	h.keep(r.name+" (deregistered)", r.gpa, r.size)
+	return true
 }
 
 // checkMemory fails the test for every device write outside the allowed

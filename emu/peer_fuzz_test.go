@@ -144,7 +144,9 @@ func newPeerRig(t *testing.T) *peerRig {
 	}
 	r.foreign = b.register(t, "foreign", pd2, 8192, allAccess, false)
 	for _, h := range []*watchedHost{a, b} {
-		h.destroyMR(t, h.register(t, "spare", h.pd, 4096, 1, false))
+		if !h.destroyMR(t, h.register(t, "spare", h.pd, 4096, 1, false)) {
+			t.Fatal("DESTROY_MR of an idle region failed")
+		}
 	}
 	binary.LittleEndian.PutUint64(b.RAM.Mem[r.target.gpa+8192:], peerAtomicStart)
 	a.canaries(2)
@@ -207,8 +209,7 @@ func (r *peerRig) destroy(i int) {
 	if r.gone[i] {
 		return
 	}
-	r.owner[i].destroyMR(r.t, r.victims[i])
-	r.gone[i] = true
+	r.gone[i] = r.owner[i].destroyMR(r.t, r.victims[i])
 }
 
 // reregister registers fresh pages at the I/O virtual address of
