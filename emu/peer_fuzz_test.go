@@ -13,24 +13,24 @@ import (
 	"github.com/hcaemu/hcaemu/uverbs"
 )
 
-// gate holds the frames the victim HCAs send until the step program lets
+// frameGate holds the frames the victim HCAs send until the step program lets
 // them through, so that "mid-message" is a point of the program, not of the
 // scheduler. The attacker's frames pass at once. Released frames keep their
 // order.
-type gate struct {
+type frameGate struct {
 	mu       sync.Mutex
 	next     fabric.Link
 	open     bool
-	held     []heldFrame
+	held     []gatedFrame
 	attacker string // name of the port whose frames pass at once
 }
 
-type heldFrame struct {
+type gatedFrame struct {
 	from  *fabric.Port
 	frame []byte
 }
 
-func (g *gate) decorator(next fabric.Link) fabric.Link {
+func (g *frameGate) decorator(next fabric.Link) fabric.Link {
 	g.next = next
 	return fabric.LinkFunc(func(from *fabric.Port, frame []byte) bool {
 		g.mu.Lock()
@@ -38,7 +38,7 @@ func (g *gate) decorator(next fabric.Link) fabric.Link {
 			g.mu.Unlock()
 			return g.next.Send(from, frame)
 		}
-		g.held = append(g.held, heldFrame{from, frame})
+		g.held = append(g.held, gatedFrame{from, frame})
 		g.mu.Unlock()
 		return true
 	})
@@ -46,10 +46,10 @@ func (g *gate) decorator(next fabric.Link) fabric.Link {
 
 // release lets the n oldest held frames through (a refused one is lost, as
 // on a full queue: the sender retransmits).
-func (g *gate) release(n int) {
+func (g *frameGate) release(n int) {
 	g.mu.Lock()
 	n = min(n, len(g.held))
-	out := append([]heldFrame(nil), g.held[:n]...)
+	out := append([]gatedFrame(nil), g.held[:n]...)
 	g.held = append(g.held[:0], g.held[n:]...)
 	g.mu.Unlock()
 	for _, hf := range out {
@@ -58,7 +58,7 @@ func (g *gate) release(n int) {
 }
 
 // openAll lets every held frame through and the gate stays open.
-func (g *gate) openAll() {
+func (g *frameGate) openAll() {
 	for {
 		g.mu.Lock()
 		if len(g.held) == 0 {
@@ -106,7 +106,7 @@ const (
 // peerRig is the victim pair and what the step program acts on.
 type peerRig struct {
 	t      *testing.T
-	gate   *gate
+	gate   *frameGate
 	a, b   *watchedHost
 	qa, qb *emutest.QP
 	evil   *fabric.Port
@@ -124,7 +124,7 @@ type peerRig struct {
 }
 
 func newPeerRig(t *testing.T) *peerRig {
-	g := &gate{attacker: "evil"}
+	g := &frameGate{attacker: "evil"}
 	sw := fabric.NewSwitch(g.decorator)
 	r := &peerRig{t: t, gate: g}
 	// Room for one region more than each host registers (a: 2, b: 4),
