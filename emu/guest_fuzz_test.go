@@ -26,8 +26,10 @@ type guestSide struct {
 	*watchedHost
 	rc, ud *emutest.QP
 	// In the host's PD: rw (all access), lw (local write only), ro
-	// (remote read only); x: all access in a PD no QP uses.
-	rw, lw, ro, x *region
+	// (remote read only), lo (local write only, named by no local SGE:
+	// only a remote WRITE or atomic, which it does not grant, could write
+	// it); x: all access in a PD no QP uses.
+	rw, lw, ro, lo, x *region
 	av            uverbs.AV // towards the other host
 }
 
@@ -62,6 +64,7 @@ func newGuestRig(t *testing.T) *guestRig {
 		s.rw = h.register(t, "rw", h.pd, 16384, allAccess, true)
 		s.lw = h.register(t, "lw", h.pd, 8192, 1, true)
 		s.ro = h.register(t, "ro", h.pd, 4096, 4, false)
+		s.lo = h.register(t, "lo", h.pd, 4096, 1, false)
 		pd2, err := h.CreatePD(0)
 		if err != nil {
 			t.Fatal(err)
@@ -179,14 +182,17 @@ func (g *guestRig) sge(s *guestSide, arg []byte) uverbs.SGE {
 	if k := int(arg[0]) % 6; k < len(regions) {
 		return uverbs.SGE{Addr: regions[k].addr + off, Length: raw % 16384, LKey: regions[k].lkey}
 	}
+	if raw == s.lo.lkey {
+		raw ^= 1 << 31 // a local SGE never names lo
+	}
 	return uverbs.SGE{Addr: s.rw.addr + off, Length: raw % 16384, LKey: raw}
 }
 
 // remote picks an R_Key and address from 3 bytes as sge does, among the
-// peer's regions.
+// peer's regions (and one of the side's own).
 func (g *guestRig) remote(s *guestSide, arg []byte) (uint64, uint32) {
 	peer := g.sides[1-g.sideIndex(s)]
-	regions := []*region{peer.rw, peer.lw, peer.ro, peer.x, s.rw}
+	regions := []*region{peer.rw, peer.lw, peer.ro, peer.x, s.rw, peer.lo}
 	reg := regions[int(arg[0])%len(regions)]
 	return reg.addr + uint64(binary.BigEndian.Uint16(arg[1:])), reg.rkey
 }
@@ -369,6 +375,8 @@ func FuzzGuestMemory(f *testing.F) {
 	// and a receive's buffer.
 	f.Add(prog(step(guestWQE, 0, 4, 2, 3, 0, 0, 0, 0, 0x10, 0, 0, 0, 0), step(guestSettle)))
 	f.Add(prog(step(guestWQE, 0, 0, 2, 0, 0, 0, 0, 0, 0x10, 0, 3, 0, 0), step(guestSettle)))
+	// A WRITE and an atomic at a local-write-only region of the peer.
+	f.Add(prog(step(guestWQE, 0, 0, 2, 0, 0, 0, 0, 0, 0x10, 0, 5, 0, 0), step(guestWQE, 1, 6, 2, 1, 0, 8, 0, 0, 0, 8, 5, 0, 16, 1, 1), step(guestSettle)))
 	// (b's RQ has four receives left from setup: the fifth SEND lands in
 	// the fuzzed one.)
 	f.Add(prog(step(guestRecv, 1, 3, 0, 0, 0, 0, 0x10, 0), step(guestLegit, 0, 0, 0x08, 0), step(guestLegit, 0, 0, 0x08, 0),
