@@ -30,7 +30,7 @@ type guestSide struct {
 	// only a remote WRITE or atomic, which it does not grant, could write
 	// it); x: all access in a PD no QP uses.
 	rw, lw, ro, lo, x *region
-	av            uverbs.AV // towards the other host
+	av                uverbs.AV // towards the other host
 }
 
 // guestRig is FuzzGuestMemory's pair of hosts.
