@@ -226,6 +226,8 @@ func (r *peerRig) reregister(i int) {
 	h := r.owner[i]
 	re := h.registerAt(r.t, old.name+" (re-registered)", old.pd, old.addr, old.size, old.access, false)
 	r.t.Logf("%s (handle %d) re-registered as handle %d", old.name, old.handle, re.handle)
+	// A later DESTROY_MR of i deregisters the new registration.
+	r.victims[i], r.gone[i] = re, false
 }
 
 // attackerOpcodes are the opcodes the attacker sends.
