@@ -245,15 +245,17 @@ var attackerOpcodes = []roce.Opcode{
 //	[0]     opcode (attackerOpcodes)
 //	[1]     bits 0-1 source address: own, spoofed a, spoofed b;
 //	        bit 2: to a's QP (responses) instead of b's (requests);
-//	        bit 3: destination QPN from [13] instead of the victim's
+//	        bit 3: destination QPN from [13:16] instead of the victim's
 //	[2]     PSN: the victim's initial PSN plus this signed offset
-//	[3]     R_Key: one of the regions' (0-5), or handle [3]&31 in the key format
+//	[3]     R_Key: below 96, that of region [3]%6 (b's target, receive
+//	        buffers, READ source, other PD's region; a's source, READ
+//	        destination); else guessed: handle [3]&31, variant [15]
 //	[4:6]   VA offset into the region (or the target)
 //	[6:8]   payload length (mod 1025)
 //	[8]     payload byte
 //	[9]     AETH syndrome
 //	[10:13] MSN, DMA length, atomic values
-//	[13:16] raw destination QPN
+//	[13:16] raw destination QPN ([15] is also the guessed key's variant)
 func (r *peerRig) attack(arg []byte) {
 	op := attackerOpcodes[int(arg[0])%len(attackerOpcodes)]
 	srcIP := []netip.Addr{r.evilIP, r.a.ip, r.b.ip, r.evilIP}[arg[1]&3]
@@ -273,7 +275,7 @@ func (r *peerRig) attack(arg []byte) {
 		reg := keyed[k%6]
 		rkey, va = reg.rkey, reg.addr
 	} else {
-		rkey, va = uint32(arg[3]&31)<<8, r.target.addr
+		rkey, va = uint32(arg[3]&31)<<8|uint32(arg[15]), r.target.addr
 	}
 	va += uint64(binary.BigEndian.Uint16(arg[4:]))
 	n := int(binary.BigEndian.Uint16(arg[6:])) % 1025
@@ -477,7 +479,7 @@ func FuzzRCPeer(f *testing.F) {
 	f.Add(prog(step(peerPost), step(peerRelease, 0), step(peerAttack, 1, 1, 1, 0, 0, 0, 0x04, 0, 0xEE), step(peerRelease, 7)))
 	// A WRITE into b's target with its R_Key, spoofing a.
 	f.Add(prog(step(peerAttack, 7, 1, 0, 0, 0, 0, 0, 200, 0x55), step(peerPost), step(peerPost), step(peerRelease, 7)))
-	// A WRITE guessing the key format into the other PD's region.
+	// A WRITE with the R_Key of b's region in another PD.
 	f.Add(prog(step(peerAttack, 7, 0, 0, 3, 0, 0, 0, 200, 0x55), step(peerSync)))
 	// Forged READ response and ACKs towards a, spoofing b.
 	f.Add(prog(step(peerPost), step(peerPost), step(peerPost), step(peerRelease, 5),
@@ -496,6 +498,10 @@ func FuzzRCPeer(f *testing.F) {
 		step(peerReregister, 1), step(peerRelease, 7), step(peerPost), step(peerRelease, 7)))
 	// An atomic from the attacker at b's target.
 	f.Add(prog(step(peerAttack, 16, 0, 0, 0, 0x20, 0, 0, 0, 0, 0, 9, 9), step(peerPost), step(peerRelease, 7)))
+	// WRITEs with keys guessed from the key format (handle 4 = the other
+	// PD's region, variants 0 and 1), spoofing a, mid-WRITE.
+	f.Add(prog(step(peerPost), step(peerPost), step(peerRelease, 4), step(peerAttack, 7, 1, 4, 100, 0, 0, 0, 200, 0x55),
+		step(peerAttack, 7, 1, 4, 100, 0, 0, 0, 200, 0x55, 0, 0, 0, 0, 0, 0, 1), step(peerRelease, 7)))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		checkGoroutines(t)
 		r := newPeerRig(t)
