@@ -211,7 +211,7 @@ const guestStepArgs = 16
 const (
 	guestWrite32  = iota // [0] structure, [1:3] offset, [3:7] value: a 32-bit store
 	guestFill            // [0] structure, [1:3] offset, [3] byte, [4] length-1 (mod 64)
-	guestDoorbell        // [0] side, [1:3] UAR offset, [3] QP/CQ pick, [4:8] raw value
+	guestDoorbell        // [0] side, [1] offset (QP, CQ, SRQ, word [2]), [3] handle (RC, UD, CQ, raw), [4:8] value
 	guestSettle          // let every engine run until idle
 	guestLegit           // a well-formed work request (see legit)
 	guestWQE             // a send WQE with fuzzed opcode, flags, SGE and remote
