@@ -348,7 +348,7 @@ func TestDeregSourceMidRetransmission(t *testing.T) {
 	fill(a.RAM.Mem[src:src+n], 31)
 	dst, lkB, _ := b.mr(t, n, allAccess)
 	o := defaultRC()
-	o.timeout = 14 // 67 ms: the lost packets are retransmitted soon
+	o.timeout = 15 // 134 ms: the lost packets are retransmitted soon
 	qa, qb := pairRC(t, a, b, o, defaultRC())
 	qb.PostRecv(uverbs.RecvWQE{WRID: 7, SGE: []uverbs.SGE{{Addr: dst, Length: n, LKey: lkB}}})
 	g.arm(a.mac, 0, true) // everything a sends is lost
@@ -402,7 +402,7 @@ func TestDuplicateReadAfterReuse(t *testing.T) {
 	src1, mr1 := b.region(t, b.pd, n, allAccess)
 	fill(b.RAM.Mem[src1:src1+n], 53)
 	o := defaultRC()
-	o.timeout = 14 // 67 ms: the READ is retried soon
+	o.timeout = 15 // 134 ms: the READ is retried soon
 	qa, qb := pairRC(t, a, b, o, defaultRC())
 	g.arm(b.mac, 0, true) // b's READ responses are lost
 	w := send(uverbs.OpRDMARead, 1, 0, uverbs.SGE{Addr: dst, Length: n, LKey: lkA})
