@@ -12,6 +12,7 @@ import (
 	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/mr"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
+	"github.com/hcaemu/hcaemu/emu/roce"
 	"github.com/hcaemu/hcaemu/uverbs"
 )
 
@@ -68,8 +69,18 @@ func newHostCaps(t *testing.T, sw *fabric.Switch, k int, caps *pvrdma.DeviceCaps
 // domain pd.
 func (h *host) region(t *testing.T, pd uint32, n int, access uint32) (uint64, pvrdma.CmdCreateMRResp) {
 	t.Helper()
+	return h.regionAt(t, pd, 0, n, access)
+}
+
+// regionAt registers n bytes of fresh guest memory at virtual address va
+// (0: its GPA) and returns the memory's GPA.
+func (h *host) regionAt(t *testing.T, pd uint32, va uint64, n int, access uint32) (uint64, pvrdma.CmdCreateMRResp) {
+	t.Helper()
 	pages, dir := h.Buffer((n + 4095) / 4096)
-	rsp, err := h.CreateMR(pvrdma.CmdCreateMR{Start: pages[0], Length: uint64(n), PdirDMA: dir,
+	if va == 0 {
+		va = pages[0]
+	}
+	rsp, err := h.CreateMR(pvrdma.CmdCreateMR{Start: va, Length: uint64(n), PdirDMA: dir,
 		PDHandle: pd, AccessFlags: access, NChunks: uint32(len(pages))})
 	if err != nil {
 		t.Fatal(err)
@@ -99,6 +110,9 @@ type gate struct {
 	mu    sync.Mutex
 	next  fabric.Link
 	rules map[[6]byte]*gateRule
+	// tap: copies of the frames from this MAC that went through.
+	tap    [6]byte
+	tapped []heldFrame
 }
 
 type gateRule struct {
@@ -121,6 +135,9 @@ func (g *gate) decorator(next fabric.Link) fabric.Link {
 func (g *gate) send(from *fabric.Port, frame []byte) bool {
 	g.mu.Lock()
 	rule := g.rules[from.MAC()]
+	if from.MAC() == g.tap && (rule == nil || rule.pass > 0) {
+		g.tapped = append(g.tapped, heldFrame{from, fabric.Clone(frame)})
+	}
 	if rule == nil || rule.pass > 0 {
 		if rule != nil {
 			rule.pass--
@@ -192,6 +209,56 @@ func (g *gate) discard() {
 		}
 		delete(g.rules, src)
 	}
+	for _, f := range g.tapped {
+		fabric.Release(f.frame)
+	}
+	g.tapped = nil
+}
+
+// heldPackets parses the frames held from src.
+func (g *gate) heldPackets(t *testing.T, src [6]byte) []roce.Packet {
+	t.Helper()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var pkts []roce.Packet
+	if rule := g.rules[src]; rule != nil {
+		for _, f := range rule.held {
+			pkts = append(pkts, parseFrame(t, f.frame))
+		}
+	}
+	return pkts
+}
+
+func parseFrame(t *testing.T, frame []byte) roce.Packet {
+	t.Helper()
+	u, err := roce.Unframe(frame)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkt, err := roce.Parse(u.IB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pkt
+}
+
+// replay sends a copy of the tapped frame that satisfies match again, from
+// the port that sent it (a peer replaying its own packet).
+func (g *gate) replay(t *testing.T, match func(roce.Packet) bool) {
+	t.Helper()
+	g.mu.Lock()
+	var again heldFrame
+	for _, f := range g.tapped {
+		if match(parseFrame(t, f.frame)) {
+			again = heldFrame{f.from, fabric.Clone(f.frame)}
+			break
+		}
+	}
+	g.mu.Unlock()
+	if again.frame == nil {
+		t.Fatal("gate: no such frame tapped")
+	}
+	g.send(again.from, again.frame)
 }
 
 func gatedSwitch(t *testing.T) (*fabric.Switch, *gate) {
@@ -429,6 +496,70 @@ func TestDuplicateReadAfterReuse(t *testing.T) {
 	}
 	if !hasEvent(b.AsyncEvents(), pvrdma.EventQPAccessErr, qb.Handle) {
 		t.Error("no QP_ACCESS_ERR on the responder")
+	}
+}
+
+// TestReplayedReadAfterReuse: a hostile peer replays, from its own port,
+// a READ request the responder already answered, after the responder's
+// guest deregistered the region and registered another one at the same
+// virtual address (other pages), granting no remote access, which got the
+// same handle. The responder answers with a
+// remote access error NAK and raises QP_ACCESS_ERR: not one byte of the new
+// region goes on the wire.
+func TestReplayedReadAfterReuse(t *testing.T) {
+	for _, otherPD := range []bool{false, true} {
+		name := "same PD"
+		if otherPD {
+			name = "another PD"
+		}
+		t.Run(name, func(t *testing.T) {
+			checkGoroutines(t)
+			sw, g := gatedSwitch(t)
+			a, b := newHost(t, sw, 1), newHostCaps(t, sw, 2, smallMRTable())
+			const n = 2 * 1024
+			dst, lkA, _ := a.mr(t, n, allAccess)
+			src1, mr1 := b.region(t, b.pd, n, allAccess)
+			fill(b.RAM.Mem[src1:src1+n], 61)
+			qa, qb := pairRC(t, a, b, defaultRC(), defaultRC())
+			g.mu.Lock()
+			g.tap = a.mac
+			g.mu.Unlock()
+			w := send(uverbs.OpRDMARead, 1, 0, uverbs.SGE{Addr: dst, Length: n, LKey: lkA})
+			w.SetRDMA(src1, mr1.RKey)
+			qa.PostSend(w)
+			expectCQE(t, a, 1, uverbs.WCSuccess, a, b)
+			b.destroyMR(t, mr1.MRHandle)
+			pd := b.pd
+			if otherPD {
+				var err error
+				if pd, err = b.CreatePD(0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			src2, mr2 := b.regionAt(t, pd, src1, n, pvrdma.AccessLocalWrite)
+			if mr2.MRHandle != mr1.MRHandle {
+				t.Fatalf("new region got handle %d, want %d again", mr2.MRHandle, mr1.MRHandle)
+			}
+			fill(b.RAM.Mem[src2:src2+n], 97)
+			g.arm(b.mac, 0, false) // what b answers stays here
+			g.replay(t, func(pkt roce.Packet) bool { return pkt.Opcode() == roce.RCRDMAReadRequest })
+			g.waitFor(t, b.mac, "answer to the replayed READ", func(held, _ int) bool { return held >= 1 }, a, b)
+			for i := 0; i < 3; i++ {
+				b.dev.Sync()
+			}
+			pkts := g.heldPackets(t, b.mac)
+			if len(pkts) != 1 || pkts[0].Opcode() != roce.RCAcknowledge || pkts[0].AETH == nil ||
+				pkts[0].AETH.Syndrome() != roce.NAKSyndrome(roce.NAKRemoteAccessError) {
+				var ops []string
+				for _, pkt := range pkts {
+					ops = append(ops, pkt.Opcode().String())
+				}
+				t.Fatalf("answer to the replayed READ: %v, want one remote access error NAK", ops)
+			}
+			if !hasEvent(b.AsyncEvents(), pvrdma.EventQPAccessErr, qb.Handle) {
+				t.Error("no QP_ACCESS_ERR on the responder")
+			}
+		})
 	}
 }
 
