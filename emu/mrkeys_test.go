@@ -414,9 +414,10 @@ func TestDeregSourceMidRetransmission(t *testing.T) {
 	src, mrA := a.region(t, a.pd, n, allAccess)
 	fill(a.RAM.Mem[src:src+n], 31)
 	dst, lkB, _ := b.mr(t, n, allAccess)
-	o := defaultRC()
-	o.timeout = 15 // 134 ms: the lost packets are retransmitted soon
-	qa, qb := pairRC(t, a, b, o, defaultRC())
+	// The default timeout (about 1 s, 7 retries): the steps between the
+	// loss and the retransmission must not outlast the retries, however
+	// loaded the machine; the test waits one timeout for the retry.
+	qa, qb := pairRC(t, a, b, defaultRC(), defaultRC())
 	qb.PostRecv(uverbs.RecvWQE{WRID: 7, SGE: []uverbs.SGE{{Addr: dst, Length: n, LKey: lkB}}})
 	g.arm(a.mac, 0, true) // everything a sends is lost
 	qa.PostSend(send(uverbs.OpSend, 1, 0, uverbs.SGE{Addr: src, Length: n, LKey: mrA.LKey}))
@@ -468,9 +469,10 @@ func TestDuplicateReadAfterReuse(t *testing.T) {
 	dst, lkA, _ := a.mr(t, n, allAccess)
 	src1, mr1 := b.region(t, b.pd, n, allAccess)
 	fill(b.RAM.Mem[src1:src1+n], 53)
-	o := defaultRC()
-	o.timeout = 15 // 134 ms: the READ is retried soon
-	qa, qb := pairRC(t, a, b, o, defaultRC())
+	// The default timeout (about 1 s, 7 retries): the steps between the
+	// loss and the retransmission must not outlast the retries, however
+	// loaded the machine; the test waits one timeout for the retry.
+	qa, qb := pairRC(t, a, b, defaultRC(), defaultRC())
 	g.arm(b.mac, 0, true) // b's READ responses are lost
 	w := send(uverbs.OpRDMARead, 1, 0, uverbs.SGE{Addr: dst, Length: n, LKey: lkA})
 	w.SetRDMA(src1, mr1.RKey)
