@@ -46,7 +46,7 @@ for p in /sys/class/virtio-ports/*; do
 		name=$(cat "$p/name")
 		if [ -n "$name" ]; then
 			mkdir -p /dev/virtio-ports
-			ln -sf "../${p##*/}" "/dev/virtio-ports/$name"
+			ln -s "../${p##*/}" "/dev/virtio-ports/$name"
 		fi
 	fi
 done
