@@ -129,20 +129,26 @@ type Control struct {
 // ListenControl listens on the unix socket path (a stale socket left by a
 // dead process is replaced) and serves commands until Close.
 func ListenControl(path string, inj *Injector) (*Control, error) {
-	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
-		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
-			c.Close()
-			return nil, fmt.Errorf("control socket %s: in use", path)
-		}
-		os.Remove(path)
-	}
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	l, err := listenUnix(path)
 	if err != nil {
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
 	c := &Control{inj: inj, l: l, path: path, conns: map[net.Conn]struct{}{}}
 	c.wg.Go(func() { c.accept(l, c.serve) })
 	return c, nil
+}
+
+// listenUnix listens on the unix socket path; a stale socket left by a dead
+// process is replaced, a live one is not.
+func listenUnix(path string) (*net.UnixListener, error) {
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("%s: in use", path)
+		}
+		os.Remove(path)
+	}
+	return net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 }
 
 // Path is the socket's path.
@@ -207,19 +213,20 @@ func (c *Control) serve(conn net.Conn) {
 // answered with an error and skipped, and the port stays usable.
 const MaxGuestLine = 64 << 10
 
-// ListenGuest serves commands from one guest on another unix socket at path,
-// meant for the chardev of the guest's virtio-serial port (QEMU connects to
-// it, and again after a reconnection). The commands and responses are those
-// of the control socket; unlike a client of the control socket, a guest
-// never loses its connection for what it writes: a line longer than
-// MaxGuestLine or not a command is answered with an error, and the next
-// line is read. Lines are answered one at a time, in order: while a reply
-// cannot be written (the guest does not read its port), the guest's next
-// lines wait in the socket, so a guest holds at most one pending reply here
-// and never delays the other guests or the control socket. Close stops the
-// guest sockets too.
+// ListenGuest serves commands from one guest on another unix socket at
+// path, meant for the chardev of the guest's virtio-serial port (QEMU
+// connects to it, and again after a reconnection; a stale socket file is
+// replaced). The commands and responses are those of the control socket;
+// unlike a client of the control socket, a guest never loses its
+// connection for what it writes: a line longer than MaxGuestLine or not a
+// command is answered with an error, and the next line is read. Lines are
+// answered one at a time, in order: while a reply cannot be written (the
+// guest does not read its port), the guest's next lines wait in the
+// socket, so a guest holds at most one pending reply here and never delays
+// the other guests or the control socket. Close stops the guest sockets
+// too.
 func (c *Control) ListenGuest(path string) error {
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	l, err := listenUnix(path)
 	if err != nil {
 		return fmt.Errorf("guest control socket: %w", err)
 	}
