@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -125,5 +127,100 @@ func TestE2EFaultsGuest(t *testing.T) {
 	}
 	if strings.Contains(out, "hcaemu: faults: rule blackout:") {
 		t.Error("the rule the guest removed is still there at exit")
+	}
+}
+
+// replayPlan duplicates each RDMA CM message (a MAD on QP1) with
+// probability 1/2. The CM's messages are the guests' reproducible traffic:
+// QP1's PSNs start at 0 at every boot, while the tools draw their own QPs'
+// PSNs from the clock and their PID. A duplicate changes nothing but the
+// CM's answer to it, so the same seed meets the same messages in the same
+// order.
+const replayPlan = `{"seed": 7, "rules": [
+  {"name": "dupcm", "match": {"classes": ["cm"]}, "action": {"kind": "duplicate"}, "schedule": {"probability": 0.5}}
+]}`
+
+// replayScript connects once over rdma_cm (guest 1 starts once guest 0's
+// rping listens) and checks the data.
+const replayScript = `if [ -z "$HCAEMU_SERVER_IP" ]; then
+  timeout -t 200s rping -s -V -C 10 -S 4096 -a 10.0.0.1 -p 18702
+else
+  rping -c -V -C 10 -S 4096 -a 10.0.0.1 -p 18702
+fi
+echo "RPING $?"
+`
+
+// firings returns the firings of a fault log, without their time; with
+// names false, without the rule's name either.
+func firings(t *testing.T, path string, names bool) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, text := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var line map[string]any
+		if err := json.Unmarshal([]byte(text), &line); err != nil {
+			t.Fatalf("%s: line %q: %v", path, text, err)
+		}
+		if line["event"] != nil {
+			continue
+		}
+		delete(line, "time")
+		if !names {
+			delete(line, "rule")
+		}
+		norm, _ := json.Marshal(line)
+		out = append(out, string(norm))
+	}
+	return out
+}
+
+// TestE2EFaultsReplay: two runs of the same plan and seed fire the same
+// faults (the logs agree but for the time), and the log turned into a plan
+// by "hcaemu faults replay" fires them again in a third run.
+func TestE2EFaultsReplay(t *testing.T) {
+	needE2E(t)
+	dir := t.TempDir()
+	plan := filepath.Join(dir, "plan.json")
+	if err := os.WriteFile(plan, []byte(replayPlan), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func(name string, args ...string) string {
+		t.Helper()
+		log := filepath.Join(dir, name+".log")
+		out, code := hcaemuRun(t, append([]string{"--guests", "2", "--timeout", "5m", "--faults-log", log}, append(args, "--", replayScript)...)...)
+		if code != 0 {
+			t.Fatalf("run %s: hcaemu run exited %d", name, code)
+		}
+		for k := range 2 {
+			mustContain(t, out, k, "(?m)^RPING 0$")
+		}
+		return log
+	}
+	first := run("first", "--faults", plan, "--faults-seed", "11")
+	second := run("second", "--faults", plan, "--faults-seed", "11")
+	want := firings(t, first, true)
+	t.Logf("the first run fired:\n%s", strings.Join(want, "\n"))
+	if len(want) == 0 {
+		t.Fatal("the plan fired nothing")
+	}
+	if got := firings(t, second, true); !slices.Equal(got, want) {
+		t.Errorf("the second run with the same plan and seed fired:\n%s\nthe first:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+
+	replay := filepath.Join(dir, "replay.json")
+	cmd := exec.Command(hcaemuBin, "faults", "replay", first)
+	b, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("hcaemu faults replay: %v", err)
+	}
+	if err := os.WriteFile(replay, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	third := run("replayed", "--faults", replay)
+	if got, want := firings(t, third, false), firings(t, first, false); !slices.Equal(got, want) {
+		t.Errorf("the replayed log fired:\n%s\nthe logged run:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

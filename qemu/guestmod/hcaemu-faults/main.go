@@ -86,6 +86,8 @@ func run(args []string, stdout, stderr io.Writer, open func(path string, deadlin
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(stdout, usage)
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
 			return 0
 		}
 		fmt.Fprintf(stderr, "hcaemu-faults: %v\n%s\n", err, usage)
