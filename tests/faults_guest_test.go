@@ -232,3 +232,29 @@ func TestE2EFaultsReplay(t *testing.T) {
 		t.Errorf("the replayed log fired:\n%s\nthe logged run:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestE2EFaultsGuestReboot: a guest's port survives its reboot, with an
+// unread reply and half a line left on it by the first boot.
+func TestE2EFaultsGuestReboot(t *testing.T) {
+	needE2E(t)
+	script := `echo "BOOT $HCAEMU_BOOT"
+hcaemu-faults add "{\"name\": \"boot$HCAEMU_BOOT\", \"match\": {\"qpn\": 99}, \"action\": {\"kind\": \"drop\"}}"
+echo "ADD $?"
+if [ "$HCAEMU_BOOT" = 1 ]; then
+  echo '{"op":"list"}' > /dev/virtio-ports/org.hcaemu.faults
+  echo -n '{"op":"cle' > /dev/virtio-ports/org.hcaemu.faults
+  shutdown reboot
+  sleep 120
+fi
+hcaemu-faults list
+echo "LIST $?"
+`
+	out, code := hcaemuRun(t, "--reboots", "--timeout", "5m", "--", script)
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	mustContain(t, out, 0, "(?m)^BOOT 2$", "(?m)^add: boot1$", "(?m)^add: boot2$", `(?m)^    "name": "boot1",$`, `(?m)^    "name": "boot2",$`, "(?m)^LIST 0$")
+	if n := strings.Count(strings.Join(guestLines(out, 0), "\n"), "ADD 0"); n != 2 {
+		t.Errorf("%d adds succeeded, want 2", n)
+	}
+}
