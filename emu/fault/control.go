@@ -180,11 +180,14 @@ func (c *Control) accept(l *net.UnixListener, serve func(net.Conn)) {
 	}
 }
 
-// answer executes one command line.
-func (c *Control) answer(text string) Response {
+// answer executes one command line (from a guest: with the guests' limits).
+func (c *Control) answer(text string, guest bool) Response {
 	var req Request
 	if err := strictDecode(strings.NewReader(text), &req); err != nil {
 		return Response{Error: "bad command: " + err.Error()}
+	}
+	if guest && req.Op == "add" && c.inj.nrule.Load() >= MaxGuestRules {
+		return Response{Error: fmt.Sprintf("add: the plan has %d rules, a guest may add rules up to %d", c.inj.nrule.Load(), MaxGuestRules), ID: req.ID}
 	}
 	rsp := c.inj.Do(req)
 	rsp.ID = req.ID
@@ -200,7 +203,7 @@ func (c *Control) serve(conn net.Conn) {
 		if text == "" {
 			continue
 		}
-		if enc.Encode(c.answer(text)) != nil {
+		if enc.Encode(c.answer(text, false)) != nil {
 			return
 		}
 	}
@@ -213,13 +216,20 @@ func (c *Control) serve(conn net.Conn) {
 // answered with an error and skipped, and the port stays usable.
 const MaxGuestLine = 64 << 10
 
+// MaxGuestRules bounds the plan guests can grow: every frame meets every
+// rule, so a guest adding rules in a loop would slow the fabric of all. A
+// guest's add is refused while the plan has this many rules (the host's
+// plan and control socket are not bounded).
+const MaxGuestRules = 1024
+
 // ListenGuest serves commands from one guest on another unix socket at
 // path, meant for the chardev of the guest's virtio-serial port (QEMU
 // connects to it, and again after a reconnection; a stale socket file is
 // replaced). The commands and responses are those of the control socket;
 // unlike a client of the control socket, a guest never loses its
 // connection for what it writes: a line longer than MaxGuestLine or not a
-// command is answered with an error, and the next line is read. Lines are
+// command is answered with an error, and the next line is read; its add
+// is refused while the plan has MaxGuestRules rules. Lines are
 // answered one at a time, in order: while a reply cannot be written (the
 // guest does not read its port), the guest's next lines wait in the
 // socket, so a guest holds at most one pending reply here and never delays
@@ -256,7 +266,7 @@ func (c *Control) serveGuest(conn net.Conn) {
 		case text == "":
 			continue
 		default:
-			rsp = c.answer(text)
+			rsp = c.answer(text, true)
 		}
 		if enc.Encode(rsp) != nil {
 			return

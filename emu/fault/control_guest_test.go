@@ -3,8 +3,10 @@ package fault_test
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"net"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -106,6 +108,38 @@ func TestControlGuest(t *testing.T) {
 	}
 	if rsp, err := fault.Command(path, fault.Request{Op: "list"}); err != nil || len(rsp.Rules) != 0 {
 		t.Errorf("after the guest's clear: %+v, %v", rsp, err)
+	}
+
+	// A guest grows the plan up to MaxGuestRules rules, not beyond; the
+	// control socket can.
+	var adds strings.Builder
+	for i := range fault.MaxGuestRules + 1 {
+		fmt.Fprintf(&adds, `{"op":"add","id":"%d","rule":{"name":"r%d","match":{"qpn":%d},"action":{"kind":"drop"}}}`+"\n", i, i, i+1)
+	}
+	// Written while the replies are read: neither side's buffer has to
+	// hold all of it.
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := g0.conn.Write([]byte(adds.String()))
+		wrote <- err
+	}()
+	defer func() {
+		if err := <-wrote; err != nil {
+			t.Error(err)
+		}
+	}()
+	for i := range fault.MaxGuestRules + 1 {
+		rsp := g0.reply(t)
+		if want := i < fault.MaxGuestRules; rsp.OK != want || rsp.ID != strconv.Itoa(i) || !want && !strings.Contains(rsp.Error, "up to 1024") {
+			t.Fatalf("guest add %d: %+v, want ok %v", i, rsp, want)
+		}
+	}
+	if rsp, err := fault.Command(path, fault.Request{Op: "add", Rule: []byte(`{"name":"host","action":{"kind":"drop"}}`)}); err != nil || !rsp.OK {
+		t.Errorf("the control socket's add beyond the guests' bound: %+v, %v", rsp, err)
+	}
+	g0.write(t, `{"op":"clear"}`+"\n")
+	if rsp := g0.reply(t); !rsp.OK {
+		t.Errorf("clear: %+v", rsp)
 	}
 
 	// Guest 1 writes commands and never reads: its replies back up until
