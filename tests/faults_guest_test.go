@@ -18,7 +18,7 @@ import (
 // timing: the transfer is 300 messages of 64 frames); a background job
 // waits until the rule fires, lets it drop everything for 2 s, reads the
 // counters, removes it, and reads an unknown rule's removal back as an
-// error. ib_write_bw's QP timeout (-u 18: 1.07 s, 7 retries) outlasts the
+// error. ib_write_bw's QP timeout (-u 19: 2.1 s, 7 retries) outlasts the
 // blackout, so the client retransmits and finishes.
 const guestBlackout = guestTry + `
 blackout() {
@@ -55,7 +55,7 @@ else
   blackout > /tmp/blackout.out 2>&1 &
   bg=$!
 fi
-try 18701 ib_write_bw -x 1 -F -s 65536 -n 300 -u 18
+try 18701 ib_write_bw -x 1 -F -s 65536 -n 300 -u 19
 if [ -n "$HCAEMU_SERVER_IP" ]; then
   wait $bg
   cat /tmp/blackout.out
@@ -77,7 +77,7 @@ func TestE2EFaultsGuest(t *testing.T) {
 		t.Errorf("hcaemu run exited %d", code)
 	}
 	for k := range 2 {
-		mustContain(t, out, k, regexp.QuoteMeta("RESULT 0 ib_write_bw -x 1 -F -s 65536 -n 300 -u 18"))
+		mustContain(t, out, k, regexp.QuoteMeta("RESULT 0 ib_write_bw -x 1 -F -s 65536 -n 300 -u 19"))
 	}
 	mustContain(t, out, 0, `(?m)^\[\]$`, "(?m)^LIST 0$")
 	mustContain(t, out, 1, "(?m)^ADD 0$", "(?m)^add: blackout$", "(?m)^BLACKOUT started$", "(?m)^RM 0$", "(?m)^rm: blackout$",

@@ -158,8 +158,11 @@ func run(args []string, stdout, stderr io.Writer, open func(path string, deadlin
 	rsp, err := exchange(port, req)
 	if timer.Stop() {
 		port.Close()
-	} else if <-timedOut; err != nil {
-		err = fmt.Errorf("no reply within %s", *timeout)
+	} else {
+		<-timedOut // the timer closed the port
+		if err != nil {
+			err = fmt.Errorf("no reply within %s", *timeout)
+		}
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "hcaemu-faults: %v\n", err)
