@@ -101,6 +101,7 @@ type resources struct {
 
 	pinned         uint64 // page-list entries held by all objects
 	qkeyViolations uint32
+	addrMismatches uint64 // RC packets from outside their QP's connection
 }
 
 // maxPinnedPages bounds the page lists one device keeps (4M entries, 32 MiB),
@@ -118,6 +119,7 @@ func (r *resources) init(c *pvrdma.DeviceCaps) {
 	r.gids = make([]GIDEntry, c.GIDTblLen)
 	r.pinned = 0
 	r.qkeyViolations = 0
+	r.addrMismatches = 0
 }
 
 func (r *resources) count() int {
