@@ -121,9 +121,8 @@ func (d *Device) receiveFrame(frame []byte) {
 	if pkt.BTH.TVer() != 0 {
 		return
 	}
-	qpn := pkt.BTH.DestQP()
-	qp := d.res.qp.get(qpn)
-	if qp == nil || qp.qpn != qpn {
+	qp := d.qpByQPN(pkt.BTH.DestQP())
+	if qp == nil {
 		return
 	}
 	switch pkt.Opcode().Transport() {
