@@ -152,6 +152,6 @@ type Counters struct {
 // Counters returns the drop counters (since the last reset).
 func (d *Device) Counters() Counters {
 	d.mu.Lock()
-	defer d.mu.Unlock()
+	defer d.unlock()
 	return Counters{QKeyViolations: d.res.qkeyViolations, AddrMismatches: d.res.addrMismatches}
 }
