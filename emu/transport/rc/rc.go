@@ -13,6 +13,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"log/slog"
+	"net/netip"
 	"time"
 
 	"github.com/hcaemu/hcaemu/dma"
@@ -854,8 +855,32 @@ func (qp *QP) readResponse(pkt *roce.Packet) {
 
 // ---- responder ---------------------------------------------------------------
 
+// ReceiveFrom handles an RC packet that arrived in an IP datagram from src
+// to dst (plain IPv4 or IPv6 addresses, as roce.Unframe returns them). A
+// connected QP takes packets from its peer only, as rxe's check_addr: the
+// packet is dropped, and ReceiveFrom returns false (the device counts it),
+// unless src is the destination of the QP's path and dst the source, the
+// addresses the QP's own packets carry. The path is resolved again for
+// every packet, so a GID unbound since the connection was made stops it.
+// A QP that does not receive (RESET, INIT, ERR) drops every packet, as
+// Receive does.
+func (qp *QP) ReceiveFrom(pkt *roce.Packet, src, dst netip.Addr) bool {
+	if !transport.Receives(qp.state) {
+		return true
+	}
+	path, ok := qp.env.Path()
+	if !ok || src != path.Dst || dst != path.Src {
+		qp.log.Debug("RC packet from outside the connection dropped", "src", src, "dst", dst,
+			"path_src", path.Src, "path_dst", path.Dst)
+		return false
+	}
+	qp.Receive(pkt)
+	return true
+}
+
 // Receive handles an RC packet for this QP (a request for the responder,
-// or a response for the requester).
+// or a response for the requester) whose addresses the caller has checked
+// (ReceiveFrom does; tests of the state machine call Receive directly).
 func (qp *QP) Receive(pkt *roce.Packet) {
 	op := pkt.Opcode()
 	info, _ := op.Info()
