@@ -126,11 +126,11 @@ func New(cfg Config) *Device {
 		msix = func(int) {}
 	}
 	d := &Device{
-		name: cfg.Name,
-		log:  log,
-		caps: caps,
-		mac:  cfg.MAC,
-		msix: msix,
+		name:   cfg.Name,
+		log:    log,
+		caps:   caps,
+		mac:    cfg.MAC,
+		msix:   msix,
 		faults: cfg.Faults,
 		pci: mmio.NewConfig(mmio.Identity{
 			Vendor: VendorVMware, Device: DevicePVRDMA,

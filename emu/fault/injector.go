@@ -588,10 +588,10 @@ type logLine struct {
 	Delay      Duration `json:"delay,omitempty"` // a delay action: the delay drawn
 	// Device and transport actions: the point, and the command or work
 	// request it saw (Occurrence numbers the events of the point).
-	Point    string `json:"point,omitempty"`
-	Command  string `json:"command,omitempty"`
-	WROpcode string `json:"wr_opcode,omitempty"`
-	Action     *Action  `json:"action,omitempty"`
+	Point    string  `json:"point,omitempty"`
+	Command  string  `json:"command,omitempty"`
+	WROpcode string  `json:"wr_opcode,omitempty"`
+	Action   *Action `json:"action,omitempty"`
 }
 
 // writeLog writes one log line (mu held, or before the injector is

@@ -163,22 +163,22 @@ type QP struct {
 	sinceAck   int
 
 	// Responder.
-	ePSN     uint32
-	msn      uint32
-	nakSent  bool
+	ePSN    uint32
+	msn     uint32
+	nakSent bool
 	// suppressAck: an injected fault keeps back the ACKs of the packet
 	// being executed.
 	suppressAck bool
 	inSend      bool
-	inWrite  bool
-	recv     *transport.RecvWR // the receive request of the SEND in progress
-	recvOff  uint64
-	writeRef mr.Ref // the region of the WRITE in progress
-	writeVA  uint64
-	writeRem uint64
-	writeLen uint32 // DMA length of the WRITE in progress
-	res      [rcResources]resource
-	resNext  int
+	inWrite     bool
+	recv        *transport.RecvWR // the receive request of the SEND in progress
+	recvOff     uint64
+	writeRef    mr.Ref // the region of the WRITE in progress
+	writeVA     uint64
+	writeRem    uint64
+	writeLen    uint32 // DMA length of the WRITE in progress
+	res         [rcResources]resource
+	resNext     int
 	// out holds responses waiting behind a READ response stream, in PSN
 	// order.
 	out []respItem
