@@ -146,6 +146,9 @@ func compilePoint(c *rule, m *Match) error {
 		return notHere("match.key")
 	}
 	if at == emu.FaultAtResponder {
+		if m.Size != nil && m.Size.Min > roce.MaxPMTU {
+			return fieldError("match.size.min", "%d: no packet carries more than %d bytes", m.Size.Min, roce.MaxPMTU)
+		}
 		// Only RC requests reach the responder.
 		any := false
 		for o := range 256 {
@@ -175,6 +178,7 @@ func compilePoint(c *rule, m *Match) error {
 	if m.Key != nil {
 		c.key, c.hasKey = *m.Key, true
 	}
+	c.occurrence = m.Occurrence
 	return compileDeviceAction(c, a)
 }
 

@@ -571,7 +571,7 @@ func compileRule(r *Rule) (*rule, error) {
 		if m.Size.Min > m.Size.Max {
 			return nil, fieldError("match.size", "min %d > max %d: nothing can match", m.Size.Min, m.Size.Max)
 		}
-		if m.Size.Min > roce.MaxPMTU {
+		if m.Size.Min > roce.MaxPMTU && isPacketAction(r.Action.Kind) {
 			return nil, fieldError("match.size.min", "%d: no packet carries more than %d bytes", m.Size.Min, roce.MaxPMTU)
 		}
 		c.size = *m.Size
