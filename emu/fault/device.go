@@ -309,7 +309,7 @@ type devKey struct {
 // Fault implements emu.FaultHook: the first rule that fires decides.
 func (h deviceHook) Fault(ev *emu.FaultEvent) emu.FaultAction {
 	inj := h.inj
-	if inj.nrule.Load() == 0 {
+	if inj.ndev.Load() == 0 {
 		return emu.FaultAction{}
 	}
 	inj.mu.Lock()

@@ -200,4 +200,17 @@ func TestControlDeviceRules(t *testing.T) {
 	if a := inj.Device("hca0").Fault(&emu.FaultEvent{Point: emu.FaultAtCommand, Command: pvrdma.OpQueryPort}); a.Kind != emu.FaultPortDown {
 		t.Fatalf("action %+v", a)
 	}
+	// Removed, and a packet rule added: the device is asked nothing more.
+	if rsp := inj.Do(fault.Request{Op: "rm", Name: "flap"}); !rsp.OK {
+		t.Fatal(rsp.Error)
+	}
+	if rsp := inj.Do(fault.Request{Op: "add", Rule: json.RawMessage(`{"name":"loss","action":{"kind":"drop"}}`)}); !rsp.OK {
+		t.Fatal(rsp.Error)
+	}
+	if a := inj.Device("hca0").Fault(&emu.FaultEvent{Point: emu.FaultAtCommand, Command: pvrdma.OpQueryPort}); a.Kind != emu.FaultNone {
+		t.Fatalf("action %+v after rm", a)
+	}
+	if st := inj.Stats(); st.Rules[0].Matched != 0 {
+		t.Fatalf("the packet rule matched a device event: %+v", st.Rules[0])
+	}
 }

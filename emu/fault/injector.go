@@ -89,6 +89,7 @@ type Injector struct {
 	seed  uint64
 	start time.Time
 	nrule atomic.Int32 // len(rules), read without mu on the fast path
+	ndev  atomic.Int32 // rules asked at device points, for the devices' fast path
 	// nreorder is len(byPort): reorder holds count the frames passing
 	// them even when the rules are gone.
 	nreorder atomic.Int32
@@ -185,6 +186,18 @@ func (inj *Injector) install(r *rule) {
 	inj.rules = append(inj.rules, r)
 	inj.byName[r.spec.Name] = r
 	inj.nrule.Store(int32(len(inj.rules)))
+	inj.countDev()
+}
+
+// countDev counts the rules asked at device points (mu held).
+func (inj *Injector) countDev() {
+	n := 0
+	for _, r := range inj.rules {
+		if r.point != pointFrame {
+			n++
+		}
+	}
+	inj.ndev.Store(int32(n))
 }
 
 // Decorator returns the fabric decorator that applies the plan to every
@@ -699,6 +712,7 @@ func (inj *Injector) Remove(name string) error {
 	}
 	delete(inj.byName, name)
 	inj.nrule.Store(int32(len(inj.rules)))
+	inj.countDev()
 	return nil
 }
 
@@ -721,4 +735,5 @@ func (inj *Injector) Clear() {
 	inj.rules = nil
 	clear(inj.byName)
 	inj.nrule.Store(0)
+	inj.ndev.Store(0)
 }
