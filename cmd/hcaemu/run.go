@@ -36,7 +36,9 @@ The exit status is 0 only if every guest's command exited 0.
 The frames between the HCAs, and the HCAs themselves, follow a fault plan
 (--faults, empty by default) whose control socket (--control, else a path
 printed at start) takes live changes: "hcaemu faults --control SOCK ...",
-docs/faults.md.
+docs/faults.md. Inside the guests, "hcaemu-faults
+add|rm|enable|disable|list|stats|clear" does the same through a
+virtio-serial port (org.hcaemu.faults).
 
 Environment: HCAEMU_CACHE (cache dir), HCAEMU_ACCEL (tcg|kvm), HCAEMU_MIRROR.
 `
@@ -123,6 +125,10 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer cl.Close()
 	cl.MemoryMiB, cl.Timeout, cl.Stdout, cl.Stderr = mem, *timeout, stdout, stderr
 	cl.AllowReboot = *reboots
+	if err := runFaults.listenGuests(cl); err != nil {
+		fmt.Fprintf(stderr, "hcaemu run: %v\n", err)
+		return 1
+	}
 	if err := workload.apply(cl); err != nil {
 		// Only what needs the provisioned kernel is left to fail here.
 		fmt.Fprintf(stderr, "hcaemu run: %v\n", err)
