@@ -33,11 +33,12 @@ command fails, the others are stopped. In the guests, HCAEMU_GUEST=k and
 HCAEMU_SERVER_IP=10.0.0.1 (empty in guest 0). Output lines are prefixed [gK].
 The exit status is 0 only if every guest's command exited 0.
 
-The frames between the HCAs pass through a fault plan (--faults, empty by
-default) whose control socket (--control, else a path printed at start)
-takes live changes: "hcaemu faults --control SOCK ...", docs/faults.md.
-Inside the guests, "hcaemu-faults add|rm|enable|disable|list|stats|clear"
-does the same through a virtio-serial port (org.hcaemu.faults).
+The frames between the HCAs, and the HCAs themselves, follow a fault plan
+(--faults, empty by default) whose control socket (--control, else a path
+printed at start) takes live changes: "hcaemu faults --control SOCK ...",
+docs/faults.md. Inside the guests, "hcaemu-faults
+add|rm|enable|disable|list|stats|clear" does the same through a
+virtio-serial port (org.hcaemu.faults).
 
 Environment: HCAEMU_CACHE (cache dir), HCAEMU_ACCEL (tcg|kvm), HCAEMU_MIRROR.
 `
