@@ -10,7 +10,9 @@ import (
 )
 
 // table is a handle table: handles are small integers in [first, limit),
-// the lowest free one is handed out, and at most limit-first objects exist.
+// handed out round-robin (the next free one after the last handed out, so a
+// freed handle is reused as late as possible), and at most limit-first
+// objects exist.
 type table[T any] struct {
 	name  string
 	first uint32
