@@ -120,6 +120,7 @@ type guestSpec struct {
 	reboot     bool   // a guest reboot restarts the machine instead of ending QEMU
 	cpus       int    // vCPUs (0 = 1)
 	shares     []guestShare
+	image      string // a root file system disk image attached read-only; "" for none
 }
 
 // guestShare is a virtio-9p share as QEMU sees it.
@@ -138,8 +139,11 @@ func shareMount(i int) string {
 	return fmt.Sprintf("/run/hcaemu-share%d", i)
 }
 
+// imageSlot is the PCI slot of the image's virtio disk (after the shares').
+const imageSlot = 0x10
+
 // kernelCmdline is guest k's kernel command line.
-func kernelCmdline(k int, shares []guestShare) string {
+func kernelCmdline(k int, shares []guestShare, image bool) string {
 	// no_timer_check: under TCG on a loaded host the boot-time check of
 	// the IO-APIC timer can miss its ticks and panic the kernel ("IO-APIC
 	// + timer doesn't work!"); virtual machines skip it.
@@ -150,6 +154,9 @@ func kernelCmdline(k int, shares []guestShare) string {
 	}
 	for i, sh := range shares {
 		parts = append(parts, "hcaemu.share="+shareTag(i)+":"+sh.guestDir)
+	}
+	if image {
+		parts = append(parts, "hcaemu.image=1")
 	}
 	return strings.Join(parts, " ")
 }
@@ -175,7 +182,7 @@ func qemuArgs(g guestSpec) []string {
 	args := []string{
 		"-machine", "q35", "-accel", accel, "-cpu", cpu, "-smp", strconv.Itoa(cpus),
 		"-nodefaults", "-nographic", "-serial", "stdio", "-no-reboot",
-		"-kernel", g.kernel, "-initrd", g.initrd, "-append", kernelCmdline(g.index, g.shares),
+		"-kernel", g.kernel, "-initrd", g.initrd, "-append", kernelCmdline(g.index, g.shares, g.image != ""),
 		"-netdev", fmt.Sprintf("dgram,id=net0,local.type=unix,local.path=%s,remote.type=unix,remote.path=%s", g.netSocket, g.switchPath),
 	}
 	if g.reboot {
@@ -194,6 +201,12 @@ func qemuArgs(g guestSpec) []string {
 		args = append(args,
 			"-fsdev", fmt.Sprintf("local,id=fs%d,path=%s,security_model=none", i, qemuOptEscape(sh.hostDir)),
 			"-device", fmt.Sprintf("virtio-9p-pci,fsdev=fs%d,mount_tag=%s,addr=0x%x", i, shareTag(i), 5+i))
+	}
+	if g.image != "" {
+		// Read-only: guests share the cached image and never write to it.
+		args = append(args,
+			"-drive", fmt.Sprintf("file=%s,format=raw,if=none,id=image,readonly=on", qemuOptEscape(g.image)),
+			"-device", fmt.Sprintf("virtio-blk-pci,drive=image,addr=0x%x", imageSlot))
 	}
 	return args
 }
