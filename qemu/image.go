@@ -142,7 +142,7 @@ func (p *provisioner) image(ctx context.Context, extra []string) (string, error)
 		return "", err
 	}
 	if _, err := os.Stat(img); err != nil {
-		return "", fmt.Errorf("Debian image: %w (remove %s to rebuild it)", err, p.st.stampPath("image-"+id))
+		return "", fmt.Errorf("the Debian image: %w (remove %s to rebuild it)", err, p.st.stampPath("image-"+id))
 	}
 	return img, nil
 }
