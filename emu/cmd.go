@@ -19,6 +19,9 @@ const (
 	errBusy   = 16
 	errInval  = 22
 	errNotSup = 95
+	// errAddrInUse (EADDRINUSE): CREATE_BIND of an address another port
+	// on the fabric owns.
+	errAddrInUse = 98
 )
 
 // cmdErr is a command failure: the errno the driver sees and why.
@@ -174,7 +177,14 @@ func (d *Device) cmdCreateBind(req *pvrdma.CmdCreateBind) (pvrdma.Response, *cmd
 	g := GIDEntry{GID: req.NewGID}
 	g.Type = typ
 	g.Valid = true
+	prev := d.res.gids[idx]
 	d.res.gids[idx] = g
+	if err := d.announce(); err != nil {
+		// Another port owns the address: the binding fails and nothing
+		// changes (the driver reads ERR alone: "could not create binding").
+		d.res.gids[idx] = prev
+		return nil, fail(errAddrInUse, "GID %s at index %d: %v", g.String(), idx, err)
+	}
 	d.log.Info("GID bound", "index", idx, "gid", g.String())
 	if mac, ok := macFromLinkLocal(g.GID); ok && mac != d.wireMAC {
 		// The driver binds the port's default GID from the paired vmxnet3's
@@ -182,7 +192,6 @@ func (d *Device) cmdCreateBind(req *pvrdma.CmdCreateBind) (pvrdma.Response, *cmd
 		d.wireMAC = mac
 		d.log.Info("source MAC from the default GID", "mac", net.HardwareAddr(mac[:]).String())
 	}
-	d.announce()
 	return nil, nil
 }
 
@@ -195,7 +204,10 @@ func (d *Device) cmdDestroyBind(req *pvrdma.CmdDestroyBind) (pvrdma.Response, *c
 		return nil, fail(errInval, "GID index %d not bound", idx)
 	}
 	d.res.gids[idx] = GIDEntry{}
-	d.announce()
+	if err := d.announce(); err != nil {
+		// Fewer addresses than the port owns: the fabric cannot refuse.
+		d.log.Error("fabric refused the GID table after DESTROY_BIND", "err", err)
+	}
 	return nil, nil
 }
 
@@ -208,10 +220,12 @@ func macFromLinkLocal(g [16]byte) ([6]byte, bool) {
 	return [6]byte{g[8] ^ 2, g[9], g[10], g[13], g[14], g[15]}, true
 }
 
-// announce tells the fabric which addresses (GIDs) this HCA owns.
-func (d *Device) announce() {
+// announce tells the fabric which addresses (GIDs) this HCA owns: those of
+// the valid GID table entries. The fabric refuses an address another port
+// owns, all or nothing, so what the port owns stays the table's addresses.
+func (d *Device) announce() error {
 	if d.port == nil {
-		return
+		return nil
 	}
 	var addrs []netip.Addr
 	for _, g := range d.res.gids {
@@ -219,7 +233,7 @@ func (d *Device) announce() {
 			addrs = append(addrs, gidAddr(g.GID))
 		}
 	}
-	d.port.SetAddrs(addrs)
+	return d.port.SetAddrs(addrs)
 }
 
 // --- user contexts ---------------------------------------------------------------

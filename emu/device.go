@@ -53,6 +53,10 @@ type Config struct {
 	// empty wire.
 	Attach Attach
 	Log    *slog.Logger
+	// SequentialQPNs makes every QPN its QP's handle instead of carrying
+	// random high bits (qpn.go): for recording and replaying a session,
+	// whose QPNs must come out the same each time.
+	SequentialQPNs bool
 }
 
 // Device is one emulated PVRDMA function.
@@ -89,6 +93,7 @@ type Device struct {
 	active  bool
 	wireMAC [6]byte // source MAC of RoCE frames: the vmxnet3's, learnt from the default GID
 	res     resources
+	qpns    qpnSource
 	closed  bool
 	fatal   bool // the engine panicked: DEVICE_FATAL declared, no more engine work until reset
 }
@@ -133,6 +138,7 @@ func New(cfg Config) *Device {
 		}, &mmio.MSIX{Vectors: Vectors, TableBAR: 0, TableOff: 0, PBABAR: 0, PBAOff: PBAOff}),
 	}
 	d.mem = busMem{m: cfg.Mem, pci: d.pci}
+	d.qpns = newQPNSource(cfg.SequentialQPNs)
 	d.powerOn()
 	d.eng.start(d)
 	if cfg.Attach != nil {

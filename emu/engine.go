@@ -65,11 +65,21 @@ func (eng *engine) kick(kind uint32, handle, flags uint32) {
 
 // kickTimer reports that QP h's timer of generation gen expired (timer
 // goroutine).
+//
+// The expiry and its kick are recorded under one hold of the lock: run
+// takes pending work and fired timers together, and a kick recorded apart
+// from its expiry could reach run after the expiry had been taken (and
+// dropped, its QP having no timer kick yet) — the timer's expiry lost, the
+// QP waiting for ever for a retransmission timeout that had already fired.
 func (eng *engine) kickTimer(h uint32, gen uint64) {
 	eng.mu.Lock()
 	eng.fired[h] = gen
+	eng.pending[uint64(kickQP)<<32|uint64(h)] |= kickTimer
 	eng.mu.Unlock()
-	eng.kick(kickQP, h, kickTimer)
+	select {
+	case eng.wake <- struct{}{}:
+	default:
+	}
 }
 
 // drop forgets pending kicks (device reset).

@@ -37,10 +37,14 @@ func TestFaultICRCDropped(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		times    int
+		timeout  uint8
 		wantSend uint32
 	}{
-		{"every copy", 0, uverbs.WCRetryExcErr},
-		{"first copy", 1, uverbs.WCSuccess},
+		// Every copy lost: a short timer (4 ms) runs the retries out fast.
+		{"every copy", 0, 10, uverbs.WCRetryExcErr},
+		// The first copy lost: the retransmission must be acknowledged
+		// before two more timeouts pass, however loaded the machine: 268 ms.
+		{"first copy", 1, 16, uverbs.WCSuccess},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// QPNs are allocated from the same start on every HCA: the
@@ -52,7 +56,7 @@ func TestFaultICRCDropped(t *testing.T) {
 			src, lkA, _ := a.mr(t, 4096, allAccess)
 			dst, lkB, _ := b.mr(t, 4096, allAccess)
 			o := defaultRC()
-			o.retryCnt, o.timeout = 2, 10 // 4 ms
+			o.retryCnt, o.timeout = 2, tc.timeout
 			qa, qb := pairRC(t, a, b, o, o)
 			fill(a.RAM.Mem[src:src+1000], 7)
 			qb.PostRecv(uverbs.RecvWQE{WRID: 1, SGE: []uverbs.SGE{{Addr: dst, Length: 4096, LKey: lkB}}})

@@ -15,6 +15,10 @@ import (
 // address to host b's, addressed to b's RC QP, which is connected and has
 // receives posted and an RDMA-capable MR. The device must never panic, and
 // must still serve commands and a fresh QP pair afterwards.
+//
+// The frames carry a's address, which the injecting port does not own: they
+// are put on the switch behind its ingress check (where a fault rule sits),
+// so they reach b's device as if a had sent them.
 func FuzzRCPackets(f *testing.F) {
 	seed := func(fields ...roce.PacketFields) []byte {
 		var out []byte
@@ -41,7 +45,8 @@ func FuzzRCPackets(f *testing.F) {
 	f.Add(seed(pf(roce.RCAcknowledge, 0x102, 0), pf(roce.RCRDMAReadResponseOnly, 0x103, 8)))
 	f.Add(seed(pf(roce.RCCompareSwap, 0x102, 0), pf(roce.RCSendOnly, 0x0, 4)))
 	f.Fuzz(func(t *testing.T, in []byte) {
-		sw := fabric.NewSwitch()
+		var wire fabric.Link // the switch behind the ports' source check
+		sw := fabric.NewSwitch(func(next fabric.Link) fabric.Link { wire = next; return next })
 		a, b := newHostRAM(t, sw, 1, 4<<20), newHostRAM(t, sw, 2, 4<<20)
 		dst, lkB, rkB := b.mr(t, 8192, allAccess)
 		qa, qb := pairRC(t, a, b, defaultRC(), defaultRC())
@@ -69,7 +74,7 @@ func FuzzRCPackets(f *testing.F) {
 			if err != nil {
 				continue
 			}
-			inject.Send(frame)
+			wire.Send(inject, frame)
 		}
 		for i := 0; i < 3; i++ {
 			a.dev.Sync()

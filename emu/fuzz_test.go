@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"io"
 	"log/slog"
+	"math/bits"
 	"testing"
 
 	"github.com/hcaemu/hcaemu/emu"
@@ -320,7 +321,8 @@ func (fd *fuzzDevice) typedCommand(t *testing.T, live *liveObjects, op pvrdma.Op
 	case *pvrdma.CmdCreateQP:
 		r := rsp.(*pvrdma.CmdCreateQPResp)
 		created(kindQP, r.QPHandle, ctxOfPD(req.PDHandle), min(caps.MaxQP, 1<<16))
-		if r.QPN != r.QPHandle || r.MaxSendWR > caps.MaxQPWR || r.MaxRecvWR > caps.MaxQPWR || r.MaxInlineData != 0 {
+		w := bits.Len32(min(caps.MaxQP, 1<<16) - 1) // the QPN's low bits are the handle
+		if r.QPN&(1<<w-1) != r.QPHandle || r.QPN >= 0xFFFFFF || r.MaxSendWR > caps.MaxQPWR || r.MaxRecvWR > caps.MaxQPWR || r.MaxInlineData != 0 {
 			t.Fatalf("CREATE_QP response %+v", r)
 		}
 	case *pvrdma.CmdQueryQP:

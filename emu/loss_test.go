@@ -49,7 +49,7 @@ func TestRCRecoversFromLoss(t *testing.T) {
 	bufA, lkA, _ := a.mr(t, n, allAccess)
 	bufB, lkB, rkB := b.mr(t, n, allAccess)
 	o := defaultRC()
-	o.timeout = 12 // 16 ms: no spurious retransmissions on a loaded machine
+	o.timeout = 14 // 67 ms: seven timeouts in a row (470 ms) without progress are needed to fail, more than a loaded machine stalls a goroutine
 	qa, qb := pairRC(t, a, b, o, o)
 	for round := 0; round < 5; round++ {
 		fill(a.RAM.Mem[bufA:bufA+n], byte(round))

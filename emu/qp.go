@@ -392,7 +392,7 @@ func (d *Device) cmdCreateQP(req *pvrdma.CmdCreateQP) (pvrdma.Response, *cmdErr)
 		d.res.unpin(int(total))
 		return nil, e
 	}
-	qp.handle, qp.qpn = h, h
+	qp.handle, qp.qpn = h, d.newQPN(h)
 	pd.refs++
 	scq.refs++
 	rcq.refs++

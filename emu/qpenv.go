@@ -323,7 +323,12 @@ func (d *Device) localOp(qp *qp, wr *transport.SendWR, mem mr.Space) transport.S
 		}
 		d.res.unpin(len(region.Pages))
 		region.Pages, region.Start, region.Length, region.Access = pages, fr.IOVA, uint64(fr.Length), fr.Access
+		// The consumer chose the key's variant (ib_update_fast_reg_key);
+		// references to the previous registration stop resolving even if
+		// it chose the same key again.
 		region.LKey, region.RKey, region.Valid = fr.Key, fr.Key, true
+		region.Gen = d.res.newMRGen()
+		d.res.mrVariants[mr.Handle(fr.Key)] = mr.Variant(fr.Key)
 	}
 	return transport.StatusSuccess
 }

@@ -101,6 +101,15 @@ type resources struct {
 
 	pinned         uint64 // page-list entries held by all objects
 	qkeyViolations uint32
+	addrMismatches uint64 // RC packets from outside their QP's connection
+
+	// mrVariants holds the key variant each MR handle last ended with
+	// (kept across deregistrations and device resets, at most one entry
+	// per handle of the MR table), so its next registration gets another
+	// key (mr.NextVariant).
+	mrVariants map[uint32]uint8
+	// mrGen numbers registrations (mr.Region.Gen): never reset.
+	mrGen uint64
 }
 
 // maxPinnedPages bounds the page lists one device keeps (4M entries, 32 MiB),
@@ -118,6 +127,28 @@ func (r *resources) init(c *pvrdma.DeviceCaps) {
 	r.gids = make([]GIDEntry, c.GIDTblLen)
 	r.pinned = 0
 	r.qkeyViolations = 0
+	r.addrMismatches = 0
+	if r.mrVariants == nil {
+		r.mrVariants = map[uint32]uint8{}
+	}
+}
+
+// newMRKey is the key of a new registration of MR handle h: variant 0 the
+// first time the device registers h, then the one after the variant its
+// previous registration ended with.
+func (r *resources) newMRKey(h uint32) uint32 {
+	variant := uint8(0)
+	if prev, used := r.mrVariants[h]; used {
+		variant = mr.NextVariant(prev)
+	}
+	r.mrVariants[h] = variant
+	return mr.Key(h, variant)
+}
+
+// newMRGen is the generation of a new registration.
+func (r *resources) newMRGen() uint64 {
+	r.mrGen++
+	return r.mrGen
 }
 
 func (r *resources) count() int {
@@ -272,8 +303,9 @@ func (d *Device) cmdCreateMR(req *pvrdma.CmdCreateMR) (pvrdma.Response, *cmdErr)
 		d.res.unpin(len(m.Pages))
 		return nil, e
 	}
-	m.LKey = h << 8
+	m.LKey = d.res.newMRKey(h)
 	m.RKey = m.LKey
+	m.Gen = d.res.newMRGen()
 	pd.refs++
 	return &pvrdma.CmdCreateMRResp{MRHandle: h, LKey: m.LKey, RKey: m.RKey}, nil
 }
@@ -288,7 +320,11 @@ func (d *Device) cmdDestroyMR(req *pvrdma.CmdDestroyMR) (pvrdma.Response, *cmdEr
 	return nil, nil
 }
 
+// destroyMR frees MR h. Work in flight that still refers to it fails on
+// its next use (its mr.Ref no longer resolves): nothing touches the
+// region's pages after this returns.
 func (d *Device) destroyMR(h uint32, m *mr.Region) {
+	d.res.mrVariants[h] = mr.Variant(m.LKey) // a fast-register may have changed it
 	d.res.unpin(len(m.Pages))
 	if pd := d.res.pd.get(m.PD); pd != nil {
 		pd.refs--

@@ -45,7 +45,7 @@ func newHostRAM(t *testing.T, sw *fabric.Switch, k int, ram int) *host {
 	cfgMAC := mac
 	cfgMAC[3] = 0xEE
 	dev := emu.New(emu.Config{Name: "hca" + string(rune('0'+k)), Mem: drv.RAM, MSIX: drv.IRQ.Raise,
-		Log: testLog(t), MAC: cfgMAC, Attach: attachTo(sw, "hca", mac)})
+		Log: testLog(t), MAC: cfgMAC, Attach: attachTo(sw, "hca"+string(rune('0'+k)), mac)})
 	t.Cleanup(dev.Close)
 	drv.Dev = dev
 	h := &host{rig: &rig{Driver: drv, dev: dev}, mac: mac, ip: netip.AddrFrom4([4]byte{10, 0, 0, byte(k)})}

@@ -14,8 +14,10 @@ type Port interface {
 	// Send puts a RoCEv2 Ethernet frame on the wire; the port owns it after.
 	// It returns false when the receiver's queue was full (backpressure).
 	Send(frame []byte) bool
-	// SetAddrs announces the IP addresses (GIDs) this HCA answers to.
-	SetAddrs(addrs []netip.Addr)
+	// SetAddrs announces the IP addresses (GIDs) this HCA answers to and
+	// sends from, all or nothing: an error (another port owns one of them)
+	// leaves the port with the addresses it had.
+	SetAddrs(addrs []netip.Addr) error
 	// Detach leaves the fabric.
 	Detach()
 }
@@ -95,7 +97,8 @@ func (d *Device) transmit(p *transport.Path, f *roce.PacketFields, payload *tran
 
 // receiveFrame handles one frame from the fabric (engine goroutine, d.mu
 // held): it goes to the transport of the QP it names. Frames that do not
-// decode, fail the ICRC or name no QP are dropped, as hardware does.
+// decode, fail the ICRC or name no QP are dropped, as hardware does; so are
+// RC packets from outside the QP's connection (counted).
 func (d *Device) receiveFrame(frame []byte) {
 	defer fabric.Release(frame)
 	if d.dsr == nil || !d.active {
@@ -118,9 +121,8 @@ func (d *Device) receiveFrame(frame []byte) {
 	if pkt.BTH.TVer() != 0 {
 		return
 	}
-	qpn := pkt.BTH.DestQP()
-	qp := d.res.qp.get(qpn)
-	if qp == nil || qp.qpn != qpn {
+	qp := d.qpByQPN(pkt.BTH.DestQP())
+	if qp == nil {
 		return
 	}
 	switch pkt.Opcode().Transport() {
@@ -129,8 +131,27 @@ func (d *Device) receiveFrame(frame []byte) {
 			d.res.qkeyViolations++
 		}
 	case roce.TransportRC:
-		if qp.rc != nil {
-			qp.rc.Receive(&pkt)
+		// Only from the peer the QP is connected to, at the address it
+		// sends from (rc.QP.ReceiveFrom checks); anything else is counted.
+		if qp.rc != nil && !qp.rc.ReceiveFrom(&pkt, u.SrcIP, u.DstIP) {
+			d.res.addrMismatches++
 		}
 	}
+}
+
+// Counters are the device's counts of received packets it dropped.
+type Counters struct {
+	// QKeyViolations: UD datagrams with the wrong Q_Key (QUERY_PORT's
+	// qkey_viol_cntr).
+	QKeyViolations uint32
+	// AddrMismatches: RC packets whose IP source and destination are not
+	// the addresses of the QP's connection (another port's injection).
+	AddrMismatches uint64
+}
+
+// Counters returns the drop counters (since the last reset).
+func (d *Device) Counters() Counters {
+	d.mu.Lock()
+	defer d.unlock()
+	return Counters{QKeyViolations: d.res.qkeyViolations, AddrMismatches: d.res.addrMismatches}
 }

@@ -121,7 +121,16 @@ type guestSpec struct {
 	cpus       int    // vCPUs (0 = 1)
 	shares     []guestShare
 	image      string // a root file system disk image attached read-only; "" for none
+	faults     string // unix socket of the virtio-serial port FaultsPortName; "" for none
 }
+
+// FaultsPortName is the name of the guest's virtio-serial port to the run's
+// fault injector (/dev/virtio-ports/FaultsPortName in the guest).
+const FaultsPortName = "org.hcaemu.faults"
+
+// faultsSlot is the PCI slot of the virtio-serial controller, clear of the
+// HCA's (4) and the shares' (5..).
+const faultsSlot = 0x10
 
 // guestShare is a virtio-9p share as QEMU sees it.
 type guestShare struct {
@@ -139,8 +148,8 @@ func shareMount(i int) string {
 	return fmt.Sprintf("/run/hcaemu-share%d", i)
 }
 
-// imageSlot is the PCI slot of the image's virtio disk (after the shares').
-const imageSlot = 0x10
+// imageSlot is the PCI slot of the image's virtio disk (after the shares' and the fault port's).
+const imageSlot = 0x11
 
 // kernelCmdline is guest k's kernel command line.
 func kernelCmdline(k int, shares []guestShare, image bool) string {
@@ -201,6 +210,14 @@ func qemuArgs(g guestSpec) []string {
 		args = append(args,
 			"-fsdev", fmt.Sprintf("local,id=fs%d,path=%s,security_model=none", i, qemuOptEscape(sh.hostDir)),
 			"-device", fmt.Sprintf("virtio-9p-pci,fsdev=fs%d,mount_tag=%s,addr=0x%x", i, shareTag(i), 5+i))
+	}
+	if g.faults != "" {
+		// QEMU connects to the run's socket, and again within a second
+		// if the connection ends.
+		args = append(args,
+			"-chardev", fmt.Sprintf("socket,id=hcaemufaults,path=%s,reconnect-ms=1000", qemuOptEscape(g.faults)),
+			"-device", fmt.Sprintf("virtio-serial-pci,id=hcaemuserial,addr=0x%x", faultsSlot),
+			"-device", "virtserialport,bus=hcaemuserial.0,chardev=hcaemufaults,name="+FaultsPortName)
 	}
 	if g.image != "" {
 		// Read-only: guests share the cached image and never write to it.

@@ -65,6 +65,10 @@ type Cluster struct {
 	// every guest attaches read-only; the command then runs in it. "" runs
 	// the command in the initramfs.
 	Image string
+	// FaultPorts gives guest k a virtio-serial port FaultsPortName
+	// connected to the unix socket FaultsSocketPath(k) (a server must
+	// listen there before Run): the guest's hcaemu-faults command.
+	FaultPorts bool
 }
 
 // Readiness is when guest 0's command counts as ready: guests >= 1 start
@@ -183,6 +187,11 @@ func (c *Cluster) netSockets() []string {
 // SocketPath is where guest k's vfio-user server must listen.
 func (c *Cluster) SocketPath(k int) string {
 	return filepath.Join(c.Dir, fmt.Sprintf("hca%d.sock", k))
+}
+
+// FaultsSocketPath is where guest k's fault-control port connects.
+func (c *Cluster) FaultsSocketPath(k int) string {
+	return filepath.Join(c.Dir, fmt.Sprintf("g%d.faults", k))
 }
 
 // Close stops the segment and removes the run directory.
@@ -409,6 +418,9 @@ func (c *Cluster) Run(ctx context.Context, script string) ([]GuestResult, error)
 		}
 		if c.Devices {
 			g.devSocket = c.SocketPath(k)
+		}
+		if c.FaultPorts {
+			g.faults = c.FaultsSocketPath(k)
 		}
 		var binds []bindMount
 		for i, sh := range c.Shares {

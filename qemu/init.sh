@@ -42,6 +42,18 @@ for m in $(cat /modules/order); do
 	fi
 done
 
+# /dev/virtio-ports/NAME links, as udev makes them (hcaemu-faults opens
+# /dev/virtio-ports/org.hcaemu.faults, else finds its port in sysfs itself).
+for p in /sys/class/virtio-ports/*; do
+	if [ -e "$p/name" ]; then
+		name=$(cat "$p/name")
+		if [ -n "$name" ]; then
+			mkdir -p /dev/virtio-ports
+			ln -s "../${p##*/}" "/dev/virtio-ports/$name"
+		fi
+	fi
+done
+
 ip link set dev lo up
 if [ -n "$ip" ]; then
 	if ! ip addr add "$ip" dev eth0; then
@@ -91,6 +103,11 @@ if [ -n "$image" ]; then
 			fi
 		fi
 	done
+	# hcaemu-faults (static) is in the image's PATH too.
+	if [ -e /bin/hcaemu-faults ]; then
+		: > "$image/usr/local/bin/hcaemu-faults"
+		mount -t none -o bind /bin/hcaemu-faults "$image/usr/local/bin/hcaemu-faults"
+	fi
 fi
 
 for s in $shares; do

@@ -30,6 +30,16 @@ var guestGoSum []byte
 //go:embed guestmod/hcaemu-initramfs/main.go
 var builderSource []byte
 
+// faultsSource is the guest's hcaemu-faults command (package main, standard
+// library only), built at provisioning time like the builder and put in the
+// initramfs as /bin/hcaemu-faults.
+//
+//go:embed guestmod/hcaemu-faults/main.go
+var faultsSource []byte
+
+// faultsDir is its package directory in the guest module.
+const faultsDir = "hcaemu-faults"
+
 // readyScript is the guest's hcaemu-ready: the command runs it to say it is
 // ready (--ready marker; also heard in listen mode). The init watches for
 // the file it creates.
@@ -162,8 +172,11 @@ func buildInitramfs(ctx context.Context, p *provisioner) error {
 	if err := os.MkdirAll(filepath.Join(gomod, builderDir), 0o755); err != nil {
 		return err
 	}
+	if err := os.MkdirAll(filepath.Join(gomod, faultsDir), 0o755); err != nil {
+		return err
+	}
 	for name, content := range map[string][]byte{"go.mod": guestGoMod, "go.sum": guestGoSum,
-		filepath.Join(builderDir, "main.go"): builderSource} {
+		filepath.Join(builderDir, "main.go"): builderSource, filepath.Join(faultsDir, "main.go"): faultsSource} {
 		if err := os.WriteFile(filepath.Join(gomod, name), content, 0o644); err != nil {
 			return err
 		}
@@ -192,6 +205,10 @@ func buildInitramfs(ctx context.Context, p *provisioner) error {
 	if err := os.Rename(builder+".tmp", builder); err != nil {
 		return err
 	}
+	faultsCmd := filepath.Join(p.path(dirGuest), "hcaemu-faults")
+	if err := p.r.run(ctx, "initramfs", gomod, goEnv, gobin, "build", "-trimpath", "-ldflags=-s -w", "-o", faultsCmd, "./"+faultsDir); err != nil {
+		return err
+	}
 
 	fs, err := guestFiles(p.path(dirSid))
 	if err != nil {
@@ -215,7 +232,7 @@ func buildInitramfs(ctx context.Context, p *provisioner) error {
 	if err := os.WriteFile(readyPath, []byte(readyScript), 0o755); err != nil {
 		return err
 	}
-	specs = append(specs, readyPath+":bin/hcaemu-ready")
+	specs = append(specs, readyPath+":bin/hcaemu-ready", faultsCmd+":bin/hcaemu-faults")
 	sort.Strings(specs)
 
 	// Leftovers of an interrupted build.

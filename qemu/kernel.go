@@ -42,6 +42,7 @@ var moduleOption = map[string]string{
 	"ip6_udp_tunnel": "CONFIG_NET_UDP_TUNNEL", "rdma_rxe": "CONFIG_RDMA_RXE",
 	"vmw_pvrdma":   "CONFIG_INFINIBAND_VMWARE_PVRDMA",
 	"9pnet_virtio": "CONFIG_NET_9P_VIRTIO", "9p": "CONFIG_9P_FS",
+	"virtio_console": "CONFIG_VIRTIO_CONSOLE",
 }
 
 // requiredModules are what the device and the guest init need; the others

@@ -75,6 +75,7 @@ var kernelModules = map[string]string{
 	"ib_core": "", "ib_uverbs": "ib_core", "vmxnet3": "", "ib_cm": "ib_core", "iw_cm": "ib_core",
 	"configfs": "", "rdma_cm": "ib_core,ib_cm,iw_cm,configfs", "rdma_ucm": "ib_core,rdma_cm,ib_uverbs",
 	"vmw_pvrdma": "ib_core,ib_uverbs", "9pnet": "", "9pnet_virtio": "9pnet", "9p": "9pnet",
+	"virtio_console": "",
 }
 
 func TestPrepareKernel(t *testing.T) {
@@ -94,7 +95,7 @@ func TestPrepareKernel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"ib_core", "ib_uverbs", "vmxnet3", "ib_cm", "iw_cm", "configfs", "rdma_cm", "rdma_ucm", "vmw_pvrdma", "9pnet", "9pnet_virtio", "9p"}
+	want := []string{"ib_core", "ib_uverbs", "vmxnet3", "ib_cm", "iw_cm", "configfs", "rdma_cm", "rdma_ucm", "vmw_pvrdma", "9pnet", "9pnet_virtio", "9p", "virtio_console"}
 	if d := cmp.Diff(want, gk.Order); d != "" {
 		t.Errorf("order (-want +got):\n%s", d)
 	}
@@ -120,7 +121,7 @@ func TestPrepareKernel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = []string{"ib_core", "ib_uverbs", "vmxnet3", "ib_cm", "iw_cm", "rdma_cm", "rdma_ucm", "vmw_pvrdma", "9pnet", "9pnet_virtio"}
+	want = []string{"ib_core", "ib_uverbs", "vmxnet3", "ib_cm", "iw_cm", "rdma_cm", "rdma_ucm", "vmw_pvrdma", "9pnet", "9pnet_virtio", "virtio_console"}
 	if d := cmp.Diff(want, gk.Order); d != "" || gk.Release != other || len(gk.Files) != len(want) {
 		t.Errorf("tree: release %s, files %v, order (-want +got):\n%s", gk.Release, gk.Files, d)
 	}

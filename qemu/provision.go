@@ -104,6 +104,7 @@ var guestModules = []string{
 	"crc32_generic", "udp_tunnel", "ip6_udp_tunnel", "rdma_rxe",
 	"vmw_pvrdma",
 	"9pnet_virtio", "9p", // --share
+	"virtio_console", // hcaemu-faults (built into Debian's kernel)
 }
 
 const minFreeBytes = 3 << 30
@@ -209,7 +210,7 @@ func (p *provisioner) keys() (tools, sid, trixie, modules, initramfs string) {
 	trixie = recipeTrixie + " " + strings.Join(trixiePackages, ",")
 	modules = recipeModules + " " + strings.Join(guestModules, ",") + " " + strings.Join(imageModules, ",") + " " + hash(buildModScript) + "|" +
 		strings.ReplaceAll(p.st.stamp("trixie"), "\n", " ")
-	initramfs = recipeInitramfs + " " + strings.Join(guestCommands, ",") + " " + hash(initScript, readyScript, string(guestGoMod), string(guestGoSum), string(builderSource)) + "|" +
+	initramfs = recipeInitramfs + " " + strings.Join(guestCommands, ",") + " " + hash(initScript, readyScript, string(guestGoMod), string(guestGoSum), string(builderSource), string(faultsSource)) + "|" +
 		strings.ReplaceAll(p.st.stamp("sid")+p.st.stamp("modules"), "\n", " ")
 	return
 }

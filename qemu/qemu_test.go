@@ -90,13 +90,26 @@ func TestQEMUArgs(t *testing.T) {
 			t.Errorf("args lack %q:\n%s", want, joined)
 		}
 	}
+	// The fault-control port: a virtio-serial controller at its own slot,
+	// its port named for hcaemu-faults, on a chardev connecting to the
+	// run's socket.
+	if strings.Contains(joined, "virtio-serial") {
+		t.Errorf("a virtio-serial port without a faults socket:\n%s", joined)
+	}
+	g.faults = "/c/run/x/g0,faults"
+	joined = strings.Join(qemuArgs(g), " ")
+	if want := " -chardev socket,id=hcaemufaults,path=/c/run/x/g0,,faults,reconnect-ms=1000 " +
+		"-device virtio-serial-pci,id=hcaemuserial,addr=0x10 " +
+		"-device virtserialport,bus=hcaemuserial.0,chardev=hcaemufaults,name=org.hcaemu.faults"; !strings.HasSuffix(joined, want) {
+		t.Errorf("args lack %q:\n%s", want, joined)
+	}
 	// An image: a read-only virtio disk after the shares, named on the
 	// command line.
 	g.image = "/c/images/0123/root.ext4"
 	joined = strings.Join(qemuArgs(g), " ")
 	for _, want := range []string{
 		"hcaemu.share=hcaemu1:/results hcaemu.image=1 ",
-		"-drive file=/c/images/0123/root.ext4,format=raw,if=none,id=image,readonly=on -device virtio-blk-pci,drive=image,addr=0x10",
+		"-drive file=/c/images/0123/root.ext4,format=raw,if=none,id=image,readonly=on -device virtio-blk-pci,drive=image,addr=0x11",
 	} {
 		if !strings.Contains(joined, want) {
 			t.Errorf("args lack %q:\n%s", want, joined)

@@ -51,6 +51,7 @@ var allowedImports = map[string][]string{
 	"vfio/vfiotest":                  {"vfio"},
 	"qemu":                           {"emu/fabric"},
 	"qemu/guestmod/hcaemu-initramfs": nil,
+	"qemu/guestmod/hcaemu-faults":    nil, // built in the guest's module: the standard library only
 	"cmd/hcaemu":                     {"emu", "emu/fabric", "emu/fabric/capture", "emu/fault", "qemu", "vfio", "vfio/record"},
 	"tests":                          nil,
 }

@@ -266,9 +266,12 @@ func replayOnce(t *testing.T, rec *record.Recording, caps *pvrdma.DeviceCaps) *r
 	}
 	rp := record.NewReplay(rec, record.Options{Frame: describeFrame, MemWrite: describeMemWrite})
 	host := rp.Host()
+	// Recordings are made with QPN == handle (hcaemu run --record), so the
+	// replay's QPNs are the recorded ones.
 	dev := emu.New(emu.Config{Name: rec.Name, Mem: host.Mem, MSIX: host.MSIX, MAC: mac, Caps: caps,
-		Log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Attach: func(rx func([]byte) bool) emu.Port { return rp.Attach(rx) }})
+		Log:            slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Attach:         func(rx func([]byte) bool) emu.Port { return rp.Attach(rx) },
+		SequentialQPNs: true})
 	stuck := false
 	res := rp.Run(dev, func() {
 		if !stuck && !settle(dev) {

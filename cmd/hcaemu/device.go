@@ -109,10 +109,13 @@ func (h *hcas) factory(name string, mac [6]byte) vfio.NewDevice {
 				Attach: func(rx func([]byte) bool) emu.Port { return h.sw.Attach(name, mac, rx) }}), nil
 		}
 		host = rec.Host(host)
+		// A recording replays only with the QPNs it was made with: QPN ==
+		// handle while recording (no random bits to reproduce).
 		d := emu.New(emu.Config{Name: name, Mem: host.Mem, MSIX: host.MSIX, MAC: mac, Log: h.log,
 			Attach: func(rx func([]byte) bool) emu.Port {
 				return rec.Port(h.sw.Attach(name, mac, rec.Receiver(rx)))
-			}})
+			},
+			SequentialQPNs: true})
 		return rec.Device(d), nil
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/fault"
+	"github.com/hcaemu/hcaemu/qemu"
 )
 
 // faultFlags are the fault-injection flags of "hcaemu run" and "hcaemu
@@ -89,6 +90,21 @@ func (f *faultFlags) start(stderr io.Writer, controlPath string) (*faultSetup, e
 	}
 	fmt.Fprintln(stderr, msg)
 	return s, nil
+}
+
+// listenGuests serves each guest's fault-control port (the guest's
+// hcaemu-faults command) on the cluster's per-guest socket.
+func (s *faultSetup) listenGuests(cl *qemu.Cluster) error {
+	if s == nil || s.control == nil {
+		return nil
+	}
+	for k := range cl.Guests {
+		if err := s.control.ListenGuest(cl.FaultsSocketPath(k)); err != nil {
+			return fmt.Errorf("guest %d fault-control port: %w", k, err)
+		}
+	}
+	cl.FaultPorts = true
+	return nil
 }
 
 // decorators returns the fault decorator, or none without faults.

@@ -2,10 +2,18 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/hcaemu/hcaemu/emu/fault"
+	"github.com/hcaemu/hcaemu/qemu"
 )
 
 // TestFaultsCommand drives "hcaemu faults" against the control socket the
@@ -68,5 +76,54 @@ func TestFaultsCommand(t *testing.T) {
 	}
 	if _, err := (&faultFlags{plan: bad}).start(&msg, ""); err == nil || !strings.Contains(err.Error(), "--faults") {
 		t.Errorf("a bad plan started: %v", err)
+	}
+}
+
+// TestFaultsGuestPorts: "hcaemu run" serves each guest's fault-control
+// port on the cluster's socket for it, with the commands of the control
+// socket; "hcaemu serve --guest-control" needs --control.
+func TestFaultsGuestPorts(t *testing.T) {
+	dir := t.TempDir()
+	flags := faultFlags{control: filepath.Join(dir, "ctl.sock")}
+	setup, err := flags.start(io.Discard, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer setup.close()
+	cl := &qemu.Cluster{Dir: dir, Guests: 2}
+	if err := setup.listenGuests(cl); err != nil {
+		t.Fatal(err)
+	}
+	if !cl.FaultPorts {
+		t.Error("the cluster's guests get no fault-control port")
+	}
+	for k := range 2 {
+		conn, err := net.Dial("unix", cl.FaultsSocketPath(k))
+		if err != nil {
+			t.Fatalf("guest %d: %v", k, err)
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(time.Minute))
+		if _, err := conn.Write([]byte(`{"op":"add","id":"g","rule":{"name":"g` + strconv.Itoa(k) + `","action":{"kind":"drop"}}}` + "\n")); err != nil {
+			t.Fatal(err)
+		}
+		var rsp fault.Response
+		if err := json.NewDecoder(conn).Decode(&rsp); err != nil || !rsp.OK || rsp.ID != "g" || rsp.Name != "g"+strconv.Itoa(k) {
+			t.Errorf("guest %d: add answered %+v, %v", k, rsp, err)
+		}
+	}
+	if rsp, err := fault.Command(flags.control, fault.Request{Op: "list"}); err != nil || len(rsp.Rules) != 2 {
+		t.Errorf("the control socket lists %+v, %v; want the guests' two rules", rsp, err)
+	}
+	// Without a control socket (serve without fault flags) there is
+	// nothing to serve.
+	var none *faultSetup
+	cl2 := &qemu.Cluster{Dir: dir, Guests: 1}
+	if err := none.listenGuests(cl2); err != nil || cl2.FaultPorts {
+		t.Errorf("no fault setup: %v, ports %v", err, cl2.FaultPorts)
+	}
+
+	if code := serveMain([]string{"--socket-path", filepath.Join(dir, "hca0.sock"), "--guest-control", filepath.Join(dir, "g.sock")}); code != 2 {
+		t.Errorf("serve --guest-control without --control exited %d", code)
 	}
 }

@@ -41,6 +41,8 @@ read-only and keep their writes in RAM.
 The frames between the HCAs pass through a fault plan (--faults, empty by
 default) whose control socket (--control, else a path printed at start)
 takes live changes: "hcaemu faults --control SOCK ...", docs/faults.md.
+Inside the guests, "hcaemu-faults add|rm|enable|disable|list|stats|clear"
+does the same through a virtio-serial port (org.hcaemu.faults).
 
 Environment: HCAEMU_CACHE (cache dir), HCAEMU_ACCEL (tcg|kvm), HCAEMU_MIRROR.
 `
@@ -150,6 +152,10 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer cl.Close()
 	cl.MemoryMiB, cl.Timeout, cl.Stdout, cl.Stderr = mem, *timeout, stdout, stderr
 	cl.AllowReboot = *reboots
+	if err := runFaults.listenGuests(cl); err != nil {
+		fmt.Fprintf(stderr, "hcaemu run: %v\n", err)
+		return 1
+	}
 	if err := workload.apply(cl); err != nil {
 		// Only what needs the provisioned kernel is left to fail here.
 		fmt.Fprintf(stderr, "hcaemu run: %v\n", err)

@@ -23,7 +23,7 @@ func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 const serveUsage = `usage: hcaemu serve --socket-path PATH [--socket-path PATH2 ...] [--fd N ...] [--pcap FILE] [--record DIR] [--log-level LEVEL]
-                    [--faults PLAN] [--faults-log FILE] [--faults-seed N] [--control SOCK]
+                    [--faults PLAN] [--faults-log FILE] [--faults-seed N] [--control SOCK [--guest-control SOCK ...]]
        hcaemu serve --print-capabilities
 
 Serves one emulated PVRDMA HCA (PCI 15ad:0820) per vfio-user socket, for
@@ -42,8 +42,13 @@ func serveMain(args []string) int {
 	pcap := fs.String("pcap", "", "write every RoCEv2 frame between the HCAs to this pcap file")
 	recordDir := fs.String("record", "", "record each HCA's boundary (region accesses, guest memory, MSI-X, frames) into this directory, one file per connection, for replay tests")
 	faults := registerFaultFlags(fs)
+	var guestControls multiFlag
+	fs.Var(&guestControls, "guest-control", "unix socket a VM's virtio-serial port org.hcaemu.faults connects to, for hcaemu-faults in the guest (repeatable: one per VM; needs --control)")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if len(guestControls) > 0 && faults.control == "" {
+		return fatalf("serve: --guest-control needs --control (the guests' commands are those of the control socket)")
 	}
 	if fs.NArg() > 0 {
 		return fatalf("serve: unexpected argument %q", fs.Arg(0))
@@ -91,6 +96,11 @@ func serveMain(args []string) int {
 			return fatalf("serve: %v", err)
 		}
 		defer faultSet.close()
+		for _, p := range guestControls {
+			if err := faultSet.control.ListenGuest(p); err != nil {
+				return fatalf("serve: --guest-control: %v", err)
+			}
+		}
 	}
 	h, err := newHCAs(log, *pcap, *recordDir, faultSet.decorators()...)
 	if err != nil {

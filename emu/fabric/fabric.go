@@ -6,7 +6,10 @@
 //     InfiniBand transport) to the port that owns the destination IP address,
 //     which is the destination GID. A frame for an address nobody owns is
 //     dropped, as on a real segment; a receiver whose queue is full refuses a
-//     frame and the sender backs off (lossless, like PFC).
+//     frame and the sender backs off (lossless, like PFC). Ports are
+//     untrusted: an address belongs to one port at a time (SetAddrs refuses
+//     an address another port owns), and a port's frame enters the fabric
+//     only when its IP source is one of the sending port's addresses.
 //   - Segment, the guests' L2 Ethernet segment: a learning switch QEMU's
 //     vmxnet3 NICs join over unix datagram sockets.
 //   - Links and decorators: a port's frames pass through a chain of Link
@@ -24,6 +27,7 @@ package fabric
 import (
 	"encoding/binary"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -70,6 +74,10 @@ type Switch struct {
 
 	Forwarded atomic.Uint64
 	Dropped   atomic.Uint64
+	// Spoofed counts frames a port sent from an IP source address it does
+	// not own (or without an IP header): dropped as they entered the
+	// fabric, before any decorator saw them.
+	Spoofed atomic.Uint64
 }
 
 // NewSwitch returns a switch whose ports' frames pass through the
@@ -90,7 +98,10 @@ type Port struct {
 	name  string
 	rx    Receiver
 	mac   [6]byte
-	addrs []netip.Addr
+	addrs []netip.Addr // guarded by sw.mu
+	// owned is a copy of addrs the send path reads without the switch's
+	// lock (replaced, never changed in place).
+	owned atomic.Pointer[[]netip.Addr]
 	gone  atomic.Bool
 }
 
@@ -113,46 +124,82 @@ func (p *Port) MAC() [6]byte { return p.mac }
 // device receiving them.
 func (p *Port) Switch() *Switch { return p.sw }
 
-// SetAddrs replaces the IP addresses (GIDs) the port owns. An address another
-// port owns stays with that port.
-func (p *Port) SetAddrs(addrs []netip.Addr) {
+// AddrInUseError is SetAddrs' answer for an address another port owns.
+type AddrInUseError struct {
+	Addr  netip.Addr
+	Owner string // the owning port's name
+}
+
+func (e *AddrInUseError) Error() string {
+	return "fabric: address " + e.Addr.String() + " belongs to port " + e.Owner
+}
+
+// SetAddrs replaces the IP addresses (GIDs) the port owns, all or nothing:
+// when another port owns one of them it returns an *AddrInUseError and the
+// port keeps the addresses it had. IPv4-mapped IPv6 addresses count as the
+// IPv4 address they map. A detached port owns nothing.
+func (p *Port) SetAddrs(addrs []netip.Addr) error {
 	s := p.sw
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	next := make([]netip.Addr, 0, len(addrs))
+	if !p.gone.Load() {
+		for _, a := range addrs {
+			a = a.Unmap()
+			if o, taken := s.byIP[a]; taken && o != p {
+				return &AddrInUseError{Addr: a, Owner: o.name}
+			}
+			if !slices.Contains(next, a) {
+				next = append(next, a)
+			}
+		}
+	}
 	for _, a := range p.addrs {
 		if s.byIP[a] == p {
 			delete(s.byIP, a)
 		}
 	}
-	p.addrs = p.addrs[:0]
-	if p.gone.Load() {
-		return
-	}
-	for _, a := range addrs {
-		a = a.Unmap()
-		if o, taken := s.byIP[a]; taken && o != p {
-			continue
-		}
+	for _, a := range next {
 		s.byIP[a] = p
-		p.addrs = append(p.addrs, a)
 	}
+	p.addrs = next
+	p.owned.Store(&next)
+	return nil
+}
+
+// Owns reports whether the port owns address a (IPv4-mapped counts as
+// IPv4).
+func (p *Port) Owns(a netip.Addr) bool {
+	owned := p.owned.Load()
+	return owned != nil && slices.Contains(*owned, a.Unmap())
 }
 
 // Send puts a frame (a buffer from NewFrame) on the wire. The caller gives
 // up the frame. It returns false when the receiving port's queue was full
 // (backpressure).
+//
+// A frame whose IP source the port does not own is dropped here (counted
+// in Spoofed) before the switch's decorators: capture and fault injection
+// see only frames that entered the fabric, and what a fault rule does to a
+// frame afterwards (rewriting a header) is the fabric's doing, not a port's.
 func (p *Port) Send(frame []byte) bool {
 	if p.gone.Load() {
+		Release(frame)
+		return true
+	}
+	if src, ok := SrcIP(frame); !ok || !p.Owns(src) {
+		p.sw.Spoofed.Add(1)
 		Release(frame)
 		return true
 	}
 	return p.sw.link.Send(p, frame)
 }
 
-// Detach disconnects the port; frames for its addresses are dropped.
+// Detach disconnects the port; frames for its addresses are dropped, and
+// the addresses are free for another port to own.
 func (p *Port) Detach() {
 	p.gone.Store(true)
-	p.SetAddrs(nil)
+	_ = p.SetAddrs(nil) // owning nothing never fails
 	p.sw.mu.Lock()
 	delete(p.sw.ports, p)
 	p.sw.mu.Unlock()
@@ -160,7 +207,15 @@ func (p *Port) Detach() {
 
 // DstIP returns the destination IP address of an Ethernet frame carrying
 // IPv4 or IPv6.
-func DstIP(frame []byte) (netip.Addr, bool) {
+func DstIP(frame []byte) (netip.Addr, bool) { return ipAddr(frame, 16, 24) }
+
+// SrcIP returns the source IP address of an Ethernet frame carrying IPv4 or
+// IPv6.
+func SrcIP(frame []byte) (netip.Addr, bool) { return ipAddr(frame, 12, 8) }
+
+// ipAddr reads the address at offset off4 of an IPv4 header or off6 of an
+// IPv6 header.
+func ipAddr(frame []byte, off4, off6 int) (netip.Addr, bool) {
 	if len(frame) < 14 {
 		return netip.Addr{}, false
 	}
@@ -169,12 +224,12 @@ func DstIP(frame []byte) (netip.Addr, bool) {
 		if len(frame) < 14+20 {
 			return netip.Addr{}, false
 		}
-		return netip.AddrFrom4([4]byte(frame[14+16 : 14+20])), true
+		return netip.AddrFrom4([4]byte(frame[14+off4 : 14+off4+4])), true
 	case 0x86DD:
 		if len(frame) < 14+40 {
 			return netip.Addr{}, false
 		}
-		return netip.AddrFrom16([16]byte(frame[14+24 : 14+40])), true
+		return netip.AddrFrom16([16]byte(frame[14+off6 : 14+off6+16])), true
 	}
 	return netip.Addr{}, false
 }

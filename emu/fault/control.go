@@ -2,6 +2,7 @@ package fault
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,10 +22,15 @@ import (
 //	{"op":"list"}                  the rules with their state and counters
 //	{"op":"stats"}                 the counters (and the seed)
 //	{"op":"clear"}                 remove every rule
+//
+// An optional "id" is echoed in the response, so that a client sharing a
+// byte stream with earlier clients (a guest's virtio-serial port) can tell
+// its own reply from stale ones.
 type Request struct {
 	Op   string          `json:"op"`
 	Name string          `json:"name,omitempty"`
 	Rule json.RawMessage `json:"rule,omitempty"`
+	ID   string          `json:"id,omitempty"`
 }
 
 // Response answers a Request: OK, or Error and nothing changed.
@@ -34,6 +40,7 @@ type Response struct {
 	Name  string      `json:"name,omitempty"` // add: the rule's name
 	Rules []RuleState `json:"rules,omitempty"`
 	Stats *Stats      `json:"stats,omitempty"`
+	ID    string      `json:"id,omitempty"` // the request's id
 }
 
 // maxRequest bounds a command line.
@@ -104,12 +111,16 @@ func (inj *Injector) Do(req Request) Response {
 
 // Control serves live commands for an injector on a unix socket, one JSON
 // line per command and per response.
+//
+// Guests reach it too, each through its own socket (ListenGuest) that the
+// guest's virtio-serial port is connected to.
 type Control struct {
 	inj  *Injector
 	l    *net.UnixListener
 	path string
 
 	mu     sync.Mutex
+	guests []*net.UnixListener
 	conns  map[net.Conn]struct{}
 	closed bool
 	wg     sync.WaitGroup
@@ -118,28 +129,34 @@ type Control struct {
 // ListenControl listens on the unix socket path (a stale socket left by a
 // dead process is replaced) and serves commands until Close.
 func ListenControl(path string, inj *Injector) (*Control, error) {
-	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
-		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
-			c.Close()
-			return nil, fmt.Errorf("control socket %s: in use", path)
-		}
-		os.Remove(path)
-	}
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	l, err := listenUnix(path)
 	if err != nil {
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
 	c := &Control{inj: inj, l: l, path: path, conns: map[net.Conn]struct{}{}}
-	c.wg.Go(c.accept)
+	c.wg.Go(func() { c.accept(l, c.serve) })
 	return c, nil
+}
+
+// listenUnix listens on the unix socket path; a stale socket left by a dead
+// process is replaced, a live one is not.
+func listenUnix(path string) (*net.UnixListener, error) {
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("%s: in use", path)
+		}
+		os.Remove(path)
+	}
+	return net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 }
 
 // Path is the socket's path.
 func (c *Control) Path() string { return c.path }
 
-func (c *Control) accept() {
+func (c *Control) accept(l *net.UnixListener, serve func(net.Conn)) {
 	for {
-		conn, err := c.l.Accept()
+		conn, err := l.Accept()
 		if err != nil {
 			return
 		}
@@ -150,18 +167,34 @@ func (c *Control) accept() {
 			return
 		}
 		c.conns[conn] = struct{}{}
-		c.wg.Go(func() { c.serve(conn) })
+		c.wg.Go(func() {
+			defer func() {
+				c.mu.Lock()
+				delete(c.conns, conn)
+				c.mu.Unlock()
+				conn.Close()
+			}()
+			serve(conn)
+		})
 		c.mu.Unlock()
 	}
 }
 
+// answer executes one command line (from a guest: with the guests' limits).
+func (c *Control) answer(text string, guest bool) Response {
+	var req Request
+	if err := strictDecode(strings.NewReader(text), &req); err != nil {
+		return Response{Error: "bad command: " + err.Error()}
+	}
+	if guest && req.Op == "add" && c.inj.nrule.Load() >= MaxGuestRules {
+		return Response{Error: fmt.Sprintf("add: the plan has %d rules, a guest may add rules up to %d", c.inj.nrule.Load(), MaxGuestRules), ID: req.ID}
+	}
+	rsp := c.inj.Do(req)
+	rsp.ID = req.ID
+	return rsp
+}
+
 func (c *Control) serve(conn net.Conn) {
-	defer func() {
-		c.mu.Lock()
-		delete(c.conns, conn)
-		c.mu.Unlock()
-		conn.Close()
-	}()
 	sc := bufio.NewScanner(conn)
 	sc.Buffer(make([]byte, 4096), maxRequest)
 	enc := json.NewEncoder(conn)
@@ -170,14 +203,7 @@ func (c *Control) serve(conn net.Conn) {
 		if text == "" {
 			continue
 		}
-		var req Request
-		rsp := Response{}
-		if err := strictDecode(strings.NewReader(text), &req); err != nil {
-			rsp.Error = "bad command: " + err.Error()
-		} else {
-			rsp = c.inj.Do(req)
-		}
-		if enc.Encode(rsp) != nil {
+		if enc.Encode(c.answer(text, false)) != nil {
 			return
 		}
 	}
@@ -186,11 +212,95 @@ func (c *Control) serve(conn net.Conn) {
 	}
 }
 
+// MaxGuestLine bounds a command line from a guest: a longer line is
+// answered with an error and skipped, and the port stays usable.
+const MaxGuestLine = 64 << 10
+
+// MaxGuestRules bounds the plan guests can grow: every frame meets every
+// rule, so a guest adding rules in a loop would slow the fabric of all. A
+// guest's add is refused while the plan has this many rules (the host's
+// plan and control socket are not bounded).
+const MaxGuestRules = 1024
+
+// ListenGuest serves commands from one guest on another unix socket at
+// path, meant for the chardev of the guest's virtio-serial port (QEMU
+// connects to it, and again after a reconnection; a stale socket file is
+// replaced). The commands and responses are those of the control socket;
+// unlike a client of the control socket, a guest never loses its
+// connection for what it writes: a line longer than MaxGuestLine or not a
+// command is answered with an error, and the next line is read; its add
+// is refused while the plan has MaxGuestRules rules. Lines are
+// answered one at a time, in order: while a reply cannot be written (the
+// guest does not read its port), the guest's next lines wait in the
+// socket, so a guest holds at most one pending reply here and never delays
+// the other guests or the control socket. Close stops the guest sockets
+// too.
+func (c *Control) ListenGuest(path string) error {
+	l, err := listenUnix(path)
+	if err != nil {
+		return fmt.Errorf("guest control socket: %w", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		l.Close()
+		return errors.New("guest control socket: control is closed")
+	}
+	c.guests = append(c.guests, l)
+	c.wg.Go(func() { c.accept(l, c.serveGuest) })
+	return nil
+}
+
+func (c *Control) serveGuest(conn net.Conn) {
+	r := bufio.NewReaderSize(conn, 4096)
+	enc := json.NewEncoder(conn)
+	for {
+		line, tooLong, err := readLine(r, MaxGuestLine)
+		if err != nil {
+			return
+		}
+		var rsp Response
+		switch text := strings.TrimSpace(string(line)); {
+		case tooLong:
+			rsp.Error = fmt.Sprintf("bad command: longer than %d bytes", MaxGuestLine)
+		case text == "":
+			continue
+		default:
+			rsp = c.answer(text, true)
+		}
+		if enc.Encode(rsp) != nil {
+			return
+		}
+	}
+}
+
+// readLine reads one line (without its newline) of at most limit bytes; of a
+// longer line it keeps nothing, reads on to its end and reports tooLong.
+func readLine(r *bufio.Reader, limit int) (line []byte, tooLong bool, err error) {
+	for {
+		chunk, err := r.ReadSlice('\n')
+		if !tooLong && len(line)+len(chunk) <= limit+1 {
+			line = append(line, chunk...)
+		} else {
+			tooLong, line = true, nil
+		}
+		switch {
+		case err == nil:
+			return bytes.TrimSuffix(line, []byte("\n")), tooLong, nil
+		case !errors.Is(err, bufio.ErrBufferFull):
+			return nil, false, err
+		}
+	}
+}
+
 // Close stops serving, closes the connections and removes the socket.
 func (c *Control) Close() error {
 	c.mu.Lock()
 	c.closed = true
 	err := c.l.Close()
+	for _, l := range c.guests {
+		l.Close()
+	}
 	for conn := range c.conns {
 		conn.Close()
 	}

@@ -4,9 +4,14 @@
 // translation of a virtual address range (or an SGE list) into the guest
 // pages behind it, and the references that in-flight work holds.
 //
-// A reference names a region by handle and key and is re-validated on every
-// use: work that outlives its region's registration fails instead of
-// touching memory the region no longer owns. The package belongs to no
+// A key is the region's handle (bits 31:8) and a variant (bits 7:0, the
+// IBTA "key" portion): the device picks a new variant every time it
+// registers a handle, the consumer picks it on a fast-register, so a key
+// kept past a deregistration does not name the region that next holds the
+// handle. A reference names one registration of a region (handle, key and
+// registration generation) and is re-validated on every use: work that
+// outlives that registration fails instead of touching memory the region
+// no longer owns, whatever now holds the handle or key. The package belongs to no
 // device model: the device keeps the handle table (registration is its
 // command ABI) and hands this package a Table to look regions up in.
 package mr
@@ -45,11 +50,30 @@ type Region struct {
 	LKey     uint32
 	RKey     uint32
 	MaxPages uint32 // FRMR page list capacity
+	// Gen identifies the registration: a number the device never hands
+	// out twice, set on every registration and fast-register. References
+	// hold it, so one re-registered under the same key does not resolve.
+	Gen uint64
 }
 
 // Handle is the region handle a key names (bits 31:8; bits 7:0 are the
 // key's variant).
 func Handle(key uint32) uint32 { return key >> 8 }
+
+// Variant is the key's variant (bits 7:0, the IBTA "key" portion).
+func Variant(key uint32) uint8 { return uint8(key) }
+
+// MaxHandle is the largest handle a key can name.
+const MaxHandle = 1<<24 - 1
+
+// Key is the key of handle (at most MaxHandle) with variant.
+func Key(handle uint32, variant uint8) uint32 { return handle<<8 | uint32(variant) }
+
+// NextVariant is the variant a handle's next registration gets when its
+// previous one ended with variant prev: prev+1, wrapping from 255 to 0, so
+// a reused handle never gets its previous key back (only after 256
+// registrations of that handle, as the 8-bit key portion allows).
+func NextVariant(prev uint8) uint8 { return prev + 1 }
 
 // Table looks regions up by handle (the device's MR table).
 type Table interface {
@@ -109,14 +133,16 @@ type Ref struct {
 	Handle uint32
 	Key    uint32
 	PD     uint32
-	Remote bool // Key is an R_Key
+	Remote bool   // Key is an R_Key
+	Gen    uint64 // the registration it was taken from (Region.Gen)
 }
 
 // Resolve returns the region the reference still names: registered, valid,
-// with the same key and protection domain; nil otherwise.
+// the same registration, with the same key and protection domain; nil
+// otherwise.
 func (ref Ref) Resolve(regions Table) *Region {
 	region := Lookup(regions, ref.Key, ref.Remote)
-	if region == nil || Handle(ref.Key) != ref.Handle || region.PD != ref.PD {
+	if region == nil || Handle(ref.Key) != ref.Handle || region.PD != ref.PD || region.Gen != ref.Gen {
 		return nil
 	}
 	return region
@@ -144,8 +170,12 @@ const MaxMessage = 1 << 31
 var (
 	ErrProtection = errors.New("SGE outside the memory regions of its protection domain")
 	ErrLength     = errors.New("SGE list longer than 2^31 bytes")
-	errStale      = errors.New("memory region no longer registered")
 )
+
+// ErrStale reports a reference that no longer resolves: its region was
+// deregistered, invalidated or registered again since the reference was
+// taken (or the range left it).
+var ErrStale = errors.New("memory region no longer registered")
 
 // Space is the memory a transport reaches: guest memory and the regions
 // registered on it.
@@ -177,7 +207,7 @@ func (s Space) Segs(pd uint32, sges []SGE, write bool) ([]Seg, uint32, error) {
 			return nil, 0, ErrLength
 		}
 		if sge.Length > 0 {
-			ref := Ref{Handle: Handle(sge.LKey), Key: sge.LKey, PD: pd}
+			ref := Ref{Handle: Handle(sge.LKey), Key: sge.LKey, PD: pd, Gen: region.Gen}
 			segs = append(segs, Seg{Ref: ref, Addr: sge.Addr, Len: uint64(sge.Length)})
 		}
 	}
@@ -200,7 +230,7 @@ func (s Space) Copy(segs []Seg, off uint64, buf []byte, toGuest bool) error {
 		n := min(seg.Len-off, left)
 		region := seg.Ref.Resolve(s.Regions)
 		if region == nil {
-			return errStale
+			return ErrStale
 		}
 		chunk := buf[pos : pos+n]
 		err := region.Span(seg.Addr+off, n, func(gpa, k, done uint64) error {
@@ -229,14 +259,21 @@ func (s Space) Remote(pd, key uint32, va, n uint64, access uint32) (Ref, bool) {
 	if region == nil || region.PD != pd || region.Access&access == 0 || !region.InRange(va, n) {
 		return Ref{}, false
 	}
-	return Ref{Handle: Handle(key), Key: key, PD: pd, Remote: true}, true
+	return Ref{Handle: Handle(key), Key: key, PD: pd, Remote: true, Gen: region.Gen}, true
+}
+
+// Valid reports whether ref still resolves and its region covers [va,
+// va+n).
+func (s Space) Valid(ref Ref, va, n uint64) bool {
+	region := ref.Resolve(s.Regions)
+	return region != nil && region.InRange(va, n)
 }
 
 // span resolves ref and visits [va, va+n) of its region.
 func (s Space) span(ref Ref, va, n uint64, fn func(gpa, n, done uint64) error) error {
 	region := ref.Resolve(s.Regions)
 	if region == nil || !region.InRange(va, n) {
-		return errStale
+		return ErrStale
 	}
 	return region.Span(va, n, fn)
 }

@@ -219,3 +219,84 @@ func TestInvalidate(t *testing.T) {
 		t.Error("FRMR still valid")
 	}
 }
+
+// TestKeyVariants: a key is its handle and a variant; a handle's next
+// registration never gets the previous variant back, wrapping from 255 to
+// 0, and only its 256th registration comes back to a variant it had.
+func TestKeyVariants(t *testing.T) {
+	tests := []struct {
+		handle  uint32
+		variant uint8
+		key     uint32
+	}{
+		{1, 0, 0x100},
+		{2, 0x11, 0x211},
+		{mr.MaxHandle, 0xFF, 0xFFFFFFFF},
+	}
+	for _, tt := range tests {
+		key := mr.Key(tt.handle, tt.variant)
+		if key != tt.key || mr.Handle(key) != tt.handle || mr.Variant(key) != tt.variant {
+			t.Errorf("Key(%d, %#x) = %#x (handle %d, variant %#x), want %#x", tt.handle, tt.variant, key,
+				mr.Handle(key), mr.Variant(key), tt.key)
+		}
+	}
+	for _, tt := range []struct{ prev, next uint8 }{{0, 1}, {0x41, 0x42}, {0xFE, 0xFF}, {0xFF, 0}} {
+		if got := mr.NextVariant(tt.prev); got != tt.next {
+			t.Errorf("NextVariant(%#x) = %#x, want %#x", tt.prev, got, tt.next)
+		}
+	}
+	seen := map[uint8]bool{}
+	variant := uint8(0x80)
+	for i := 0; i < 256; i++ {
+		next := mr.NextVariant(variant)
+		if next == variant || seen[next] {
+			t.Fatalf("registration %d: variant %#x again", i, next)
+		}
+		seen[next] = true
+		variant = next
+	}
+}
+
+// TestRefGeneration: a reference resolves to the registration it was taken
+// from only: not after the region is invalidated, nor once it is
+// registered again, even under the same key and PD.
+func TestRefGeneration(t *testing.T) {
+	space, _, regions := newSpace()
+	regions[2].Gen = 5
+	ref, ok := space.Remote(pd, key, va, 8, mr.RemoteRead)
+	if !ok || ref.Gen != 5 {
+		t.Fatalf("Remote = %+v, %v", ref, ok)
+	}
+	segs, _, err := space.Segs(pd, []mr.SGE{{Addr: va, Length: 8, LKey: key}}, false)
+	if err != nil || segs[0].Ref.Gen != 5 {
+		t.Fatalf("Segs = %+v, %v", segs, err)
+	}
+	tests := []struct {
+		name   string
+		change func(r *mr.Region)
+		ok     bool
+	}{
+		{"unchanged", func(*mr.Region) {}, true},
+		{"invalidated", func(r *mr.Region) { r.Valid = false }, false},
+		{"registered again", func(r *mr.Region) { r.Gen = 6 }, false},
+		{"other PD", func(r *mr.Region) { r.PD = pd + 1; r.Gen = 6 }, false},
+		{"other key", func(r *mr.Region) { r.LKey, r.RKey, r.Gen = key|1, key|1, 6 }, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			space, _, regions := newSpace()
+			regions[2].Gen = 5
+			tt.change(regions[2])
+			if got := space.Valid(ref, va, 8); got != tt.ok {
+				t.Errorf("remote reference valid = %v, want %v", got, tt.ok)
+			}
+			if got := segs[0].Ref.Resolve(space.Regions) != nil; got != tt.ok {
+				t.Errorf("local reference resolves = %v, want %v", got, tt.ok)
+			}
+			buf := make([]byte, 8)
+			if err := space.Read(ref, va, buf); (err == nil) != tt.ok || (err != nil && !errors.Is(err, mr.ErrStale)) {
+				t.Errorf("Read = %v, want ok %v or ErrStale", err, tt.ok)
+			}
+		})
+	}
+}

@@ -351,7 +351,7 @@ func (m *recMemory) Access(gpa, n uint64, write bool, fn func(b []byte)) error {
 // device model's port, so that the device model's own interface accepts it.
 type Port interface {
 	Send(frame []byte) bool
-	SetAddrs(addrs []netip.Addr)
+	SetAddrs(addrs []netip.Addr) error
 	Detach()
 }
 
@@ -385,9 +385,9 @@ func (p *recPort) Send(frame []byte) bool {
 	return ok
 }
 
-func (p *recPort) SetAddrs(addrs []netip.Addr) {
+func (p *recPort) SetAddrs(addrs []netip.Addr) error {
 	p.rec.add(&Event{Kind: Addrs, Addrs: addrStrings(addrs)})
-	p.port.SetAddrs(addrs)
+	return p.port.SetAddrs(addrs)
 }
 
 func (p *recPort) Detach() {

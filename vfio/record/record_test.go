@@ -121,8 +121,8 @@ func (w *wire) Send(frame []byte) bool {
 	w.sent = append(w.sent, frame)
 	return true
 }
-func (w *wire) SetAddrs([]netip.Addr) {}
-func (w *wire) Detach()               {}
+func (w *wire) SetAddrs([]netip.Addr) error { return nil }
+func (w *wire) Detach()                     {}
 
 // recordPinger records a short session of a pinger driven like a guest
 // would, and returns the recording as read back from its file.

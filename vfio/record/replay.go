@@ -282,10 +282,11 @@ func (p *replayPort) Send(frame []byte) bool {
 	return n >= len(r.txRef) || !r.txRef[n]
 }
 
-func (p *replayPort) SetAddrs(addrs []netip.Addr) {
+func (p *replayPort) SetAddrs(addrs []netip.Addr) error {
 	p.r.mu.Lock()
 	defer p.r.mu.Unlock()
 	p.r.addrs = append(p.r.addrs, addrStrings(addrs))
+	return nil
 }
 
 func (p *replayPort) Detach() {}

@@ -9,18 +9,21 @@ import (
 	"github.com/hcaemu/hcaemu/emu/fabric"
 )
 
-// frame4 is the start of an Ethernet/IPv4 frame to dst: all the switch reads.
-func frame4(dst string) []byte {
+// frame4 is the start of an Ethernet/IPv4 frame from src to dst: all the
+// switch reads.
+func frame4(src, dst string) []byte {
 	f := make([]byte, 14+20)
 	f[12], f[13] = 0x08, 0x00
-	a := netip.MustParseAddr(dst).As4()
-	copy(f[14+16:], a[:])
+	s, d := netip.MustParseAddr(src).As4(), netip.MustParseAddr(dst).As4()
+	copy(f[14+12:], s[:])
+	copy(f[14+16:], d[:])
 	return f
 }
 
 // TestCapture: the capture decorator records every frame that crosses the
 // link, delivered or not, and keeps the backpressure answer of the link it
-// wraps.
+// wraps. A frame from a source address its port does not own never enters
+// the fabric: the capture does not see it.
 func TestCapture(t *testing.T) {
 	var buf bytes.Buffer
 	w, err := NewPcapWriter(&buf, PcapOptions{})
@@ -34,32 +37,41 @@ func TestCapture(t *testing.T) {
 	a.SetAddrs([]netip.Addr{netip.MustParseAddr("10.0.0.1")})
 	b.SetAddrs([]netip.Addr{netip.MustParseAddr("10.0.0.2")})
 	sends := []struct {
-		from    *fabric.Port
-		dst     string
-		full    bool
-		wantOK  bool
-		comment string
+		from     *fabric.Port
+		src, dst string
+		full     bool
+		wantOK   bool
+		captured bool
+		comment  string
 	}{
-		{a, "10.0.0.2", false, true, "delivered"},
-		{b, "10.0.0.1", false, true, "reply"},
-		{a, "10.0.0.9", false, true, "nobody: lost, counts as sent"},
-		{a, "10.0.0.2", true, false, "receiver full: backpressure"},
+		{a, "10.0.0.1", "10.0.0.2", false, true, true, "delivered"},
+		{b, "10.0.0.2", "10.0.0.1", false, true, true, "reply"},
+		{a, "10.0.0.1", "10.0.0.9", false, true, true, "nobody: lost, counts as sent"},
+		{a, "10.0.0.1", "10.0.0.2", true, false, true, "receiver full: backpressure"},
+		{a, "10.0.0.2", "10.0.0.2", false, true, false, "spoofed source: dropped before the capture"},
 	}
+	var want [][]byte
 	for _, s := range sends {
 		full.Store(s.full)
-		frame := fabric.Clone(frame4(s.dst))
+		frame := fabric.Clone(frame4(s.src, s.dst))
 		if got := s.from.Send(frame); got != s.wantOK {
 			t.Errorf("%s: Send = %v", s.comment, got)
+		}
+		if s.captured {
+			want = append(want, frame4(s.src, s.dst))
 		}
 	}
 	w.Close()
 	_, _, _, recs := readPcap(t, buf.Bytes())
-	if len(recs) != len(sends) {
-		t.Fatalf("%d frames captured, want %d", len(recs), len(sends))
+	if len(recs) != len(want) {
+		t.Fatalf("%d frames captured, want %d", len(recs), len(want))
 	}
-	for i, s := range sends {
-		if !bytes.Equal(recs[i].data, frame4(s.dst)) {
-			t.Errorf("record %d (%s) differs", i, s.comment)
+	for i := range want {
+		if !bytes.Equal(recs[i].data, want[i]) {
+			t.Errorf("record %d differs", i)
 		}
+	}
+	if sw.Spoofed.Load() != 1 {
+		t.Errorf("spoofed %d, want 1", sw.Spoofed.Load())
 	}
 }

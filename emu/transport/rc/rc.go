@@ -13,6 +13,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"log/slog"
+	"net/netip"
 	"time"
 
 	"github.com/hcaemu/hcaemu/dma"
@@ -103,6 +104,7 @@ type resource struct {
 	last   uint32
 	va     uint64
 	rkey   uint32
+	ref    mr.Ref // READ: the registration the request was checked against
 	length uint32
 	orig   uint64
 }
@@ -853,8 +855,32 @@ func (qp *QP) readResponse(pkt *roce.Packet) {
 
 // ---- responder ---------------------------------------------------------------
 
+// ReceiveFrom handles an RC packet that arrived in an IP datagram from src
+// to dst (plain IPv4 or IPv6 addresses, as roce.Unframe returns them). A
+// connected QP takes packets from its peer only, as rxe's check_addr: the
+// packet is dropped, and ReceiveFrom returns false (the device counts it),
+// unless src is the destination of the QP's path and dst the source, the
+// addresses the QP's own packets carry. The path is resolved again for
+// every packet, so a GID unbound since the connection was made stops it.
+// A QP that does not receive (RESET, INIT, ERR) drops every packet, as
+// Receive does.
+func (qp *QP) ReceiveFrom(pkt *roce.Packet, src, dst netip.Addr) bool {
+	if !transport.Receives(qp.state) {
+		return true
+	}
+	path, ok := qp.env.Path()
+	if !ok || src != path.Dst || dst != path.Src {
+		qp.log.Debug("RC packet from outside the connection dropped", "src", src, "dst", dst,
+			"path_src", path.Src, "path_dst", path.Dst)
+		return false
+	}
+	qp.Receive(pkt)
+	return true
+}
+
 // Receive handles an RC packet for this QP (a request for the responder,
-// or a response for the requester).
+// or a response for the requester) whose addresses the caller has checked
+// (ReceiveFrom does; tests of the state machine call Receive directly).
 func (qp *QP) Receive(pkt *roce.Packet) {
 	op := pkt.Opcode()
 	info, _ := op.Info()
@@ -928,6 +954,13 @@ func (qp *QP) FlushResponses() {
 					item.next++
 					budget--
 				}
+			}
+			if errors.Is(err, mr.ErrStale) {
+				// The region went while its responses were being sent:
+				// the rest of the READ is refused, never read.
+				qp.out = nil
+				qp.nak(roce.PSNAdd(item.res.first, int(item.next)), roce.NAKRemoteAccessError, transport.EventQPAccessError)
+				return
 			}
 			if err == nil && item.next < item.res.count() {
 				qp.env.Kick(transport.WorkRespond, false)
@@ -1112,6 +1145,13 @@ func (qp *QP) execute(pkt *roce.Packet) {
 		if n > 0 {
 			if err := qp.mem.Write(qp.writeRef, qp.writeVA, payload); err != nil {
 				qp.inWrite = false
+				if errors.Is(err, mr.ErrStale) {
+					// The region went (or was invalidated, or registered
+					// again) since the first packet: the R_Key is no
+					// longer valid, as if the request had named it now.
+					qp.nak(psn, roce.NAKRemoteAccessError, transport.EventQPAccessError)
+					return
+				}
 				qp.nak(psn, roce.NAKRemoteOperationalErr, transport.EventQPFatal)
 				return
 			}
@@ -1136,15 +1176,17 @@ func (qp *QP) execute(pkt *roce.Packet) {
 			qp.nak(psn, roce.NAKInvalidRequest, transport.EventQPRequestErr)
 			return
 		}
+		var ref mr.Ref
 		if n > 0 {
-			if _, ok := qp.mem.Remote(qp.cfg.PD, key, va, uint64(n), mr.RemoteRead); !ok {
+			var ok bool
+			if ref, ok = qp.mem.Remote(qp.cfg.PD, key, va, uint64(n), mr.RemoteRead); !ok {
 				qp.nak(psn, roce.NAKRemoteAccessError, transport.EventQPAccessError)
 				return
 			}
 		}
 		count := max(1, (n+uint32(pmtu)-1)/uint32(pmtu))
 		res := qp.newResource()
-		*res = resource{valid: true, first: psn, last: roce.PSNAdd(psn, int(count)-1), va: va, rkey: key, length: n}
+		*res = resource{valid: true, first: psn, last: roce.PSNAdd(psn, int(count)-1), va: va, rkey: key, ref: ref, length: n}
 		qp.msn = roce.PSNAdd(qp.msn, 1)
 		qp.ePSN = roce.PSNAdd(psn, int(count))
 		qp.readRespond(res, psn)
@@ -1227,10 +1269,12 @@ func (qp *QP) readPacket(res *resource, i uint32) error {
 	n := min(pmtu, res.length-min(off, res.length))
 	payload := transport.Payload{Len: int(n)}
 	if n > 0 {
-		// Re-validated now: a region deregistered since the request sends
-		// nothing (the requester times out).
-		payload.Ref = mr.Ref{Handle: mr.Handle(res.rkey), Key: res.rkey, PD: qp.cfg.PD, Remote: true}
-		payload.VA = res.va + uint64(off)
+		// Re-validated now: the registration the READ was checked against
+		// must still hold; if it went, the caller NAKs.
+		payload.Ref, payload.VA = res.ref, res.va+uint64(off)
+		if !qp.mem.Valid(payload.Ref, payload.VA, uint64(n)) {
+			return mr.ErrStale
+		}
 	}
 	err := qp.env.Transmit(path, f, payload)
 	if err != nil && !errors.Is(err, transport.ErrPeerBusy) {
@@ -1263,9 +1307,16 @@ func (qp *QP) duplicate(pkt *roce.Packet) {
 			res := &qp.res[i]
 			if res.valid && !res.atomic && roce.PSNInRange(psn, res.first, res.last) && res.rkey == reth.RKey() {
 				end, ok := dma.End(reth.VA(), uint64(reth.DMALength()))
-				if ok && reth.VA() >= res.va && end <= res.va+uint64(res.length) {
-					qp.readRespond(res, psn)
+				if !ok || reth.VA() < res.va || end > res.va+uint64(res.length) {
+					return
 				}
+				if res.length > 0 && !qp.mem.Valid(res.ref, res.va, uint64(res.length)) {
+					// Its region went since the READ executed: the replay
+					// is refused (a NAK, never data), as a new READ would be.
+					qp.nak(psn, roce.NAKRemoteAccessError, transport.EventQPAccessError)
+					return
+				}
+				qp.readRespond(res, psn)
 				return
 			}
 		}

@@ -501,11 +501,11 @@ func TestStaleRegion(t *testing.T) {
 		last[i] = 0xEE
 	}
 	h.receive(reqPacket(roce.RCRDMAWriteLast, testRQPSN+1, true, last))
-	checkPackets(t, h.Take(), []wantPacket{{op: roce.RCAcknowledge, psn: testRQPSN + 1, syn: roce.NAKSyndrome(roce.NAKRemoteOperationalErr)}})
+	checkPackets(t, h.Take(), []wantPacket{{op: roce.RCAcknowledge, psn: testRQPSN + 1, syn: roce.NAKSyndrome(roce.NAKRemoteAccessError)}})
 	if h.BytesAt(testPMTU, 1)[0] == 0xEE {
 		t.Error("the WRITE reached a deregistered region")
 	}
-	if len(h.Events) != 1 || h.Events[0] != transport.EventQPFatal {
-		t.Errorf("events %v, want QP fatal", h.Events)
+	if len(h.Events) != 1 || h.Events[0] != transport.EventQPAccessError {
+		t.Errorf("events %v, want QP access error", h.Events)
 	}
 }

@@ -60,8 +60,9 @@ type Env struct {
 	Done    []transport.Completion
 	Events  []transport.Event
 	Kicks   []transport.Work
-	Timer   time.Duration // armed duration; 0: stopped
-	NoPath  bool          // Path and PathTo find no path
+	Timer   time.Duration  // armed duration; 0: stopped
+	NoPath  bool           // Path and PathTo find no path
+	Route   transport.Path // the path Path and PathTo find
 }
 
 // NewEnv makes an Env with its memory registered and its queues empty.
@@ -161,11 +162,11 @@ func (env *Env) Error(ev transport.Event) {
 func (env *Env) Drained() {}
 
 // Path implements transport.Env.
-func (env *Env) Path() (transport.Path, bool) { return transport.Path{}, !env.NoPath }
+func (env *Env) Path() (transport.Path, bool) { return env.Route, !env.NoPath }
 
 // PathTo implements transport.Env.
 func (env *Env) PathTo(*transport.AddressHandle) (transport.Path, bool) {
-	return transport.Path{}, !env.NoPath
+	return env.Route, !env.NoPath
 }
 
 // Transmit implements transport.Env: it records the packet.
