@@ -102,7 +102,7 @@ func (d *Device) request() {
 		d.log.Warn("unknown command opcode", "opcode", uint32(hdr.Cmd))
 		d.errReg = errInval
 		rspHdr.Err = errInval
-	} else if r, e := cmdTable[hdr.Cmd](d, slot[:]); e != nil {
+	} else if r, e := d.runCommand(hdr.Cmd, slot[:]); e != nil {
 		d.log.Warn("command failed", "cmd", hdr.Cmd.String(), "errno", e.errno, "why", e.msg)
 		d.errReg = e.errno
 		rspHdr.Err = uint8(e.errno)
@@ -117,6 +117,14 @@ func (d *Device) request() {
 	}
 	rspHdr.Encode(out[:])
 	d.respond(out[:])
+}
+
+// runCommand runs a command unless an injected fault fails it first.
+func (d *Device) runCommand(op pvrdma.Opcode, slot []byte) (pvrdma.Response, *cmdErr) {
+	if e := d.faultCommand(op); e != nil {
+		return nil, e
+	}
+	return cmdTable[op](d, slot)
 }
 
 func (d *Device) respond(out []byte) {
@@ -140,8 +148,12 @@ func (d *Device) cmdQueryPort(req *pvrdma.CmdQueryPort) (pvrdma.Response, *cmdEr
 	if e := d.checkPort(req.PortNum); e != nil {
 		return nil, e
 	}
+	state, phys := uint32(pvrdma.PortStateActive), uint8(pvrdma.PhysStateLinkUp)
+	if d.portDown {
+		state, phys = pvrdma.PortStateDown, pvrdma.PhysStateDisabled
+	}
 	return &pvrdma.CmdQueryPortResp{Attrs: pvrdma.PortAttr{
-		State:        pvrdma.PortStateActive,
+		State:        state,
 		MaxMTU:       pvrdma.MTU4096,
 		ActiveMTU:    pvrdma.MTU1024, // 1500-byte Ethernet: largest IB MTU that fits
 		GIDTblLen:    d.caps.GIDTblLen,
@@ -151,7 +163,7 @@ func (d *Device) cmdQueryPort(req *pvrdma.CmdQueryPort) (pvrdma.Response, *cmdEr
 		MaxVLNum:     1,
 		ActiveWidth:  pvrdma.Width1X,
 		ActiveSpeed:  pvrdma.SpeedEDR, // 25 Gb/s per lane
-		PhysState:    pvrdma.PhysStateLinkUp,
+		PhysState:    phys,
 	}}, nil
 }
 

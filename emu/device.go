@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hcaemu/hcaemu/dma"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
@@ -57,6 +58,9 @@ type Config struct {
 	// random high bits (qpn.go): for recording and replaying a session,
 	// whose QPNs must come out the same each time.
 	SequentialQPNs bool
+	// Faults, when set, is asked at the device's fault points (package
+	// emu/fault); nil: the device never misbehaves on purpose.
+	Faults FaultHook
 }
 
 // Device is one emulated PVRDMA function.
@@ -96,6 +100,11 @@ type Device struct {
 	qpns    qpnSource
 	closed  bool
 	fatal   bool // the engine panicked: DEVICE_FATAL declared, no more engine work until reset
+
+	faults    FaultHook
+	portDown  bool        // a fault holds port 1 down
+	portGen   uint64      // generation of the port-down timer
+	portTimer *time.Timer // brings the port back up
 }
 
 // New creates a device in its power-on state.
@@ -122,11 +131,12 @@ func New(cfg Config) *Device {
 		msix = func(int) {}
 	}
 	d := &Device{
-		name: cfg.Name,
-		log:  log,
-		caps: caps,
-		mac:  cfg.MAC,
-		msix: msix,
+		name:   cfg.Name,
+		log:    log,
+		caps:   caps,
+		mac:    cfg.MAC,
+		msix:   msix,
+		faults: cfg.Faults,
 		pci: mmio.NewConfig(mmio.Identity{
 			Vendor: VendorVMware, Device: DevicePVRDMA,
 			SubVendor: VendorVMware, SubDevice: DevicePVRDMA,
@@ -159,6 +169,12 @@ func (d *Device) powerOn() {
 	d.dsr = nil
 	d.active = false
 	d.fatal = false
+	d.portDown = false
+	d.portGen++
+	if d.portTimer != nil {
+		d.portTimer.Stop()
+		d.portTimer = nil
+	}
 	d.wireMAC = d.mac
 	d.res.init(&d.caps)
 }

@@ -183,7 +183,7 @@ func (eng *engine) run(d *Device) {
 
 // receiveLocked handles one received frame under the device lock.
 func (d *Device) receiveLocked(frame []byte) {
-	if !d.engineWork(func() { d.receiveFrame(frame) }) {
+	if !d.engineWork(func() { d.receivePort(frame) }) {
 		fabric.Release(frame) // a fatal device takes no frames
 	}
 }
@@ -337,6 +337,9 @@ func (d *Device) ownsPage(ctx, page uint32) bool {
 
 // serviceQP does what a QP's doorbells asked for.
 func (d *Device) serviceQP(qp *qp, flags uint32) {
+	if (qp.faultEvent != 0 || qp.faultErr) && d.faultPending(qp) {
+		return
+	}
 	switch qp.state {
 	case pvrdma.QPStateReset:
 		return

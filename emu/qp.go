@@ -42,6 +42,10 @@ type qp struct {
 	rc  *rc.QP
 	ud  *ud.QP
 	env *qpEnv
+	// Injected faults the engine carries out at its next turn for the QP:
+	// an async event with ERR, or ERR alone (after an error completion).
+	faultEvent uint32
+	faultErr   bool
 }
 
 // transition is one legal edge of the IB QP state table with the attributes

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/hcaemu/hcaemu/dma"
+	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/mr"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/roce"
@@ -65,6 +66,7 @@ func (d *Device) configureTransport(qp *qp) {
 			SQPSN: a.SQPSN, RQPSN: a.RQPSN, SQDepth: qp.sq.ring.N,
 			RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry, Timeout: a.Timeout, MinRNRTimer: a.MinRNRTimer,
 			MaxRdAtomic: a.MaxRdAtomic, MaxDestRdAtomic: a.MaxDestRdAtomic, Access: a.AccessFlags,
+			Responder: qp.env.responder(),
 		})
 	case qp.ud != nil:
 		qp.ud.Configure(ud.Config{QPN: qp.qpn, QKey: a.QKey, GSI: qp.typ == pvrdma.QPTypeGSI})
@@ -168,6 +170,10 @@ func (env *qpEnv) sendWR(w *uverbs.SendWQE, decodeErr error) transport.SendWR {
 		}
 	}
 	if wr.Opcode.HasSGEs() {
+		if env.d.faultDMA(qp, wr.Opcode.Completion(), w.SGE, sgeBytes(w.SGE)) {
+			wr.Status = transport.StatusLocProtErr
+			return wr
+		}
 		wr.Segs, wr.Length, wr.Status = env.segs(w.SGE, wr.Opcode.WritesLocal())
 	}
 	return wr
@@ -207,6 +213,15 @@ var wcOpcodes = [...]uint32{
 func (env *qpEnv) Complete(c transport.Completion) {
 	d, qp := env.d, env.qp
 	cqe := uverbs.CQE{WRID: c.WRID, Opcode: wcOpcodes[c.Opcode], Status: uint32(c.Status), ByteLen: c.ByteLen}
+	if d.faults != nil && (c.Recv || c.Signaled || qp.sigAll || c.Status != transport.StatusSuccess) {
+		cqh := qp.sendCQ
+		if c.Recv {
+			cqh = qp.recvCQ
+		}
+		if !d.faultCompletion(qp, &cqe, c.Opcode, d.res.cq.get(cqh)) {
+			return
+		}
+	}
 	if !c.Recv {
 		d.completeSend(qp, &cqe, c.Signaled)
 		return
@@ -258,6 +273,9 @@ func (env *qpEnv) PathTo(ah *transport.AddressHandle) (transport.Path, bool) {
 }
 
 func (env *qpEnv) Transmit(path transport.Path, f roce.PacketFields, payload transport.Payload) error {
+	if env.d.portDown {
+		return nil // a port held down by a fault: the frame is lost
+	}
 	return env.d.transmit(&path, &f, &payload, env.mem)
 }
 
@@ -331,6 +349,33 @@ func (d *Device) localOp(qp *qp, wr *transport.SendWR, mem mr.Space) transport.S
 		d.res.mrVariants[mr.Handle(fr.Key)] = mr.Variant(fr.Key)
 	}
 	return transport.StatusSuccess
+}
+
+// responder is the RC responder's fault hook, nil without faults.
+func (env *qpEnv) responder() func(*roce.Packet) rc.ResponderFault {
+	if env.d.faults == nil {
+		return nil
+	}
+	return env.responderFault
+}
+
+// sgeBytes is the total length of an SGE list (saturating).
+func sgeBytes(sges []uverbs.SGE) uint32 {
+	var n uint64
+	for _, sge := range sges {
+		n += uint64(sge.Length)
+	}
+	return uint32(min(n, 1<<32-1))
+}
+
+// receivePort takes a frame off the wire unless a fault holds the port
+// down (then it is lost).
+func (d *Device) receivePort(frame []byte) {
+	if d.portDown {
+		fabric.Release(frame)
+		return
+	}
+	d.receiveFrame(frame)
 }
 
 func be32(b [4]byte) uint32 {

@@ -40,7 +40,9 @@ func (d *Device) newQPN(h uint32) uint32 {
 	}
 	w := d.res.qpnHandleBits()
 	hiMask := uint32(1)<<(24-w) - 1
-	hi := uint32(d.qpns.rng.Uint64()) & hiMask
+	// Never 0: a QPN is never its handle, so the handle is never a guess
+	// that works (the table holds at most 2^16 QPs: hiMask >= 255).
+	hi := 1 + uint32(d.qpns.rng.Uint64()%uint64(hiMask))
 	if hi == hiMask && h == uint32(1)<<w-1 {
 		hi-- // 0xFFFFFF is the multicast QPN
 	}

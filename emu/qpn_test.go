@@ -12,8 +12,8 @@ import (
 )
 
 // TestQPNsCarryRandomBits: a QPN is the QP's handle in its low bits and
-// per-device random bits above (24 bits in all, never the multicast QPN
-// 0xFFFFFF); the GSI QP stays QPN 1.
+// per-device random bits above, never all zero (24 bits in all, never the
+// multicast QPN 0xFFFFFF); the GSI QP stays QPN 1.
 func TestQPNsCarryRandomBits(t *testing.T) {
 	checkGoroutines(t)
 	sw := fabric.NewSwitch()
@@ -30,7 +30,7 @@ func TestQPNsCarryRandomBits(t *testing.T) {
 			qpns *[]uint32
 		}{{a, &qpnsA}, {b, &qpnsB}} {
 			qp := hq.h.qp(t, pvrdma.QPTypeRC, 4)
-			if qp.QPN&(1<<w-1) != qp.Handle || qp.QPN >= 0xFFFFFF || qp.QPN < 2 {
+			if qp.QPN&(1<<w-1) != qp.Handle || qp.QPN >= 0xFFFFFF || qp.QPN < 1<<w {
 				t.Fatalf("QPN %#x of handle %d", qp.QPN, qp.Handle)
 			}
 			*hq.qpns = append(*hq.qpns, qp.QPN)
@@ -77,8 +77,8 @@ func TestQPNGuess(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if !tt.lands && tt.destQP == v.qb.QPN {
-				// Only the handle can be: the QPN's random bits are all
-				// zero, with probability 2^-14 (default caps).
+				// The handle never is: a QPN's random bits are never all
+				// zero.
 				t.Fatalf("QPN %#x is guessable", v.qb.QPN)
 			}
 			f := roce.PacketFields{Payload: payload}

@@ -38,6 +38,12 @@ func newHost(t *testing.T, sw *fabric.Switch, k int) *host {
 
 func newHostRAM(t *testing.T, sw *fabric.Switch, k int, ram int) *host {
 	t.Helper()
+	return newHostHook(t, sw, k, ram, nil)
+}
+
+// newHostHook is newHostRAM with a fault hook.
+func newHostHook(t *testing.T, sw *fabric.Switch, k int, ram int, hook emu.FaultHook) *host {
+	t.Helper()
 	mac := [6]byte{0x00, 0x50, 0x56, 0, 0, byte(k)}
 	drv := emutest.New(ram)
 	// Configured with another MAC than the one of the default GID below:
@@ -45,7 +51,7 @@ func newHostRAM(t *testing.T, sw *fabric.Switch, k int, ram int) *host {
 	cfgMAC := mac
 	cfgMAC[3] = 0xEE
 	dev := emu.New(emu.Config{Name: "hca" + string(rune('0'+k)), Mem: drv.RAM, MSIX: drv.IRQ.Raise,
-		Log: testLog(t), MAC: cfgMAC, Attach: attachTo(sw, "hca"+string(rune('0'+k)), mac)})
+		Log: testLog(t), MAC: cfgMAC, Attach: attachTo(sw, "hca"+string(rune('0'+k)), mac), Faults: hook})
 	t.Cleanup(dev.Close)
 	drv.Dev = dev
 	h := &host{rig: &rig{Driver: drv, dev: dev}, mac: mac, ip: netip.AddrFrom4([4]byte{10, 0, 0, byte(k)})}

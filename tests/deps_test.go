@@ -17,11 +17,12 @@ import (
 // The layers, bottom up:
 //   - plain formats and memory: dma, mmio, doorbell, uverbs, emu/pvrdma,
 //     emu/roce, emu/ratelog
-//   - the network: emu/fabric, emu/fabric/capture, emu/fault (packet
-//     faults, a fabric decorator)
+//   - the network: emu/fabric, emu/fabric/capture
 //   - memory regions and the transport, which belong to no device model:
 //     emu/mr, emu/transport, emu/transport/rc, emu/transport/ud
 //   - the PVRDMA device model: emu
+//   - fault injection: emu/fault (a fabric decorator for packet faults, and
+//     the emu.FaultHook the device asks for its own faults)
 //   - the vfio-user server, which knows nothing of RDMA: vfio, vfio/record
 //   - provisioning and launching: qemu
 //   - the CLI: cmd/hcaemu
@@ -38,7 +39,7 @@ var allowedImports = map[string][]string{
 	"emu/ratelog":                    nil,
 	"emu/fabric":                     nil,
 	"emu/fabric/capture":             {"emu/fabric"},
-	"emu/fault":                      {"emu/fabric", "emu/roce"},
+	"emu/fault":                      {"emu", "emu/fabric", "emu/pvrdma", "emu/roce"},
 	"emu/mr":                         {"dma"},
 	"emu/transport":                  {"dma", "emu/mr", "emu/roce"},
 	"emu/transport/rc":               {"dma", "emu/mr", "emu/roce", "emu/transport"},

@@ -33,6 +33,9 @@ type hcas struct {
 	recMu     sync.Mutex
 	recs      []*record.Recorder
 	recCount  map[string]int
+
+	// faults, when set, gives each HCA its device fault hook (--faults).
+	faults func(name string) emu.FaultHook
 }
 
 // newHCAs makes the fabric; with pcapPath every frame is captured there, with
@@ -104,14 +107,18 @@ func (h *hcas) recorder(name string, mac [6]byte) *record.Recorder {
 func (h *hcas) factory(name string, mac [6]byte) vfio.NewDevice {
 	return func(host vfio.Host) (vfio.Device, error) {
 		rec := h.recorder(name, mac)
+		var hook emu.FaultHook
+		if h.faults != nil {
+			hook = h.faults(name)
+		}
 		if rec == nil {
-			return emu.New(emu.Config{Name: name, Mem: host.Mem, MSIX: host.MSIX, MAC: mac, Log: h.log,
+			return emu.New(emu.Config{Name: name, Mem: host.Mem, MSIX: host.MSIX, MAC: mac, Log: h.log, Faults: hook,
 				Attach: func(rx func([]byte) bool) emu.Port { return h.sw.Attach(name, mac, rx) }}), nil
 		}
 		host = rec.Host(host)
 		// A recording replays only with the QPNs it was made with: QPN ==
 		// handle while recording (no random bits to reproduce).
-		d := emu.New(emu.Config{Name: name, Mem: host.Mem, MSIX: host.MSIX, MAC: mac, Log: h.log,
+		d := emu.New(emu.Config{Name: name, Mem: host.Mem, MSIX: host.MSIX, MAC: mac, Log: h.log, Faults: hook,
 			Attach: func(rx func([]byte) bool) emu.Port {
 				return rec.Port(h.sw.Attach(name, mac, rec.Receiver(rx)))
 			},

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/hcaemu/hcaemu/emu"
 	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/fault"
 	"github.com/hcaemu/hcaemu/qemu"
@@ -24,7 +25,7 @@ type faultFlags struct {
 
 func registerFaultFlags(fs *flag.FlagSet) *faultFlags {
 	f := &faultFlags{}
-	fs.StringVar(&f.plan, "faults", "", "fault plan (JSON, see docs/faults.md) applied to the frames between the HCAs")
+	fs.StringVar(&f.plan, "faults", "", "fault plan (JSON, see docs/faults.md) applied to the frames between the HCAs and inside them")
 	fs.StringVar(&f.log, "faults-log", "", "write every fault fired as a JSON line to this file (\"hcaemu faults replay\" turns it into a plan)")
 	fs.StringVar(&f.seed, "faults-seed", "", "seed of the fault plan's generator (default: the plan's \"seed\", else the clock)")
 	fs.StringVar(&f.control, "control", "", "unix socket for live fault control (\"hcaemu faults --control SOCK ...\")")
@@ -113,6 +114,14 @@ func (s *faultSetup) decorators() []fabric.Decorator {
 		return nil
 	}
 	return []fabric.Decorator{s.inj.Decorator()}
+}
+
+// hooks returns the device fault hooks (nil without faults).
+func (s *faultSetup) hooks() func(name string) emu.FaultHook {
+	if s == nil {
+		return nil
+	}
+	return s.inj.Device
 }
 
 // close stops the control socket, releases held frames, prints each

@@ -38,11 +38,12 @@ trixie root file system with rdma-core's userland and the --packages, made
 once with mmdebstrap and cached by package set; the guests attach it
 read-only and keep their writes in RAM.
 
-The frames between the HCAs pass through a fault plan (--faults, empty by
-default) whose control socket (--control, else a path printed at start)
-takes live changes: "hcaemu faults --control SOCK ...", docs/faults.md.
-Inside the guests, "hcaemu-faults add|rm|enable|disable|list|stats|clear"
-does the same through a virtio-serial port (org.hcaemu.faults).
+The frames between the HCAs, and the HCAs themselves, follow a fault plan
+(--faults, empty by default) whose control socket (--control, else a path
+printed at start) takes live changes: "hcaemu faults --control SOCK ...",
+docs/faults.md. Inside the guests, "hcaemu-faults
+add|rm|enable|disable|list|stats|clear" does the same through a
+virtio-serial port (org.hcaemu.faults).
 
 Environment: HCAEMU_CACHE (cache dir), HCAEMU_ACCEL (tcg|kvm), HCAEMU_MIRROR.
 `

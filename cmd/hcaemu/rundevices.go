@@ -36,6 +36,7 @@ func startRunDevice(ctx context.Context, socketPath string, guest int) (stop fun
 		if runFabric, err = newHCAs(log, runOptions.pcap, runOptions.record, runFaults.decorators()...); err != nil {
 			return nil, err
 		}
+		runFabric.faults = runFaults.hooks()
 	}
 	hw, err := net.ParseMAC(qemu.GuestMAC(guest))
 	if err != nil || len(hw) != 6 {

@@ -106,6 +106,7 @@ func serveMain(args []string) int {
 	if err != nil {
 		return fatalf("serve: %v", err)
 	}
+	h.faults = faultSet.hooks()
 	defer func() {
 		if err := h.close(); err != nil {
 			fmt.Fprintf(os.Stderr, "hcaemu serve: %v\n", err)

@@ -22,9 +22,16 @@
 // faults again. Control serves live changes to the plan (add, rm, enable,
 // disable, list, stats, clear) as JSON lines on a unix socket.
 //
+// The same rules also act inside the HCAs: Injector.Device gives each HCA
+// an emu.FaultHook, which the device model asks at its fault points (a
+// command about to run, a completion about to be written, the RC responder
+// about to answer a request, the DMA to a work request's buffers). A rule
+// whose action is a transport action (NAK, RNR NAK, ACK suppression) or a
+// device action (completion status, QP/CQ/SRQ errors, failed command or
+// DMA, port flap, GID change, DEVICE_FATAL) is asked there, with the same
+// schedule, counters, log and replay; the device owns the states the
+// actions change.
+//
 // The package parses frames with package roce (read-only views, plus the
-// ICRC helpers for the actions that rewrite bytes) and knows nothing of the
-// device model: actions of the transport (NAKs, RNR, ACK suppression) and of
-// the device (completion status, async errors, port flap) belong to the
-// layers that own those states; the Action kind is the place they are added.
+// ICRC helpers for the actions that rewrite bytes).
 package fault

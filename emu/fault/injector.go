@@ -12,7 +12,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hcaemu/hcaemu/emu"
 	"github.com/hcaemu/hcaemu/emu/fabric"
+	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/roce"
 )
 
@@ -55,6 +57,16 @@ type rule struct {
 	prob       float64
 	every      uint64
 
+	// Device and transport actions: where the rule is asked and what it
+	// answers (point 0: a packet action, asked by the fabric).
+	point       emu.FaultPoint
+	devAct      emu.FaultAction
+	commands    [pvrdma.NumOpcodes]bool
+	hasCommands bool
+	wrOps       []string
+	key         uint32
+	hasKey      bool
+
 	armed   bool
 	rng     *rand.Rand
 	matched uint64
@@ -77,6 +89,7 @@ type Injector struct {
 	seed  uint64
 	start time.Time
 	nrule atomic.Int32 // len(rules), read without mu on the fast path
+	ndev  atomic.Int32 // rules asked at device points, for the devices' fast path
 	// nreorder is len(byPort): reorder holds count the frames passing
 	// them even when the rules are gone.
 	nreorder atomic.Int32
@@ -94,6 +107,9 @@ type Injector struct {
 	// frames for the eviction of stale keys.
 	occ     map[occKey]*occCount
 	frameNo uint64
+	// devOcc numbers the events of each device point, for the log and
+	// for Match.Occurrence at a device point.
+	devOcc map[devKey]uint64
 
 	held    map[*heldFrame]struct{}
 	byPort  map[*fabric.Port][]*heldFrame // reorder holds per sender, oldest first
@@ -148,7 +164,7 @@ func NewInjector(plan *Plan, opts Options) (*Injector, error) {
 		seed = *p.Seed
 	}
 	inj := &Injector{seed: seed, start: time.Now(), byName: map[string]*rule{}, log: opts.Log,
-		occ: map[occKey]*occCount{}, held: map[*heldFrame]struct{}{}, byPort: map[*fabric.Port][]*heldFrame{}}
+		occ: map[occKey]*occCount{}, devOcc: map[devKey]uint64{}, held: map[*heldFrame]struct{}{}, byPort: map[*fabric.Port][]*heldFrame{}}
 	for _, r := range rules {
 		inj.install(r)
 	}
@@ -170,6 +186,18 @@ func (inj *Injector) install(r *rule) {
 	inj.rules = append(inj.rules, r)
 	inj.byName[r.spec.Name] = r
 	inj.nrule.Store(int32(len(inj.rules)))
+	inj.countDev()
+}
+
+// countDev counts the rules asked at device points (mu held).
+func (inj *Injector) countDev() {
+	n := 0
+	for _, r := range inj.rules {
+		if r.point != pointFrame {
+			n++
+		}
+	}
+	inj.ndev.Store(int32(n))
 }
 
 // Decorator returns the fabric decorator that applies the plan to every
@@ -249,43 +277,17 @@ func (inj *Injector) decide(v *frameView, from *fabric.Port, frame []byte, next 
 	if v.to != "" {
 		v.occRx = inj.count(occKey{v.to, dirRx, qpn, psn, op})
 	}
-	var now time.Duration
-	haveNow := false
 	for _, r := range inj.rules {
+		if r.point != pointFrame {
+			continue
+		}
 		side, ok := r.match(v)
 		if !ok {
 			continue
 		}
 		r.matched++
-		s := &r.spec.Schedule
-		if s.From != 0 || s.Until != 0 {
-			if !haveNow {
-				now, haveNow = time.Since(inj.start), true
-			}
-			if now < time.Duration(s.From) || (s.Until != 0 && now >= time.Duration(s.Until)) {
-				continue
-			}
-		}
-		if r.matched <= s.After || (r.matched-s.After)%r.every != 0 {
+		if !inj.fires(r) {
 			continue
-		}
-		if s.Times != 0 && r.fired >= s.Times {
-			continue
-		}
-		if r.prob < 1 && r.rng.Float64() >= r.prob {
-			continue
-		}
-		r.fired++
-		inj.fired++
-		for _, n := range s.Arm {
-			if o := inj.byName[n]; o != nil {
-				o.armed = true
-			}
-		}
-		for _, n := range s.Disarm {
-			if o := inj.byName[n]; o != nil {
-				o.armed = false
-			}
 		}
 		a := &r.spec.Action
 		line := logLine{Rule: r.spec.Name, Dir: side.String(), QPN: &qpn, PSN: &psn, Opcode: op.String(), Action: a}
@@ -345,6 +347,40 @@ func (inj *Injector) decide(v *frameView, from *fabric.Port, frame []byte, next 
 		}
 	}
 	return inj.settle(vd, from)
+}
+
+// fires runs a matched rule's schedule, and counts and carries out
+// (arm, disarm) a firing (mu held).
+func (inj *Injector) fires(r *rule) bool {
+	s := &r.spec.Schedule
+	if s.From != 0 || s.Until != 0 {
+		now := time.Since(inj.start)
+		if now < time.Duration(s.From) || (s.Until != 0 && now >= time.Duration(s.Until)) {
+			return false
+		}
+	}
+	if r.matched <= s.After || (r.matched-s.After)%r.every != 0 {
+		return false
+	}
+	if s.Times != 0 && r.fired >= s.Times {
+		return false
+	}
+	if r.prob < 1 && r.rng.Float64() >= r.prob {
+		return false
+	}
+	r.fired++
+	inj.fired++
+	for _, n := range s.Arm {
+		if o := inj.byName[n]; o != nil {
+			o.armed = true
+		}
+	}
+	for _, n := range s.Disarm {
+		if o := inj.byName[n]; o != nil {
+			o.armed = false
+		}
+	}
+	return true
 }
 
 // settle applies a verdict's hold and counts a frame passed on for the
@@ -563,7 +599,12 @@ type logLine struct {
 	Opcode     string   `json:"opcode,omitempty"`
 	Occurrence uint64   `json:"occurrence,omitempty"`
 	Delay      Duration `json:"delay,omitempty"` // a delay action: the delay drawn
-	Action     *Action  `json:"action,omitempty"`
+	// Device and transport actions: the point, and the command or work
+	// request it saw (Occurrence numbers the events of the point).
+	Point    string  `json:"point,omitempty"`
+	Command  string  `json:"command,omitempty"`
+	WROpcode string  `json:"wr_opcode,omitempty"`
+	Action   *Action `json:"action,omitempty"`
 }
 
 // writeLog writes one log line (mu held, or before the injector is
@@ -671,6 +712,7 @@ func (inj *Injector) Remove(name string) error {
 	}
 	delete(inj.byName, name)
 	inj.nrule.Store(int32(len(inj.rules)))
+	inj.countDev()
 	return nil
 }
 
@@ -693,4 +735,5 @@ func (inj *Injector) Clear() {
 	inj.rules = nil
 	clear(inj.byName)
 	inj.nrule.Store(0)
+	inj.ndev.Store(0)
 }

@@ -71,6 +71,24 @@ type Match struct {
 	// injector: Replay uses it to hit a retransmission and not the
 	// original. It needs Device, Direction, QPN, one PSN and one opcode.
 	Occurrence uint64 `json:"occurrence,omitempty"`
+
+	// The fields of device actions (docs/faults.md, "Device and
+	// transport actions").
+
+	// Point is where in the device the rule is asked: "command",
+	// "completion", "responder" or "dma"; empty: the action's own point.
+	// Packet actions have no point: they act on the fabric.
+	Point string `json:"point,omitempty"`
+	// Commands are command names (QUERY_PORT, CREATE_MR, …: PVRDMA_CMD_*
+	// without the prefix) or numbers; point command.
+	Commands []string `json:"commands,omitempty"`
+	// WROpcodes are work-request opcodes: send, rdma_write, rdma_read,
+	// comp_swap, fetch_add, local_inv, fast_reg_mr (send side), recv,
+	// recv_rdma_with_imm (receive side); points completion and dma.
+	WROpcodes []string `json:"wr_opcodes,omitempty"`
+	// Key is a memory key: the lkey of the work request's first SGE
+	// (point dma) or the rkey of the request (point responder).
+	Key *uint32 `json:"key,omitempty"`
 }
 
 // PSNRange is an inclusive range of 24-bit PSNs.
@@ -95,6 +113,24 @@ const (
 	ActCorruptICRC    = "corrupt_icrc"    // invert the ICRC: receivers drop the frame
 	ActCorruptPayload = "corrupt_payload" // xor the payload byte at offset with xor (default 0xff), then recompute the ICRC
 	ActRewrite        = "rewrite"         // set a header field to value, then recompute the ICRC unless keep_icrc
+
+	// Transport actions (point responder): the responder's answer to a
+	// request packet.
+	ActNAK         = "nak"          // code: answer with a NAK instead of executing
+	ActRNRNAK      = "rnr_nak"      // timer: answer with an RNR NAK instead of executing
+	ActSuppressACK = "suppress_ack" // execute, but send no ACK for the packet
+
+	// Device actions.
+	ActFailCommand    = "fail_command"    // errno: the command fails (point command)
+	ActCompleteStatus = "complete_status" // status: the completion carries it (point completion)
+	ActQPError        = "qp_error"        // event: the QP goes to ERR with that async event
+	ActCQError        = "cq_error"        // CQ_ERR on the QP's CQ, which takes no more CQEs
+	ActSRQError       = "srq_error"       // SRQ_ERR on the QP's SRQ
+	ActSRQLimit       = "srq_limit"       // SRQ_LIMIT_REACHED on the QP's SRQ
+	ActFailDMA        = "fail_dma"        // the WR's buffers cannot be reached: LOC_PROT_ERR (point dma)
+	ActPortDown       = "port_down"       // duration: PORT_ERR, port DOWN, frames lost; then PORT_ACTIVE
+	ActGIDChange      = "gid_change"      // GID_CHANGE on port 1
+	ActDeviceFatal    = "device_fatal"    // DEVICE_FATAL: the device stops
 )
 
 // Action is what a firing rule does to the frame.
@@ -110,6 +146,13 @@ type Action struct {
 	Field    string   `json:"field,omitempty"`
 	Value    *uint64  `json:"value,omitempty"`
 	KeepICRC bool     `json:"keep_icrc,omitempty"`
+	// Parameters of the transport and device actions.
+	Code     string   `json:"code,omitempty"`     // nak: psn_sequence_error, invalid_request, remote_access_error, remote_operational_error
+	Timer    *int     `json:"timer,omitempty"`    // rnr_nak: the RNR timer, IB encoding 0..31
+	Errno    int      `json:"errno,omitempty"`    // fail_command: the value in ERR (default 22, EINVAL)
+	Status   string   `json:"status,omitempty"`   // complete_status: an ibv_wc_status name (IBV_WC_REM_ACCESS_ERR)
+	Event    string   `json:"event,omitempty"`    // qp_error: QP_FATAL, QP_REQ_ERR or QP_ACCESS_ERR
+	Duration Duration `json:"duration,omitempty"` // port_down: how long the port stays down
 }
 
 // Schedule decides which matching frames a rule fires on. A frame the rule
@@ -389,6 +432,19 @@ var actionParams = map[string][]string{
 	ActCorruptICRC:    nil,
 	ActCorruptPayload: {"offset", "xor"},
 	ActRewrite:        {"field", "value", "keep_icrc"},
+	ActNAK:            {"code"},
+	ActRNRNAK:         {"timer"},
+	ActSuppressACK:    nil,
+	ActFailCommand:    {"errno"},
+	ActCompleteStatus: {"status"},
+	ActQPError:        {"event"},
+	ActCQError:        nil,
+	ActSRQError:       nil,
+	ActSRQLimit:       nil,
+	ActFailDMA:        nil,
+	ActPortDown:       {"duration"},
+	ActGIDChange:      nil,
+	ActDeviceFatal:    nil,
 }
 
 // Limits on action parameters: a plan cannot make the fabric hold frames
@@ -515,12 +571,12 @@ func compileRule(r *Rule) (*rule, error) {
 		if m.Size.Min > m.Size.Max {
 			return nil, fieldError("match.size", "min %d > max %d: nothing can match", m.Size.Min, m.Size.Max)
 		}
-		if m.Size.Min > roce.MaxPMTU {
+		if m.Size.Min > roce.MaxPMTU && isPacketAction(r.Action.Kind) {
 			return nil, fieldError("match.size.min", "%d: no packet carries more than %d bytes", m.Size.Min, roce.MaxPMTU)
 		}
 		c.size = *m.Size
 	}
-	if m.Occurrence != 0 {
+	if m.Occurrence != 0 && isPacketAction(r.Action.Kind) {
 		onePSN := m.PSN != nil && m.PSN.First == m.PSN.Last
 		if c.device == "" || c.dir == dirAny || !c.hasQPN || !onePSN || len(m.Opcodes) != 1 {
 			return nil, fieldError("match.occurrence", "needs device, direction, qpn, one PSN and one opcode")
@@ -528,6 +584,9 @@ func compileRule(r *Rule) (*rule, error) {
 		c.occurrence = m.Occurrence
 	}
 	if err := compileAction(c, &r.Action); err != nil {
+		return nil, err
+	}
+	if err := compilePoint(c, m); err != nil {
 		return nil, err
 	}
 	s := &r.Schedule
@@ -550,12 +609,17 @@ func compileRule(r *Rule) (*rule, error) {
 func compileAction(c *rule, a *Action) error {
 	params, ok := actionParams[a.Kind]
 	if !ok {
-		return fieldError("action.kind", "%q: want drop, duplicate, delay, reorder, corrupt_icrc, corrupt_payload or rewrite", a.Kind)
+		kinds := make([]string, 0, len(actionParams))
+		for k := range actionParams {
+			kinds = append(kinds, k)
+		}
+		return fieldError("action.kind", "%q: want one of %s", a.Kind, strings.Join(slices.Sorted(slices.Values(kinds)), ", "))
 	}
 	given := map[string]bool{
 		"copies": a.Copies != 0, "delay": a.Delay != 0, "jitter": a.Jitter != 0, "frames": a.Frames != 0,
 		"max_hold": a.MaxHold != 0, "offset": a.Offset != 0, "xor": a.XOR != 0, "field": a.Field != "",
-		"value": a.Value != nil, "keep_icrc": a.KeepICRC,
+		"value": a.Value != nil, "keep_icrc": a.KeepICRC, "code": a.Code != "", "timer": a.Timer != nil,
+		"errno": a.Errno != 0, "status": a.Status != "", "event": a.Event != "", "duration": a.Duration != 0,
 	}
 	for _, p := range params {
 		delete(given, p)

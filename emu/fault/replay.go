@@ -10,7 +10,8 @@ import (
 
 // Replay turns a fault log into a plan that fires exactly the logged faults
 // again: one rule per firing, matching the frame by device, direction, QPN,
-// PSN, opcode and occurrence, firing once. A delay fires with the delay
+// PSN, opcode and occurrence (a device or transport action: the n-th event
+// of its point at its device), firing once. A delay fires with the delay
 // drawn in the logged run. The plan keeps the logged seed.
 func Replay(log io.Reader) (*Plan, error) {
 	plan := &Plan{Rules: []Rule{}}
@@ -34,6 +35,23 @@ func Replay(log io.Reader) (*Plan, error) {
 		}
 		if line.Event != "" {
 			return nil, fmt.Errorf("fault log line %d: unknown event %q", n, line.Event)
+		}
+		if line.Point != "" {
+			// A device point: the n-th event of that point at the device.
+			if line.Action == nil || line.Device == "" || line.Occurrence == 0 {
+				return nil, fmt.Errorf("fault log line %d: a device firing needs device, point, occurrence and action", n)
+			}
+			rule := Rule{
+				Name:     fmt.Sprintf("replay%d-%s", len(plan.Rules), line.Rule),
+				Match:    Match{Device: line.Device, Point: line.Point, Occurrence: line.Occurrence},
+				Action:   *line.Action,
+				Schedule: Schedule{Times: 1},
+			}
+			if _, err := compileRule(&rule); err != nil {
+				return nil, fmt.Errorf("fault log line %d: %w", n, err)
+			}
+			plan.Rules = append(plan.Rules, rule)
+			continue
 		}
 		if line.Action == nil || line.QPN == nil || line.PSN == nil || line.Device == "" || line.Dir == "" || line.Opcode == "" || line.Occurrence == 0 {
 			return nil, fmt.Errorf("fault log line %d: a firing needs device, dir, qpn, psn, opcode, occurrence and action", n)

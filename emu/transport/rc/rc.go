@@ -51,6 +51,39 @@ type Config struct {
 	MaxRdAtomic     uint8  // READ/atomic requests in flight
 	MaxDestRdAtomic uint8  // responder resources
 	Access          uint32 // remote access flags (mr.RemoteWrite ...)
+	// Responder, when set, is asked before the responder executes each
+	// in-order request packet (fault injection); its answer may replace
+	// the packet's fate with a NAK or an RNR NAK, or keep its ACK back.
+	Responder func(pkt *roce.Packet) ResponderFault
+}
+
+// ResponderFaultKind is what an injected fault makes the responder do.
+type ResponderFaultKind uint8
+
+// The responder's fault actions.
+const (
+	FaultNone ResponderFaultKind = iota
+	// FaultNAK: answer with a NAK of code NAK instead of executing. A PSN
+	// sequence error NAK asks for the packet again (go-back-N); the others
+	// are class-C errors: the responder QP goes to ERR with the event its
+	// own error of that kind raises (invalid request: QP_REQ_ERR, remote
+	// access: QP_ACCESS_ERR, remote operational: QP_FATAL), and the
+	// requester completes with REM_INV_REQ_ERR, REM_ACCESS_ERR or
+	// REM_OP_ERR.
+	FaultNAK
+	// FaultRNRNAK: answer with an RNR NAK of timer RNRTimer instead of
+	// executing, as when no receive WQE is posted.
+	FaultRNRNAK
+	// FaultSuppressACK: execute the packet but send no ACK for it (a
+	// later ACK, cumulative, still covers it).
+	FaultSuppressACK
+)
+
+// ResponderFault is the answer of Config.Responder.
+type ResponderFault struct {
+	Kind     ResponderFaultKind
+	NAK      roce.NAKCode
+	RNRTimer uint8
 }
 
 // request is a send request the requester has taken from the send queue:
@@ -132,19 +165,22 @@ type QP struct {
 	sinceAck   int
 
 	// Responder.
-	ePSN     uint32
-	msn      uint32
-	nakSent  bool
-	inSend   bool
-	inWrite  bool
-	recv     *transport.RecvWR // the receive request of the SEND in progress
-	recvOff  uint64
-	writeRef mr.Ref // the region of the WRITE in progress
-	writeVA  uint64
-	writeRem uint64
-	writeLen uint32 // DMA length of the WRITE in progress
-	res      [rcResources]resource
-	resNext  int
+	ePSN    uint32
+	msn     uint32
+	nakSent bool
+	// suppressAck: an injected fault keeps back the ACKs of the packet
+	// being executed.
+	suppressAck bool
+	inSend      bool
+	inWrite     bool
+	recv        *transport.RecvWR // the receive request of the SEND in progress
+	recvOff     uint64
+	writeRef    mr.Ref // the region of the WRITE in progress
+	writeVA     uint64
+	writeRem    uint64
+	writeLen    uint32 // DMA length of the WRITE in progress
+	res         [rcResources]resource
+	resNext     int
 	// out holds responses waiting behind a READ response stream, in PSN
 	// order.
 	out []respItem
@@ -905,12 +941,49 @@ func (qp *QP) Receive(pkt *roce.Packet) {
 		return
 	}
 	qp.nakSent = false
+	if qp.cfg.Responder != nil && qp.injected(pkt) {
+		return
+	}
 	qp.execute(pkt)
+}
+
+// injected asks Config.Responder about an in-order request and carries
+// out its answer; true: the packet is answered and not executed.
+func (qp *QP) injected(pkt *roce.Packet) bool {
+	psn := pkt.BTH.PSN()
+	f := qp.cfg.Responder(pkt)
+	switch f.Kind {
+	case FaultNAK:
+		switch f.NAK {
+		case roce.NAKPSNSequenceError:
+			qp.nakSent = true
+			qp.sendAck(psn, roce.NAKSyndrome(roce.NAKPSNSequenceError))
+		case roce.NAKRemoteAccessError:
+			qp.nak(psn, f.NAK, transport.EventQPAccessError)
+		case roce.NAKRemoteOperationalErr:
+			qp.nak(psn, f.NAK, transport.EventQPFatal)
+		default:
+			qp.nak(psn, f.NAK, transport.EventQPRequestErr)
+		}
+		return true
+	case FaultRNRNAK:
+		qp.sendAck(psn, roce.RNRNAKSyndrome(f.RNRTimer))
+		return true
+	case FaultSuppressACK:
+		qp.suppressAck = true
+		qp.execute(pkt)
+		qp.suppressAck = false
+		return true
+	}
+	return false
 }
 
 // sendAck sends an ACK or NAK with the current MSN, after any responses
 // still queued.
 func (qp *QP) sendAck(psn uint32, syn roce.Syndrome) {
+	if qp.suppressAck && syn.IsACK() {
+		return // an injected fault keeps this ACK back
+	}
 	qp.respond(respItem{kind: respAck, psn: psn, syn: syn})
 }
 
