@@ -120,6 +120,7 @@ type guestSpec struct {
 	reboot     bool   // a guest reboot restarts the machine instead of ending QEMU
 	cpus       int    // vCPUs (0 = 1)
 	shares     []guestShare
+	image      string // a root file system disk image attached read-only; "" for none
 	faults     string // unix socket of the virtio-serial port FaultsPortName; "" for none
 }
 
@@ -147,8 +148,11 @@ func shareMount(i int) string {
 	return fmt.Sprintf("/run/hcaemu-share%d", i)
 }
 
+// imageSlot is the PCI slot of the image's virtio disk (after the shares' and the fault port's).
+const imageSlot = 0x11
+
 // kernelCmdline is guest k's kernel command line.
-func kernelCmdline(k int, shares []guestShare) string {
+func kernelCmdline(k int, shares []guestShare, image bool) string {
 	// no_timer_check: under TCG on a loaded host the boot-time check of
 	// the IO-APIC timer can miss its ticks and panic the kernel ("IO-APIC
 	// + timer doesn't work!"); virtual machines skip it.
@@ -159,6 +163,9 @@ func kernelCmdline(k int, shares []guestShare) string {
 	}
 	for i, sh := range shares {
 		parts = append(parts, "hcaemu.share="+shareTag(i)+":"+sh.guestDir)
+	}
+	if image {
+		parts = append(parts, "hcaemu.image=1")
 	}
 	return strings.Join(parts, " ")
 }
@@ -184,7 +191,7 @@ func qemuArgs(g guestSpec) []string {
 	args := []string{
 		"-machine", "q35", "-accel", accel, "-cpu", cpu, "-smp", strconv.Itoa(cpus),
 		"-nodefaults", "-nographic", "-serial", "stdio", "-no-reboot",
-		"-kernel", g.kernel, "-initrd", g.initrd, "-append", kernelCmdline(g.index, g.shares),
+		"-kernel", g.kernel, "-initrd", g.initrd, "-append", kernelCmdline(g.index, g.shares, g.image != ""),
 		"-netdev", fmt.Sprintf("dgram,id=net0,local.type=unix,local.path=%s,remote.type=unix,remote.path=%s", g.netSocket, g.switchPath),
 	}
 	if g.reboot {
@@ -211,6 +218,12 @@ func qemuArgs(g guestSpec) []string {
 			"-chardev", fmt.Sprintf("socket,id=hcaemufaults,path=%s,reconnect-ms=1000", qemuOptEscape(g.faults)),
 			"-device", fmt.Sprintf("virtio-serial-pci,id=hcaemuserial,addr=0x%x", faultsSlot),
 			"-device", "virtserialport,bus=hcaemuserial.0,chardev=hcaemufaults,name="+FaultsPortName)
+	}
+	if g.image != "" {
+		// Read-only: guests share the cached image and never write to it.
+		args = append(args,
+			"-drive", fmt.Sprintf("file=%s,format=raw,if=none,id=image,readonly=on", qemuOptEscape(g.image)),
+			"-device", fmt.Sprintf("virtio-blk-pci,drive=image,addr=0x%x", imageSlot))
 	}
 	return args
 }

@@ -61,6 +61,10 @@ type Cluster struct {
 	// Kernel, when set, is the kernel and modules the guests boot instead
 	// of the provisioned ones (see Env.PrepareKernel).
 	Kernel *GuestKernel
+	// Image is a root file system disk image (Env.Image, the default) that
+	// every guest attaches read-only; the command then runs in it. "" runs
+	// the command in the initramfs.
+	Image string
 	// FaultPorts gives guest k a virtio-serial port FaultsPortName
 	// connected to the unix socket FaultsSocketPath(k) (a server must
 	// listen there before Run): the guest's hcaemu-faults command.
@@ -161,7 +165,7 @@ func (e *Env) NewCluster(guests int) (*Cluster, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	c := &Cluster{Env: e, Dir: dir, Guests: guests, Stdout: os.Stdout, Stderr: os.Stderr}
+	c := &Cluster{Env: e, Dir: dir, Guests: guests, Stdout: os.Stdout, Stderr: os.Stderr, Image: e.Image}
 	seg, err := fabric.NewSegment(filepath.Join(dir, "switch.net"), c.netSockets())
 	if err != nil {
 		os.RemoveAll(dir)
@@ -381,6 +385,9 @@ func (c *Cluster) Run(ctx context.Context, script string) ([]GuestResult, error)
 	}
 	ctx, cancelAll := context.WithCancelCause(ctx)
 	defer cancelAll(nil)
+	if c.Image != "" && c.Kernel != nil {
+		return nil, errors.New("an image runs on the provisioned kernel (its modules are in the base initramfs): no Cluster.Kernel with Cluster.Image")
+	}
 	kernel, files, err := c.kernelFiles()
 	if err != nil {
 		return nil, err
@@ -407,7 +414,7 @@ func (c *Cluster) Run(ctx context.Context, script string) ([]GuestResult, error)
 	for k := range guests {
 		g := guestSpec{
 			index: k, memoryMiB: c.MemoryMiB, cpus: c.CPUs, accel: e.Accel, kernel: kernel, initrd: initrd,
-			netSocket: ports[k], switchPath: seg.Path(), reboot: c.AllowReboot,
+			netSocket: ports[k], switchPath: seg.Path(), reboot: c.AllowReboot, image: c.Image,
 		}
 		if c.Devices {
 			g.devSocket = c.SocketPath(k)

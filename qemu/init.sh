@@ -1,6 +1,7 @@
 # hcaemu guest init, run by u-root's gosh as uinit.
 # Kernel command line: hcaemu.guest=K hcaemu.ip=A.B.C.D/N hcaemu.server=IP
 #   hcaemu.share=TAG:DIR (repeatable: a virtio-9p share to mount)
+#   hcaemu.image=1 (a root file system on /dev/vda: the command runs in it)
 # The command is /hcaemu/cmd.sh (from a per-run cpio appended to the initramfs).
 # Markers on the console (one per line): HCAEMU-FAIL <what>, HCAEMU-WAIT, then,
 # after the host's go line "HCAEMU-GO <nonce> <boot> <ready>",
@@ -13,12 +14,14 @@ guest=""
 ip=""
 server=""
 shares=""
+image=""
 for w in $(cat /proc/cmdline); do
 	case "$w" in
 	hcaemu.guest=*) guest="${w#hcaemu.guest=}" ;;
 	hcaemu.ip=*) ip="${w#hcaemu.ip=}" ;;
 	hcaemu.server=*) server="${w#hcaemu.server=}" ;;
 	hcaemu.share=*) shares="$shares ${w#hcaemu.share=}" ;;
+	hcaemu.image=1) image=/image/root ;;
 	esac
 done
 
@@ -64,9 +67,52 @@ if [ -n "$ip" ]; then
 	fi
 fi
 
+# The image: read-only ext4 on the virtio disk under a tmpfs overlay (the
+# guest's writes stay in RAM), with /proc, /sys, /dev, /tmp and the command's
+# directory of the initramfs bound in. Shares are mounted inside it.
+if [ -n "$image" ]; then
+	for m in $(cat /modules/order.image); do
+		if ! insmod /modules/$m.ko; then
+			echo "HCAEMU-FAIL insmod $m"
+			dmesg | tail -n 20
+			finish 125
+		fi
+	done
+	mkdir -p /image/ro /image/rw "$image"
+	if ! mount -r -t ext4 /dev/vda /image/ro; then
+		echo "HCAEMU-FAIL mount -t ext4 /dev/vda"
+		dmesg | tail -n 20
+		finish 125
+	fi
+	mount -t tmpfs -o mode=0755 tmpfs /image/rw
+	mkdir -p /image/rw/upper /image/rw/work
+	if ! mount -t overlay -o lowerdir=/image/ro,upperdir=/image/rw/upper,workdir=/image/rw/work overlay "$image"; then
+		echo "HCAEMU-FAIL mount -t overlay $image"
+		dmesg | tail -n 20
+		finish 125
+	fi
+	mount -t proc proc "$image/proc"
+	mount -t sysfs sysfs "$image/sys"
+	for d in /dev /dev/pts /tmp /hcaemu; do
+		if [ -d "$d" ]; then
+			mkdir -p "$image$d"
+			# -t: u-root's mount probes block file systems without one.
+			if ! mount -t none -o bind "$d" "$image$d"; then
+				echo "HCAEMU-FAIL mount -o bind $d $image$d"
+				finish 125
+			fi
+		fi
+	done
+	# hcaemu-faults (static) is in the image's PATH too.
+	if [ -e /bin/hcaemu-faults ]; then
+		: > "$image/usr/local/bin/hcaemu-faults"
+		mount -t none -o bind /bin/hcaemu-faults "$image/usr/local/bin/hcaemu-faults"
+	fi
+fi
+
 for s in $shares; do
 	tag="${s%%:*}"
-	dir="${s#*:}"
+	dir="$image${s#*:}"
 	mkdir -p "$dir"
 	if ! mount -t 9p -o trans=virtio,version=9p2000.L,msize=524288 "$tag" "$dir"; then
 		echo "HCAEMU-FAIL mount -t 9p $tag $dir"
@@ -139,7 +185,20 @@ listen|marker)
 	;;
 esac
 echo "HCAEMU-STARTED $nonce"
-gosh /hcaemu/cmd.sh < /dev/null
-st=$?
+if [ -n "$image" ]; then
+	# u-root's chroot exits 1 whatever the command's status: the status
+	# comes back through a file.
+	rm -f /tmp/.hcaemu-status
+	chroot "$image" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+		HOME=/root LANG=C.UTF-8 TERM=dumb HCAEMU_GUEST="$HCAEMU_GUEST" HCAEMU_SERVER_IP="$HCAEMU_SERVER_IP" \
+		HCAEMU_BOOT="$HCAEMU_BOOT" /bin/sh -c 'cd /tmp; /bin/bash /hcaemu/cmd.sh; echo $? > /tmp/.hcaemu-status' < /dev/null
+	st=125
+	if [ -e /tmp/.hcaemu-status ]; then
+		st=$(cat /tmp/.hcaemu-status)
+	fi
+else
+	gosh /hcaemu/cmd.sh < /dev/null
+	st=$?
+fi
 : > /tmp/.hcaemu-done
 finish $st

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -29,6 +30,12 @@ type Options struct {
 	Log io.Writer
 	// Mirror is the Debian mirror URI; "" means Mirror() (apt's configuration).
 	Mirror string
+	// Image is "" (the u-root initramfs only) or ImageDebian: also make (or
+	// find) the Debian image with Packages (see ParsePackages) and set
+	// Env.Image.
+	Image string
+	// Packages are the image's extra Debian packages.
+	Packages []string
 }
 
 // Env is a provisioned environment: a QEMU with vfio-user-pci, a guest kernel
@@ -52,6 +59,9 @@ type Env struct {
 	// Builder is the provisioned hcaemu-initramfs, which writes each run's
 	// initrd (the base initramfs plus the command).
 	Builder string
+	// Image is the Debian image's disk image (Options.Image), "" for none.
+	// Clusters of this Env attach it (Cluster.Image).
+	Image string
 }
 
 // Names of the cache tree below CacheDir.
@@ -61,7 +71,7 @@ const (
 	dirTrixie = "trixie" // Debian trixie root file system: kernel, headers, compiler
 	dirGuest  = "guest"  // vmlinuz, modules/, initramfs.cpio, hcaemu-initramfs
 	dirGoMod  = "gomod"  // Go module that builds the u-root busybox and hcaemu-initramfs
-	dirLogs   = "logs"   // step logs
+	dirLogs   = "logs"   // step logs; images: see image.go
 	dirRun    = "run"    // per-run directories (sockets, per-run initrd)
 )
 
@@ -117,6 +127,11 @@ func Provision(ctx context.Context, opts Options) (*Env, error) {
 	if err := checkPrivileges(); err != nil {
 		return nil, err
 	}
+	switch opts.Image {
+	case "", ImageDebian:
+	default:
+		return nil, fmt.Errorf("unknown image %q (want %s)", opts.Image, ImageDebian)
+	}
 	if len(cache)+len("/run/0123456789abcdef/g0.net") > 100 {
 		return nil, fmt.Errorf("cache directory path %q is too long for unix socket paths below it: set HCAEMU_CACHE to a shorter path", cache)
 	}
@@ -141,7 +156,8 @@ func Provision(ctx context.Context, opts Options) (*Env, error) {
 	r := &cmdRunner{logDir: filepath.Join(cache, dirLogs)}
 	p := &provisioner{cache: cache, st: st, r: r, mirror: opts.Mirror, log: logw}
 
-	if !p.allDone() {
+	imageKeyDone := opts.Image == "" || p.st.done("image-"+hash(imageKey(opts.Packages)), imageKey(opts.Packages))
+	if !p.allDone() || !imageKeyDone {
 		if os.Geteuid() != 0 {
 			if _, err := exec.LookPath("newuidmap"); err != nil {
 				return nil, fmt.Errorf("provisioning as a non-root user needs mmdebstrap's unshare mode: install uidmap (newuidmap) and give the user /etc/subuid and /etc/subgid ranges, or run as root")
@@ -158,10 +174,21 @@ func Provision(ctx context.Context, opts Options) (*Env, error) {
 			return nil, err
 		}
 	}
+	var image string
+	if opts.Image != "" {
+		if image, err = p.image(ctx, opts.Packages); err != nil {
+			return nil, err
+		}
+	}
 	if p.didWork {
 		fmt.Fprintf(logw, "hcaemu: provision: ready in %s (cache %s)\n", time.Since(t0).Round(time.Second), cache)
 	}
-	return p.env(ctx)
+	e, err := p.env(ctx)
+	if err != nil {
+		return nil, err
+	}
+	e.Image = image
+	return e, nil
 }
 
 type provisioner struct {
@@ -181,7 +208,7 @@ func (p *provisioner) keys() (tools, sid, trixie, modules, initramfs string) {
 	tools = recipeTools
 	sid = recipeSid + " " + strings.Join(sidPackages, ",")
 	trixie = recipeTrixie + " " + strings.Join(trixiePackages, ",")
-	modules = recipeModules + " " + strings.Join(guestModules, ",") + " " + hash(buildModScript) + "|" +
+	modules = recipeModules + " " + strings.Join(guestModules, ",") + " " + strings.Join(imageModules, ",") + " " + hash(buildModScript) + "|" +
 		strings.ReplaceAll(p.st.stamp("trixie"), "\n", " ")
 	initramfs = recipeInitramfs + " " + strings.Join(guestCommands, ",") + " " + hash(initScript, readyScript, string(guestGoMod), string(guestGoSum), string(builderSource), string(faultsSource)) + "|" +
 		strings.ReplaceAll(p.st.stamp("sid")+p.st.stamp("modules"), "\n", " ")
@@ -314,7 +341,7 @@ func (p *provisioner) modules(ctx context.Context) error {
 			return err
 		}
 		root := p.path(dirTrixie)
-		argv := chrootArgv(root, p.cache, nil, append([]string{"/bin/sh", "-c", buildModScript, "buildmod", out}, guestModules...)...)
+		argv := chrootArgv(root, p.cache, nil, append(append([]string{"/bin/sh", "-c", buildModScript, "buildmod", out}, guestModules...), imageModules...)...)
 		if err := p.r.run(ctx, "modules", "", nil, argv[0], argv[1:]...); err != nil {
 			return err
 		}
@@ -326,7 +353,16 @@ func (p *provisioner) modules(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		return os.WriteFile(filepath.Join(out, "modules", "order"), []byte(strings.Join(order, "\n")+"\n"), 0o644)
+		if err := os.WriteFile(filepath.Join(out, "modules", "order"), []byte(strings.Join(order, "\n")+"\n"), 0o644); err != nil {
+			return err
+		}
+		// What an attached image adds (loaded after order).
+		all, err := moduleOrder(string(deps), append(slices.Clone(guestModules), imageModules...))
+		if err != nil {
+			return err
+		}
+		extra := slices.DeleteFunc(all, func(m string) bool { return slices.Contains(order, m) })
+		return os.WriteFile(filepath.Join(out, "modules", "order.image"), []byte(strings.Join(extra, "\n")+"\n"), 0o644)
 	})
 }
 

@@ -103,6 +103,18 @@ func TestQEMUArgs(t *testing.T) {
 		"-device virtserialport,bus=hcaemuserial.0,chardev=hcaemufaults,name=org.hcaemu.faults"; !strings.HasSuffix(joined, want) {
 		t.Errorf("args lack %q:\n%s", want, joined)
 	}
+	// An image: a read-only virtio disk after the shares, named on the
+	// command line.
+	g.image = "/c/images/0123/root.ext4"
+	joined = strings.Join(qemuArgs(g), " ")
+	for _, want := range []string{
+		"hcaemu.share=hcaemu1:/results hcaemu.image=1 ",
+		"-drive file=/c/images/0123/root.ext4,format=raw,if=none,id=image,readonly=on -device virtio-blk-pci,drive=image,addr=0x11",
+	} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("args lack %q:\n%s", want, joined)
+		}
+	}
 }
 
 func TestVFIOUserDeviceJSON(t *testing.T) {

@@ -21,7 +21,7 @@ var startDevice func(ctx context.Context, socketPath string, guest int) (stop fu
 
 const runUsage = `usage: hcaemu run [--guests N] [--ready started|listen|marker] [--share HOSTDIR[:GUESTDIR]]... [--smp N]
                   [--kernel bzImage] [--modules DIR] [--kernel-tree PATH] [--timeout D] [--memory M] [--cache DIR]
-                  [--pcap FILE] [--record DIR] [--log-level L] [--reboots]
+                  [--image debian [--packages PKG,...]] [--pcap FILE] [--record DIR] [--log-level L] [--reboots]
                   [--faults PLAN] [--faults-log FILE] [--faults-seed N] [--control SOCK] -- COMMAND...
 
 Provisions (cached) a QEMU with vfio-user, a guest kernel and initramfs, starts
@@ -32,6 +32,11 @@ once it listens on a TCP port or an rdma_cm ID; or exits 0). When guest 0's
 command fails, the others are stopped. In the guests, HCAEMU_GUEST=k and
 HCAEMU_SERVER_IP=10.0.0.1 (empty in guest 0). Output lines are prefixed [gK].
 The exit status is 0 only if every guest's command exited 0.
+
+With --image debian the command runs (bash, normal PATH and HOME) in a Debian
+trixie root file system with rdma-core's userland and the --packages, made
+once with mmdebstrap and cached by package set; the guests attach it
+read-only and keep their writes in RAM.
 
 The frames between the HCAs, and the HCAs themselves, follow a fault plan
 (--faults, empty by default) whose control socket (--control, else a path
@@ -58,6 +63,8 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	pcap := fs.String("pcap", "", "write the emulated HCAs' fabric traffic to this pcap file")
 	recordDir := fs.String("record", "", "record each HCA's boundary into this directory (hca0.rec.gz, ...) for replay tests")
 	logLevel := fs.String("log-level", "warn", "log level of the emulated HCAs (debug, info, warn, error)")
+	image := fs.String("image", "", "run the command in a Debian root file system (debian) instead of the u-root initramfs")
+	packages := fs.String("packages", "", "PKG,...: Debian packages added to the --image (cached by package set)")
 	reboots := fs.Bool("reboots", false, "let a guest reboot (the command runs again after each boot; $HCAEMU_BOOT counts boots from 1)")
 	faults := registerFaultFlags(fs)
 	var workload workloadFlags
@@ -90,6 +97,27 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hcaemu run: --memory: %v\n", err)
 		return 2
 	}
+	var pkgs []string
+	switch *image {
+	case "", qemu.ImageDebian:
+	default:
+		fmt.Fprintf(stderr, "hcaemu run: --image %q: the one image is %s\n", *image, qemu.ImageDebian)
+		return 2
+	}
+	if *packages != "" {
+		if *image == "" {
+			fmt.Fprintf(stderr, "hcaemu run: --packages needs --image %s\n", qemu.ImageDebian)
+			return 2
+		}
+		if pkgs, err = qemu.ParsePackages(*packages); err != nil {
+			fmt.Fprintf(stderr, "hcaemu run: --packages: %v\n", err)
+			return 2
+		}
+	}
+	if *image != "" && workload.customKernel() {
+		fmt.Fprintf(stderr, "hcaemu run: --image runs on the provisioned kernel: it cannot be combined with --kernel, --modules or --kernel-tree\n")
+		return 2
+	}
 	if err := workload.apply(nil); err != nil {
 		fmt.Fprintf(stderr, "hcaemu run: %v\n", err)
 		return 2
@@ -112,7 +140,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
 
-	env, err := qemu.Provision(ctx, qemu.Options{CacheDir: *cache, Log: stderr})
+	env, err := qemu.Provision(ctx, qemu.Options{CacheDir: *cache, Log: stderr, Image: *image, Packages: pkgs})
 	if err != nil {
 		fmt.Fprintf(stderr, "hcaemu run: %v\n", err)
 		return 1

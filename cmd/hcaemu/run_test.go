@@ -49,6 +49,11 @@ func TestRunFlagErrors(t *testing.T) {
 		{[]string{"--kernel-tree", dir, "--", "true"}, "--kernel-tree: kernel tree " + dir + " has no arch/x86/boot/bzImage"},
 		{[]string{"--kernel-tree", dir, "--modules", dir, "--", "true"}, "--kernel-tree replaces --kernel and --modules"},
 		{[]string{"--guests", "2"}, "no command given"},
+		{[]string{"--image", "ubuntu", "--", "true"}, `--image "ubuntu": the one image is debian`},
+		{[]string{"--packages", "qperf", "--", "true"}, "--packages needs --image debian"},
+		{[]string{"--image", "debian", "--packages", "qperf,Bad_Name", "--", "true"}, `--packages: "Bad_Name" is not a Debian package name`},
+		{[]string{"--image", "debian", "--packages", "a;rm", "--", "true"}, "--packages: "},
+		{[]string{"--image", "debian", "--kernel", file, "--", "true"}, "--image runs on the provisioned kernel"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			var stdout, stderr bytes.Buffer

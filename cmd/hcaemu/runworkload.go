@@ -41,6 +41,11 @@ func (w *workloadFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&w.kernelTree, "kernel-tree", "", "PATH: a kernel build tree: boot its arch/x86/boot/bzImage with the modules built in it")
 }
 
+// customKernel says whether a kernel flag is given.
+func (w *workloadFlags) customKernel() bool {
+	return w.kernel != "" || w.modules != "" || w.kernelTree != ""
+}
+
 // kernelOptions checks the kernel flags' paths (before provisioning).
 func (w *workloadFlags) kernelOptions() (*qemu.KernelOptions, error) {
 	if w.kernelTree != "" {
