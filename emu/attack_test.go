@@ -198,6 +198,22 @@ func settle(hosts ...*watchedHost) {
 }
 
 // alive fails the test unless every device still answers QUERY_PORT.
+// closingOracle is what both attack fuzzers check at the end of a program:
+// no device write went astray, the devices still answer commands, and a
+// fresh QP pair on them moves checked data (with its writes checked too).
+func closingOracle(t *testing.T, a, b *watchedHost) {
+	t.Helper()
+	a.checkMemory(t)
+	b.checkMemory(t)
+	alive(t, a, b)
+	if t.Failed() {
+		return
+	}
+	freshPairMoves(t, a, b)
+	a.checkMemory(t)
+	b.checkMemory(t)
+}
+
 func alive(t *testing.T, hosts ...*watchedHost) {
 	t.Helper()
 	for _, h := range hosts {

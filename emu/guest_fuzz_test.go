@@ -316,15 +316,7 @@ func (g *guestRig) check() {
 			s.CQNotifications()
 		})
 	}
-	a.checkMemory(t)
-	b.checkMemory(t)
-	alive(t, a, b)
-	if t.Failed() {
-		return
-	}
-	freshPairMoves(t, a, b)
-	a.checkMemory(t)
-	b.checkMemory(t)
+	closingOracle(t, a, b)
 }
 
 // FuzzGuestMemory plays a guest that scribbles over what it shares with a

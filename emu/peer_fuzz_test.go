@@ -436,15 +436,7 @@ func (r *peerRig) check() {
 			t.Errorf("SEND %d completed SUCCESS at a but b received no such message", i)
 		}
 	}
-	a.checkMemory(t)
-	b.checkMemory(t)
-	alive(t, a, b)
-	if t.Failed() {
-		return
-	}
-	freshPairMoves(t, a, b)
-	a.checkMemory(t)
-	b.checkMemory(t)
+	closingOracle(t, a, b)
 }
 
 // FuzzRCPeer attacks a connected RC pair (host a's QP requesting from host
