@@ -190,8 +190,19 @@ func (d *Device) checkSendOpcode(qp *qp, slot uint32, raw uint32, op transport.O
 	case op == transport.OpUnsupported:
 		d.find(FindingWQE, "completed with LOC_QP_OP_ERR", "qp %d sq[%d] pvrdma_sq_wqe_hdr.opcode=%d: not a PVRDMA_WR opcode", qp.handle, slot, raw)
 	case (qp.typ == pvrdma.QPTypeUD || qp.typ == pvrdma.QPTypeGSI) && op != transport.OpSend && op != transport.OpSendImm:
-		d.find(FindingWQE, "completed with LOC_QP_OP_ERR", "qp %d sq[%d] pvrdma_sq_wqe_hdr.opcode=%d on a %s QP: only SEND and SEND_WITH_IMM", qp.handle, slot, raw, qpTypeName(qp.typ))
+		d.find(FindingWQE, "completed with LOC_QP_OP_ERR", "qp %d sq[%d] pvrdma_sq_wqe_hdr.opcode=%d (%s) on a %s QP: only SEND and SEND_WITH_IMM", qp.handle, slot, raw, wrOpcodeNames[raw], qpTypeName(qp.typ))
 	}
+}
+
+// wrOpcodeNames are the pvrdma_wr_opcode names (PVRDMA_WR_...) the
+// device knows.
+var wrOpcodeNames = map[uint32]string{
+	uverbs.OpRDMAWrite: "RDMA_WRITE", uverbs.OpRDMAWriteImm: "RDMA_WRITE_WITH_IMM", uverbs.OpSend: "SEND",
+	uverbs.OpSendImm: "SEND_WITH_IMM", uverbs.OpRDMARead: "RDMA_READ", uverbs.OpAtomicCmpSwp: "ATOMIC_CMP_AND_SWP",
+	uverbs.OpAtomicFetchAdd: "ATOMIC_FETCH_AND_ADD", uverbs.OpLSO: "LSO", uverbs.OpSendInv: "SEND_WITH_INV",
+	uverbs.OpRDMAReadInv: "RDMA_READ_WITH_INV", uverbs.OpLocalInv: "LOCAL_INV", uverbs.OpFastRegMR: "FAST_REG_MR",
+	uverbs.OpMaskedCmpSwp: "MASKED_ATOMIC_CMP_AND_SWP", uverbs.OpMaskedFetchAdd: "MASKED_ATOMIC_FETCH_AND_ADD",
+	uverbs.OpBindMW: "BIND_MW",
 }
 
 // findDoorbell reports a doorbell for an object that does not exist, or
