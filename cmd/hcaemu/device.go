@@ -36,6 +36,10 @@ type hcas struct {
 
 	// faults, when set, gives each HCA its device fault hook (--faults).
 	faults func(name string) emu.FaultHook
+	// strict is every HCA's strict mode; latch stops the process at the
+	// first finding in fail mode.
+	strict emu.StrictMode
+	latch  *strictLatch
 }
 
 // newHCAs makes the fabric; with pcapPath every frame is captured there, with
@@ -113,7 +117,9 @@ func (h *hcas) factory(name string, mac [6]byte) vfio.NewDevice {
 		}
 		if rec == nil {
 			return emu.New(emu.Config{Name: name, Mem: host.Mem, MSIX: host.MSIX, MAC: mac, Log: h.log, Faults: hook,
-				Attach: func(rx func([]byte) bool) emu.Port { return h.sw.Attach(name, mac, rx) }}), nil
+				Attach:    func(rx func([]byte) bool) emu.Port { return h.sw.Attach(name, mac, rx) },
+				Strict:    h.strict,
+				OnFinding: h.onFinding()}), nil
 		}
 		host = rec.Host(host)
 		// A recording replays only with the QPNs it was made with: QPN ==
@@ -122,9 +128,17 @@ func (h *hcas) factory(name string, mac [6]byte) vfio.NewDevice {
 			Attach: func(rx func([]byte) bool) emu.Port {
 				return rec.Port(h.sw.Attach(name, mac, rec.Receiver(rx)))
 			},
-			SequentialQPNs: true})
+			SequentialQPNs: true, Strict: h.strict, OnFinding: h.onFinding()})
 		return rec.Device(d), nil
 	}
+}
+
+// onFinding is the devices' OnFinding: the latch's, if any.
+func (h *hcas) onFinding() func(emu.Finding) {
+	if h.latch == nil {
+		return nil
+	}
+	return h.latch.report
 }
 
 // serve serves HCA name on l until ctx ends or stop is called.
