@@ -1,10 +1,10 @@
 package emu_test
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/hcaemu/hcaemu/emu"
@@ -14,38 +14,23 @@ import (
 	"github.com/hcaemu/hcaemu/uverbs"
 )
 
-// lockedBuffer is a log sink the engine goroutine and the test share.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // strictHost is a probed host whose device runs in the given strict mode
 // and logs into a buffer the test reads; found collects OnFinding's
 // reports.
 type strictHost struct {
 	*host
-	log   *lockedBuffer
+	log   *syncBuffer
 	mu    sync.Mutex
 	found []emu.Finding
 }
 
-func newStrictHost(t *testing.T, sw *fabric.Switch, k int, mode emu.StrictMode) *strictHost {
+func newStrictHost(t *testing.T, sw *fabric.Switch, k int, mode emu.StrictMode, adjust ...func(*emu.Config)) *strictHost {
 	t.Helper()
-	sh := &strictHost{log: &lockedBuffer{}}
+	sh := &strictHost{log: &syncBuffer{}}
 	sh.host = newHostConfig(t, sw, k, 16<<20, func(cfg *emu.Config) {
+		for _, fn := range adjust {
+			fn(cfg)
+		}
 		cfg.Log = slog.New(slog.NewTextHandler(sh.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		cfg.Strict = mode
 		cfg.OnFinding = func(f emu.Finding) {
@@ -286,7 +271,14 @@ func TestStrictNotMistakes(t *testing.T) {
 			t.Fatal("the PD table never filled")
 		}
 	}
-	for _, h := range []*strictHost{a, b} {
+	// A fault plan fails CREATE_PD with EINVAL: the driver's command was fine.
+	hook := &failCreatePD{}
+	c := newStrictHost(t, sw, 3, emu.StrictFail, func(cfg *emu.Config) { cfg.Faults = hook })
+	hook.armed.Store(true)
+	if _, err := c.CreatePD(0); err == nil {
+		t.Fatal("the injected failure did not fail CREATE_PD")
+	}
+	for _, h := range []*strictHost{a, b, c} {
 		if f := h.dev.Findings(); f != ([emu.NumFindingKinds]uint64{}) {
 			t.Errorf("findings %v", f)
 		}
@@ -294,6 +286,17 @@ func TestStrictNotMistakes(t *testing.T) {
 			t.Errorf("reported %v", r)
 		}
 	}
+}
+
+// failCreatePD is a fault hook that, once armed, fails every CREATE_PD
+// with EINVAL.
+type failCreatePD struct{ armed atomic.Bool }
+
+func (f *failCreatePD) Fault(ev *emu.FaultEvent) emu.FaultAction {
+	if f.armed.Load() && ev.Point == emu.FaultAtCommand && ev.Command == pvrdma.OpCreatePD {
+		return emu.FaultAction{Kind: emu.FaultFailCommand, Errno: 22}
+	}
+	return emu.FaultAction{}
 }
 
 // TestStrictFail: the first finding latches the device (DEVICE_FATAL, every
