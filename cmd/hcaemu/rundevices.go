@@ -41,6 +41,9 @@ func startRunDevice(ctx context.Context, socketPath string, guest int) (stop fun
 		}
 		runFabric.faults = runFaults.hooks()
 		runFabric.strict, runFabric.latch = runOptions.strict, runOptions.latch
+		if runFaults != nil && runFaults.control != nil {
+			runFaults.control.SetInspector(runFabric.inspect)
+		}
 	}
 	hw, err := net.ParseMAC(qemu.GuestMAC(guest))
 	if err != nil || len(hw) != 6 {

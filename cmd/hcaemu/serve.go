@@ -110,6 +110,9 @@ func serveMain(args []string) int {
 	}
 	h.faults = faultSet.hooks()
 	h.strict, h.latch = strict.mode, &strictLatch{stop: cancel}
+	if faultSet != nil && faultSet.control != nil {
+		faultSet.control.SetInspector(h.inspect)
+	}
 	defer func() {
 		if err := h.close(); err != nil {
 			fmt.Fprintf(os.Stderr, "hcaemu serve: %v\n", err)
