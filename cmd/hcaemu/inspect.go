@@ -206,8 +206,8 @@ func printInspected(w io.Writer, what string, devs []inspected) {
 					fmt.Fprintf(tw, "\tpeer %s qpn %#x mtu %d", q.Peer, q.DestQPN, q.PathMTU)
 				}
 				if r := q.RC; r != nil {
-					fmt.Fprintf(tw, "\tnext_psn %#x unacked %#x outstanding %d retries %d/%d rnr %d/%d expected_psn %#x msn %d",
-						r.NextPSN, r.UnackedPSN, r.Outstanding, r.Retries, q.RetryCnt, r.RNRRetries, q.RNRRetry, r.ExpectedPSN, r.MSN)
+					fmt.Fprintf(tw, "\tnext_psn %#x unacked %#x outstanding %d retries_left %d/%d rnr_left %d/%d expected_psn %#x msn %d",
+						r.NextPSN, r.UnackedPSN, r.Outstanding, r.RetriesLeft, q.RetryCnt, r.RNRRetriesLeft, q.RNRRetry, r.ExpectedPSN, r.MSN)
 				}
 				fmt.Fprintln(tw)
 			}

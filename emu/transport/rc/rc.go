@@ -207,13 +207,13 @@ func (qp *QP) Outstanding() int { return len(qp.reqs) }
 // and the responder's PSNs and counters.
 type Snapshot struct {
 	// Requester.
-	NextPSN     uint32 // PSN of the next new request
-	UnackedPSN  uint32 // oldest unacknowledged PSN
-	Outstanding int    // send requests held (sent or not, not completed)
-	Retries     uint8  // retransmissions since the last progress
-	RNRRetries  uint8  // RNR NAKs since the last progress
-	RNRWait     bool   // waiting out an RNR NAK's timer
-	TimerArmed  bool   // the retransmission timer runs
+	NextPSN        uint32 // PSN of the next new request
+	UnackedPSN     uint32 // oldest unacknowledged PSN
+	Outstanding    int    // send requests held (sent or not, not completed)
+	RetriesLeft    uint8  // retransmissions left before RETRY_EXC_ERR (back to retry_cnt at each progress)
+	RNRRetriesLeft uint8  // RNR NAKs left before RNR_RETRY_EXC_ERR (7: infinite)
+	RNRWait        bool   // waiting out an RNR NAK's timer
+	TimerArmed     bool   // the retransmission timer runs
 	// Responder.
 	ExpectedPSN uint32
 	MSN         uint32
@@ -223,7 +223,7 @@ type Snapshot struct {
 // Snapshot returns the connection's progress.
 func (qp *QP) Snapshot() Snapshot {
 	return Snapshot{NextPSN: qp.nextPSN, UnackedPSN: qp.unacked, Outstanding: len(qp.reqs),
-		Retries: qp.retries, RNRRetries: qp.rnrRetries, RNRWait: qp.rnrWait, TimerArmed: qp.timerArmed,
+		RetriesLeft: qp.retries, RNRRetriesLeft: qp.rnrRetries, RNRWait: qp.rnrWait, TimerArmed: qp.timerArmed,
 		ExpectedPSN: qp.ePSN, MSN: qp.msn, NAKSent: qp.nakSent}
 }
 
