@@ -28,12 +28,35 @@ const (
 type cmdErr struct {
 	errno uint32
 	msg   string
+	// kind classifies the driver's mistake; mistake is false when the
+	// failure is not the driver's (a full table, a budget, an address
+	// another guest holds, an injected fault).
+	kind    FindingKind
+	mistake bool
 }
 
 func (e *cmdErr) Error() string { return e.msg }
 
+// fail is a command failure. Unless errno says the device ran out of
+// something (ENOMEM) or another port holds an address (EADDRINUSE), the
+// driver should never have sent the command: strict mode reports it as a
+// FindingCommand (as() reclassifies it). msg names the field the way
+// pvrdma_dev_api.h does.
 func fail(errno uint32, format string, args ...any) *cmdErr {
-	return &cmdErr{errno: errno, msg: fmt.Sprintf(format, args...)}
+	return &cmdErr{errno: errno, msg: fmt.Sprintf(format, args...), kind: FindingCommand,
+		mistake: errno != errNoMem && errno != errAddrInUse}
+}
+
+// as reclassifies a command failure's finding.
+func (e *cmdErr) as(kind FindingKind) *cmdErr {
+	e.kind = kind
+	return e
+}
+
+// errnoNames are the names of the errnos commands fail with.
+var errnoNames = map[uint32]string{
+	errPerm: "EPERM", errNoEnt: "ENOENT", errIO: "EIO", errNoMem: "ENOMEM", errFault: "EFAULT",
+	errBusy: "EBUSY", errInval: "EINVAL", errNotSup: "EOPNOTSUPP", errAddrInUse: "EADDRINUSE",
 }
 
 // cmdHandler runs one command on its private copy of the request slot and
@@ -84,8 +107,14 @@ var cmdTable = func() (t [pvrdma.NumOpcodes]cmdHandler) {
 // REQUEST write: the driver reads ERR right after it.
 func (d *Device) request() {
 	if d.dsr == nil || !d.active {
-		d.log.Warn("REQUEST before the device was activated")
+		d.find(FindingRegister, "ERR=22 EINVAL", "REQUEST written before the DSR was loaded and the device activated (CTL=ACTIVATE)")
 		d.errReg = errInval
+		return
+	}
+	if d.strict.latched {
+		// Strict mode latched DEVICE_FATAL: the device takes no more
+		// commands.
+		d.errReg = errIO
 		return
 	}
 	var slot [pvrdma.CmdReqSize]byte
@@ -99,11 +128,15 @@ func (d *Device) request() {
 	rspHdr := pvrdma.CmdRespHdr{Response: hdr.Response, Ack: hdr.Cmd.Ack()}
 	var rsp pvrdma.Response
 	if hdr.Cmd >= pvrdma.NumOpcodes {
-		d.log.Warn("unknown command opcode", "opcode", uint32(hdr.Cmd))
+		d.find(FindingCommand, "ERR=22 EINVAL", "pvrdma_cmd_hdr.cmd=%#x: not a command opcode (0..%d)", uint32(hdr.Cmd), pvrdma.NumOpcodes-1)
 		d.errReg = errInval
 		rspHdr.Err = errInval
 	} else if r, e := d.runCommand(hdr.Cmd, slot[:]); e != nil {
-		d.log.Warn("command failed", "cmd", hdr.Cmd.String(), "errno", e.errno, "why", e.msg)
+		if e.mistake {
+			d.find(e.kind, fmt.Sprintf("%s failed: ERR=%d %s", hdr.Cmd, e.errno, errnoNames[e.errno]), "%s", e.msg)
+		} else {
+			d.log.Warn("command failed", "cmd", hdr.Cmd.String(), "errno", e.errno, "why", e.msg)
+		}
 		d.errReg = e.errno
 		rspHdr.Err = uint8(e.errno)
 	} else {
@@ -139,7 +172,7 @@ func (d *Device) respond(out []byte) {
 
 func (d *Device) checkPort(port uint8) *cmdErr {
 	if port < 1 || port > d.caps.PhysPortCnt {
-		return fail(errInval, "port %d outside 1..%d", port, d.caps.PhysPortCnt)
+		return fail(errInval, "port_num=%d: not 1..%d", port, d.caps.PhysPortCnt)
 	}
 	return nil
 }
@@ -172,7 +205,7 @@ func (d *Device) cmdQueryPKey(req *pvrdma.CmdQueryPKey) (pvrdma.Response, *cmdEr
 		return nil, e
 	}
 	if uint16(req.Index) >= d.caps.MaxPKeys {
-		return nil, fail(errInval, "P_Key index %d >= %d", req.Index, d.caps.MaxPKeys)
+		return nil, fail(errInval, "pvrdma_cmd_query_pkey.index=%d >= %d P_Keys", req.Index, d.caps.MaxPKeys)
 	}
 	return &pvrdma.CmdQueryPKeyResp{PKey: 0xFFFF}, nil
 }
@@ -180,11 +213,11 @@ func (d *Device) cmdQueryPKey(req *pvrdma.CmdQueryPKey) (pvrdma.Response, *cmdEr
 func (d *Device) cmdCreateBind(req *pvrdma.CmdCreateBind) (pvrdma.Response, *cmdErr) {
 	idx := req.Index
 	if idx >= d.caps.GIDTblLen {
-		return nil, fail(errInval, "GID index %d >= %d", idx, d.caps.GIDTblLen)
+		return nil, fail(errInval, "pvrdma_cmd_create_bind.index=%d >= gid_tbl_len=%d", idx, d.caps.GIDTblLen)
 	}
 	typ := req.GIDType
 	if typ != pvrdma.GIDTypeFlagRoCEv1 && typ != pvrdma.GIDTypeFlagRoCEv2 {
-		return nil, fail(errInval, "GID type %#x", typ)
+		return nil, fail(errInval, "pvrdma_cmd_create_bind.gid_type=%#x: not RoCE v1 or v2", typ)
 	}
 	g := GIDEntry{GID: req.NewGID}
 	g.Type = typ
@@ -210,10 +243,10 @@ func (d *Device) cmdCreateBind(req *pvrdma.CmdCreateBind) (pvrdma.Response, *cmd
 func (d *Device) cmdDestroyBind(req *pvrdma.CmdDestroyBind) (pvrdma.Response, *cmdErr) {
 	idx := req.Index
 	if idx >= d.caps.GIDTblLen {
-		return nil, fail(errInval, "GID index %d >= %d", idx, d.caps.GIDTblLen)
+		return nil, fail(errInval, "pvrdma_cmd_destroy_bind.index=%d >= gid_tbl_len=%d", idx, d.caps.GIDTblLen)
 	}
 	if !d.res.gids[idx].Valid {
-		return nil, fail(errInval, "GID index %d not bound", idx)
+		return nil, fail(errInval, "pvrdma_cmd_destroy_bind.index=%d: not bound", idx).as(FindingHandle)
 	}
 	d.res.gids[idx] = GIDEntry{}
 	if err := d.announce(); err != nil {
@@ -256,14 +289,14 @@ func (d *Device) cmdCreateUC(req *pvrdma.CmdCreateUC) (pvrdma.Response, *cmdErr)
 	// the UAR index; the high bits must name BAR2 where the guest put it.
 	idx := uint32(pfn & uint64(d.caps.MaxUAR-1))
 	if bar := d.uarBase(); bar != 0 && pfn-uint64(idx) != bar>>12 {
-		return nil, fail(errInval, "UAR PFN %#x is not in BAR2 at %#x", pfn, bar)
+		return nil, fail(errInval, "pvrdma_cmd_create_uc.pfn=%#x: not a page of the UAR BAR at %#x", pfn, bar)
 	}
 	if idx == 0 {
-		return nil, fail(errInval, "UAR PFN %#x names the kernel's page 0", pfn)
+		return nil, fail(errInval, "pvrdma_cmd_create_uc.pfn=%#x: the kernel's UAR page 0", pfn)
 	}
 	for _, h := range d.res.uc.handles() {
 		if d.res.uc.get(h).uar == idx {
-			return nil, fail(errBusy, "UAR page %d already has a context", idx)
+			return nil, fail(errBusy, "pvrdma_cmd_create_uc.pfn: UAR page %d already has a context", idx)
 		}
 	}
 	h, e := d.res.uc.add(&ucontext{uar: idx})
@@ -283,7 +316,7 @@ func (d *Device) uarBase() uint64 {
 func (d *Device) cmdDestroyUC(req *pvrdma.CmdDestroyUC) (pvrdma.Response, *cmdErr) {
 	h := req.CtxHandle
 	if d.res.uc.get(h) == nil {
-		return nil, fail(errInval, "no context %d", h)
+		return nil, fail(errInval, "ctx_handle=%d: no such context", h).as(FindingHandle)
 	}
 	d.destroyContextObjects(h)
 	d.res.uc.del(h)

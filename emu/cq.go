@@ -30,11 +30,11 @@ func (d *Device) cmdCreateCQ(req *pvrdma.CmdCreateCQ) (pvrdma.Response, *cmdErr)
 		return nil, e
 	}
 	if !uverbs.IsPow2(n) || n > d.caps.MaxCQE {
-		return nil, fail(errInval, "CQ size %d not a power of two in 1..%d", n, d.caps.MaxCQE)
+		return nil, fail(errInval, "pvrdma_cmd_create_cq.cqe=%d: not a power of two in 1..%d", n, d.caps.MaxCQE)
 	}
 	need := 1 + (uint64(n)*uverbs.CQESize+dma.PageSize-1)/dma.PageSize
 	if uint64(nchunks) < need || nchunks > dma.MaxDirPages {
-		return nil, fail(errInval, "CQ of %d entries needs %d pages, got %d", n, need, nchunks)
+		return nil, fail(errInval, "pvrdma_cmd_create_cq.nchunks=%d: a CQ of %d entries needs %d pages (at most %d)", nchunks, n, need, dma.MaxDirPages).as(FindingPageDir)
 	}
 	pages, e := d.pinPages("CQ", pdir, nchunks)
 	if e != nil {
@@ -51,17 +51,17 @@ func (d *Device) cmdCreateCQ(req *pvrdma.CmdCreateCQ) (pvrdma.Response, *cmdErr)
 }
 
 func (d *Device) cmdResizeCQ(*pvrdma.CmdResizeCQ) (pvrdma.Response, *cmdErr) {
-	return nil, fail(errNotSup, "RESIZE_CQ is not supported")
+	return nil, fail(errNotSup, "pvrdma_cmd_hdr.cmd=RESIZE_CQ: not supported (the device's driver never resizes)")
 }
 
 func (d *Device) cmdDestroyCQ(req *pvrdma.CmdDestroyCQ) (pvrdma.Response, *cmdErr) {
 	h := req.CQHandle
 	c := d.res.cq.get(h)
 	if c == nil {
-		return nil, fail(errInval, "no CQ %d", h)
+		return nil, fail(errInval, "cq_handle=%d: no such CQ", h).as(FindingHandle)
 	}
 	if c.refs > 0 {
-		return nil, fail(errBusy, "CQ %d still used by %d QPs/SRQs", h, c.refs)
+		return nil, fail(errBusy, "cq_handle=%d: still used by %d QPs/SRQs", h, c.refs)
 	}
 	d.destroyCQ(h, c)
 	return nil, nil
@@ -89,15 +89,15 @@ func (d *Device) post(c *cq, cqe *uverbs.CQE, solicited bool) bool {
 	cons, err := dma.LoadUint32(d.mem, c.pages[0]+uverbs.RxConsHead)
 	switch {
 	case err != nil || !c.ring.Valid(cons):
-		d.log.Warn("CQ consumer index invalid", "cq", c.handle, "cons", cons, "err", err)
+		d.find(FindingRingIndex, "CQ_ERR, the CQ takes no more", "cq %d pvrdma_ring.cons_head=%d: %v (ring of %d)", c.handle, cons, errOrRange(err), c.ring.N)
 	case c.ring.Full(c.prod, cons):
-		d.log.Warn("CQ overrun: the guest did not poll", "cq", c.handle, "entries", c.ring.N)
+		d.find(FindingCQOverrun, "CQ_ERR, the CQ takes no more", "cq %d: full (%d entries, prod_tail=%d, cons_head=%d): the consumer did not poll, or the CQ is smaller than its queues", c.handle, c.ring.N, c.prod, cons)
 	default:
 		var b [uverbs.CQESize]byte
 		cqe.Encode(b[:])
 		off := dma.PageSize + uint64(c.ring.Slot(c.prod))*uverbs.CQESize
 		if err := c.pages.WriteAt(d.mem, b[:], off); err != nil {
-			d.log.Warn("CQE write failed", "cq", c.handle, "err", err)
+			d.find(FindingPageDir, "CQ_ERR, the CQ takes no more", "cq %d CQE slot %d: %v", c.handle, c.ring.Slot(c.prod), err)
 			break
 		}
 		c.prod = c.ring.Next(c.prod)

@@ -61,6 +61,12 @@ type Config struct {
 	// Faults, when set, is asked at the device's fault points (package
 	// emu/fault); nil: the device never misbehaves on purpose.
 	Faults FaultHook
+	// Strict says what the device does when the driver breaks a rule
+	// (strict.go); the zero value is StrictWarn.
+	Strict StrictMode
+	// OnFinding, when set, is told of the first finding in StrictFail
+	// mode. It runs under the device lock and must not block.
+	OnFinding func(Finding)
 }
 
 // Device is one emulated PVRDMA function.
@@ -102,6 +108,7 @@ type Device struct {
 	fatal   bool // the engine panicked: DEVICE_FATAL declared, no more engine work until reset
 
 	faults    FaultHook
+	strict    findings    // strict mode: counts are atomic, the latch is under mu
 	portDown  bool        // a fault holds port 1 down
 	portGen   uint64      // generation of the port-down timer
 	portTimer *time.Timer // brings the port back up
@@ -137,6 +144,7 @@ func New(cfg Config) *Device {
 		mac:    cfg.MAC,
 		msix:   msix,
 		faults: cfg.Faults,
+		strict: findings{mode: cfg.Strict, report: cfg.OnFinding},
 		pci: mmio.NewConfig(mmio.Identity{
 			Vendor: VendorVMware, Device: DevicePVRDMA,
 			SubVendor: VendorVMware, SubDevice: DevicePVRDMA,
@@ -168,7 +176,7 @@ func (d *Device) powerOn() {
 	d.mach.Store(uint32(binary.LittleEndian.Uint16(d.mac[4:6])))
 	d.dsr = nil
 	d.active = false
-	d.fatal = false
+	d.fatal = d.strict.latched // strict mode's latch survives resets
 	d.portDown = false
 	d.portGen++
 	if d.portTimer != nil {
@@ -275,13 +283,13 @@ func (d *Device) WriteRegion(index int, off uint64, p []byte) error {
 	case 1:
 		reg, v, ok := mmio.Reg32(off, p)
 		if !ok {
-			d.log.Warn("ignored register write of unsupported width", "off", off, "len", len(p))
+			d.reportf(FindingRegister, "ignored", "BAR1 register %#x written %d bytes wide: registers are 32-bit", off, len(p))
 			return nil
 		}
 		d.writeReg(reg, v)
 	case 2:
 		if len(p) != 4 {
-			d.log.Warn("ignored UAR write of unsupported width", "off", off, "len", len(p))
+			d.reportf(FindingRegister, "ignored", "UAR doorbell at %#x written %d bytes wide: doorbells are 32-bit", off, len(p))
 			return nil
 		}
 		d.doorbell(off, binary.LittleEndian.Uint32(p))
@@ -394,7 +402,7 @@ func (d *Device) ctl(v uint32) {
 	switch v {
 	case pvrdma.CtlActivate:
 		if d.dsr == nil {
-			d.log.Warn("CTL=ACTIVATE without a loaded DSR")
+			d.find(FindingRegister, "ERR=22 EINVAL", "CTL=ACTIVATE before DSRHIGH loaded a DSR")
 			d.errReg = errInval
 			return
 		}
@@ -403,6 +411,7 @@ func (d *Device) ctl(v uint32) {
 		d.log.Info("activated")
 	case pvrdma.CtlUnquiesce:
 		if !d.active {
+			d.find(FindingRegister, "ERR=22 EINVAL", "CTL=UNQUIESCE before CTL=ACTIVATE")
 			d.errReg = errInval
 			return
 		}
@@ -411,7 +420,7 @@ func (d *Device) ctl(v uint32) {
 		d.resetLocked("CTL=RESET")
 		d.errReg = 0
 	default:
-		d.log.Warn("unknown CTL value", "value", v)
+		d.find(FindingRegister, "ERR=22 EINVAL", "CTL=%#x: not ACTIVATE, UNQUIESCE or RESET", v)
 		d.errReg = errInval
 	}
 }

@@ -288,8 +288,14 @@ func (d *Device) doorbell(off uint64, v uint32) {
 	case doorbell.QP:
 		qp := d.res.qp.get(db.Handle)
 		if qp == nil || !d.ownsPage(qp.ctx, db.Page) {
-			d.log.Debug("QP doorbell for an unknown or foreign QP", "qp", db.Handle, "uar", db.Page)
+			d.findDoorbell("QP", db.Handle, db.Page, qp == nil)
 			return
+		}
+		if db.Flags&doorbell.QPSend != 0 && qp.state < pvrdma.QPStateRTS {
+			d.find(FindingDoorbell, "ignored", "qp %d: send doorbell (PVRDMA_UAR_QP_SEND) in %s: post_send needs RTS (or SQD, ERR)", db.Handle, stateNames[qp.state])
+		}
+		if db.Flags&doorbell.QPRecv != 0 && qp.state == pvrdma.QPStateReset {
+			d.find(FindingDoorbell, "ignored", "qp %d: receive doorbell (PVRDMA_UAR_QP_RECV) in RESET", db.Handle)
 		}
 		var f uint32
 		if db.Flags&doorbell.QPSend != 0 {
@@ -304,7 +310,7 @@ func (d *Device) doorbell(off uint64, v uint32) {
 	case doorbell.CQ:
 		c := d.res.cq.get(db.Handle)
 		if c == nil || !d.ownsPage(c.ctx, db.Page) {
-			d.log.Debug("CQ doorbell for an unknown or foreign CQ", "cq", db.Handle, "uar", db.Page)
+			d.findDoorbell("CQ", db.Handle, db.Page, c == nil)
 			return
 		}
 		// Arming is done here, in order with the guest's later ring checks.
@@ -317,6 +323,7 @@ func (d *Device) doorbell(off uint64, v uint32) {
 	case doorbell.SRQ:
 		s := d.res.srq.get(db.Handle)
 		if s == nil || !d.ownsPage(s.ctx, db.Page) {
+			d.findDoorbell("SRQ", db.Handle, db.Page, s == nil)
 			return
 		}
 		if db.Flags&doorbell.SRQRecv != 0 {
@@ -351,7 +358,7 @@ func (d *Device) serviceQP(qp *qp, flags uint32) {
 		// Receive WQEs stay in the ring until a message consumes them; check
 		// the guest's producer index now so a corrupt one fails early.
 		if _, err := d.pendingWQEs(qp.pages, &qp.rq); err != nil {
-			d.log.Warn("RQ producer index invalid", "qp", qp.handle, "err", err)
+			d.find(FindingRingIndex, "QP to ERR with QP_FATAL", "qp %d rq pvrdma_ring.prod_tail: %v", qp.handle, err)
 			d.qpError(qp, pvrdma.EventQPFatal)
 			return
 		}

@@ -123,7 +123,9 @@ func (d *Device) fault(ev *FaultEvent) FaultAction {
 func (d *Device) faultCommand(op pvrdma.Opcode) *cmdErr {
 	act := d.fault(&FaultEvent{Point: FaultAtCommand, Command: op})
 	if act.Kind == FaultFailCommand {
-		return fail(act.Errno, "fault injected: %s fails", op)
+		e := fail(act.Errno, "fault injected: %s fails", op)
+		e.mistake = false
+		return e
 	}
 	d.deviceFault(act, nil, nil)
 	return nil

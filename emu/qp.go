@@ -1,6 +1,8 @@
 package emu
 
 import (
+	"fmt"
+
 	"github.com/hcaemu/hcaemu/dma"
 	"github.com/hcaemu/hcaemu/emu/mr"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
@@ -11,6 +13,23 @@ import (
 )
 
 var stateNames = [pvrdma.NumQPStates]string{"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"}
+
+// qpTypeName names a QP type (pvrdma_qp_type).
+func qpTypeName(typ uint8) string {
+	switch typ {
+	case pvrdma.QPTypeSMI:
+		return "SMI"
+	case pvrdma.QPTypeGSI:
+		return "GSI"
+	case pvrdma.QPTypeRC:
+		return "RC"
+	case pvrdma.QPTypeUC:
+		return "UC"
+	case pvrdma.QPTypeUD:
+		return "UD"
+	}
+	return fmt.Sprintf("type-%d", typ)
+}
 
 // wq is one work queue (SQ, RQ or SRQ) in a guest ring.
 type wq struct {
@@ -97,25 +116,25 @@ var qpTransitions = func() (t [pvrdma.NumQPStates][pvrdma.NumQPStates]*transitio
 // limits. It returns the target state.
 func (d *Device) checkModify(qp *qp, mask uint32, a *pvrdma.QPAttr) (uint8, *cmdErr) {
 	if mask&^pvrdma.AttrMaskAll != 0 {
-		return 0, fail(errInval, "QP %d: unknown attribute bits %#x", qp.handle, mask&^pvrdma.AttrMaskAll)
+		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attr_mask=%#x: unknown bits %#x", qp.handle, mask, mask&^pvrdma.AttrMaskAll).as(FindingQPState)
 	}
 	cur := qp.state
 	if mask&pvrdma.AttrCurState != 0 && a.CurState != uint32(cur) {
 		if a.CurState >= pvrdma.NumQPStates {
-			return 0, fail(errInval, "QP %d: cur_qp_state %d", qp.handle, a.CurState)
+			return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.cur_qp_state=%d: not a QP state", qp.handle, a.CurState).as(FindingQPState)
 		}
-		return 0, fail(errInval, "QP %d: cur_qp_state %s, but the QP is in %s", qp.handle, stateNames[a.CurState], stateNames[cur])
+		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.cur_qp_state=%s, but the QP is in %s", qp.handle, stateNames[a.CurState], stateNames[cur]).as(FindingQPState)
 	}
 	next := cur
 	if mask&pvrdma.AttrState != 0 {
 		if a.State >= pvrdma.NumQPStates {
-			return 0, fail(errInval, "QP %d: qp_state %d", qp.handle, a.State)
+			return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.qp_state=%d: not a QP state", qp.handle, a.State).as(FindingQPState)
 		}
 		next = uint8(a.State)
 	}
 	t := qpTransitions[cur][next]
 	if t == nil {
-		return 0, fail(errInval, "QP %d: illegal transition %s -> %s", qp.handle, stateNames[cur], stateNames[next])
+		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.qp_state=%s: illegal transition %s -> %s", qp.handle, stateNames[next], stateNames[cur], stateNames[next]).as(FindingQPState)
 	}
 	class := udClass
 	if qp.typ == pvrdma.QPTypeRC || qp.typ == pvrdma.QPTypeUC {
@@ -127,16 +146,16 @@ func (d *Device) checkModify(qp *qp, mask uint32, a *pvrdma.QPAttr) (uint8, *cmd
 		opt |= pvrdma.AttrPort
 	}
 	if req == ^uint32(0) {
-		return 0, fail(errInval, "QP %d: illegal transition %s -> %s for this QP type", qp.handle, stateNames[cur], stateNames[next])
+		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.qp_state=%s: illegal transition %s -> %s for a %s QP", qp.handle, stateNames[next], stateNames[cur], stateNames[next], qpTypeName(qp.typ)).as(FindingQPState)
 	}
 	if missing := req &^ mask; missing != 0 {
-		return 0, fail(errInval, "QP %d: %s -> %s lacks required attributes %#x", qp.handle, stateNames[cur], stateNames[next], missing)
+		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attr_mask=%#x: %s -> %s lacks required attributes %#x", qp.handle, mask, stateNames[cur], stateNames[next], missing).as(FindingQPState)
 	}
 	if extra := mask &^ (req | opt | pvrdma.AttrState | pvrdma.AttrCap); extra != 0 {
-		return 0, fail(errInval, "QP %d: %s -> %s does not take attributes %#x", qp.handle, stateNames[cur], stateNames[next], extra)
+		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attr_mask=%#x: %s -> %s does not take attributes %#x", qp.handle, mask, stateNames[cur], stateNames[next], extra).as(FindingQPState)
 	}
 	if mask&pvrdma.AttrPKeyIndex != 0 && uint32(a.PKeyIndex) >= uint32(d.caps.MaxPKeys) {
-		return 0, fail(errInval, "QP %d: pkey_index %d", qp.handle, a.PKeyIndex)
+		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.pkey_index=%d >= %d P_Keys", qp.handle, a.PKeyIndex, d.caps.MaxPKeys)
 	}
 	if mask&pvrdma.AttrPort != 0 {
 		if e := d.checkPort(a.PortNum); e != nil {
@@ -144,29 +163,29 @@ func (d *Device) checkModify(qp *qp, mask uint32, a *pvrdma.QPAttr) (uint8, *cmd
 		}
 	}
 	if mask&pvrdma.AttrPathMTU != 0 && (a.PathMTU < 1 || a.PathMTU > pvrdma.MTU4096) {
-		return 0, fail(errInval, "QP %d: path_mtu %d", qp.handle, a.PathMTU)
+		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.path_mtu=%d: not 1..%d", qp.handle, a.PathMTU, pvrdma.MTU4096)
 	}
 	if mask&pvrdma.AttrDestQPN != 0 && a.DestQPN >= 1<<24 {
-		return 0, fail(errInval, "QP %d: dest_qp_num %#x", qp.handle, a.DestQPN)
+		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.dest_qp_num=%#x: wider than 24 bits", qp.handle, a.DestQPN)
 	}
 	if mask&pvrdma.AttrMinRNRTimer != 0 && a.MinRNRTimer > 31 {
-		return 0, fail(errInval, "QP %d: min_rnr_timer %d", qp.handle, a.MinRNRTimer)
+		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.min_rnr_timer=%d > 31", qp.handle, a.MinRNRTimer)
 	}
 	if mask&pvrdma.AttrTimeout != 0 && a.Timeout > 31 {
-		return 0, fail(errInval, "QP %d: timeout %d", qp.handle, a.Timeout)
+		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.timeout=%d > 31", qp.handle, a.Timeout)
 	}
 	if mask&pvrdma.AttrRetryCnt != 0 && a.RetryCnt > 7 {
-		return 0, fail(errInval, "QP %d: retry_cnt %d", qp.handle, a.RetryCnt)
+		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.retry_cnt=%d > 7", qp.handle, a.RetryCnt)
 	}
 	if mask&pvrdma.AttrRNRRetry != 0 && a.RNRRetry > 7 {
-		return 0, fail(errInval, "QP %d: rnr_retry %d", qp.handle, a.RNRRetry)
+		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.rnr_retry=%d > 7", qp.handle, a.RNRRetry)
 	}
 	if mask&pvrdma.AttrAccessFlags != 0 && a.AccessFlags&^(mr.LocalWrite|mr.RemoteWrite|mr.RemoteRead|mr.RemoteAtomic|mr.MWBind) != 0 {
-		return 0, fail(errInval, "QP %d: access flags %#x", qp.handle, a.AccessFlags)
+		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.qp_access_flags=%#x: unknown bits", qp.handle, a.AccessFlags)
 	}
 	if mask&pvrdma.AttrAV != 0 {
 		if uint32(a.AH.SGIDIndex) >= d.caps.GIDTblLen || !d.res.gids[a.AH.SGIDIndex].Valid {
-			return 0, fail(errInval, "QP %d: sgid_index %d is not a bound GID", qp.handle, a.AH.SGIDIndex)
+			return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.ah_attr.grh.sgid_index=%d: not a bound GID", qp.handle, a.AH.SGIDIndex)
 		}
 	}
 	return next, nil
@@ -176,7 +195,7 @@ func (d *Device) cmdModifyQP(req *pvrdma.CmdModifyQP) (pvrdma.Response, *cmdErr)
 	h, mask := req.QPHandle, req.AttrMask
 	qp := d.res.qp.get(h)
 	if qp == nil {
-		return nil, fail(errInval, "no QP %d", h)
+		return nil, fail(errInval, "qp_handle=%d: no such QP", h).as(FindingHandle)
 	}
 	a := &req.Attrs
 	next, e := d.checkModify(qp, mask, a)
@@ -304,7 +323,7 @@ func (d *Device) cmdQueryQP(req *pvrdma.CmdQueryQP) (pvrdma.Response, *cmdErr) {
 	h := req.QPHandle
 	qp := d.res.qp.get(h)
 	if qp == nil {
-		return nil, fail(errInval, "no QP %d", h)
+		return nil, fail(errInval, "qp_handle=%d: no such QP", h).as(FindingHandle)
 	}
 	rsp := &pvrdma.CmdQueryQPResp{Attrs: qp.attr}
 	a := &rsp.Attrs
@@ -322,20 +341,20 @@ func (d *Device) cmdCreateQP(req *pvrdma.CmdCreateQP) (pvrdma.Response, *cmdErr)
 
 	pd := d.res.pd.get(pdh)
 	if pd == nil {
-		return nil, fail(errInval, "no PD %d", pdh)
+		return nil, fail(errInval, "pvrdma_cmd_create_qp.pd_handle=%d: no such PD", pdh).as(FindingHandle)
 	}
 	ctx := pd.ctx
 	scq, rcq := d.res.cq.get(scqh), d.res.cq.get(rcqh)
 	if scq == nil || rcq == nil {
-		return nil, fail(errInval, "no CQ %d/%d", scqh, rcqh)
+		return nil, fail(errInval, "pvrdma_cmd_create_qp.send_cq_handle=%d, recv_cq_handle=%d: no such CQ", scqh, rcqh).as(FindingHandle)
 	}
 	if scq.ctx != ctx || rcq.ctx != ctx {
-		return nil, fail(errInval, "CQs %d/%d belong to another context", scqh, rcqh)
+		return nil, fail(errInval, "pvrdma_cmd_create_qp.send_cq_handle=%d, recv_cq_handle=%d: a CQ of another context than PD %d", scqh, rcqh, pdh).as(FindingHandle)
 	}
 	var s *srq
 	if isSRQ {
 		if s = d.res.srq.get(srqh); s == nil || s.ctx != ctx {
-			return nil, fail(errInval, "no SRQ %d in this context", srqh)
+			return nil, fail(errInval, "pvrdma_cmd_create_qp.srq_handle=%d: no such SRQ in the PD's context", srqh).as(FindingHandle)
 		}
 		rWR, rSGE = 0, 0
 	}
@@ -343,25 +362,25 @@ func (d *Device) cmdCreateQP(req *pvrdma.CmdCreateQP) (pvrdma.Response, *cmdErr)
 	case pvrdma.QPTypeRC, pvrdma.QPTypeUD:
 	case pvrdma.QPTypeGSI:
 		if ctx != 0 {
-			return nil, fail(errInval, "GSI QP from user space")
+			return nil, fail(errInval, "pvrdma_cmd_create_qp.qp_type=GSI from a user context")
 		}
 		if d.res.qp.get(1) != nil {
-			return nil, fail(errBusy, "port 1 already has a GSI QP")
+			return nil, fail(errBusy, "pvrdma_cmd_create_qp.qp_type=GSI: port 1 already has a GSI QP")
 		}
 	default:
-		return nil, fail(errNotSup, "QP type %d", typ)
+		return nil, fail(errNotSup, "pvrdma_cmd_create_qp.qp_type=%d: not RC, UD or GSI", typ)
 	}
 	if !uverbs.IsPow2(sWR) || sWR > d.caps.MaxQPWR {
-		return nil, fail(errInval, "max_send_wr %d not a power of two in 1..%d", sWR, d.caps.MaxQPWR)
+		return nil, fail(errInval, "pvrdma_cmd_create_qp.max_send_wr=%d: not a power of two in 1..%d", sWR, d.caps.MaxQPWR)
 	}
 	if !isSRQ && (!uverbs.IsPow2(rWR) || rWR > d.caps.MaxQPWR) {
-		return nil, fail(errInval, "max_recv_wr %d not a power of two in 1..%d", rWR, d.caps.MaxQPWR)
+		return nil, fail(errInval, "pvrdma_cmd_create_qp.max_recv_wr=%d: not a power of two in 1..%d", rWR, d.caps.MaxQPWR)
 	}
 	if sSGE == 0 || sSGE > d.caps.MaxSGE || (!isSRQ && (rSGE == 0 || rSGE > d.caps.MaxSGE)) {
-		return nil, fail(errInval, "SGE counts %d/%d outside 1..%d", sSGE, rSGE, d.caps.MaxSGE)
+		return nil, fail(errInval, "pvrdma_cmd_create_qp.max_send_sge=%d, max_recv_sge=%d: not 1..%d", sSGE, rSGE, d.caps.MaxSGE)
 	}
 	if inline != 0 {
-		return nil, fail(errInval, "max_inline_data %d: inline data is not supported", inline)
+		return nil, fail(errInval, "pvrdma_cmd_create_qp.max_inline_data=%d: inline data is not supported (0)", inline)
 	}
 	sStride, rStride := uverbs.SQStride(sSGE), uverbs.RQStride(rSGE)
 	sPages := (uint64(sWR)*uint64(sStride) + dma.PageSize - 1) / dma.PageSize
@@ -370,7 +389,7 @@ func (d *Device) cmdCreateQP(req *pvrdma.CmdCreateQP) (pvrdma.Response, *cmdErr)
 		rPages = (uint64(rWR)*uint64(rStride) + dma.PageSize - 1) / dma.PageSize
 	}
 	if uint64(sendChunks) < sPages || uint64(total) < 1+uint64(sendChunks)+rPages {
-		return nil, fail(errInval, "QP pages %d (send %d) too few for SQ %dx%d and RQ %dx%d", total, sendChunks, sWR, sStride, rWR, rStride)
+		return nil, fail(errInval, "pvrdma_cmd_create_qp.total_chunks=%d, send_chunks=%d: too few pages for SQ %dx%d B and RQ %dx%d B", total, sendChunks, sWR, sStride, rWR, rStride).as(FindingPageDir)
 	}
 	pages, e := d.pinPages("QP", pdir, total)
 	if e != nil {
@@ -411,7 +430,7 @@ func (d *Device) cmdDestroyQP(req *pvrdma.CmdDestroyQP) (pvrdma.Response, *cmdEr
 	h := req.QPHandle
 	qp := d.res.qp.get(h)
 	if qp == nil {
-		return nil, fail(errInval, "no QP %d", h)
+		return nil, fail(errInval, "qp_handle=%d: no such QP", h).as(FindingHandle)
 	}
 	d.destroyQP(h, qp)
 	return &pvrdma.CmdDestroyQPResp{}, nil
@@ -454,24 +473,24 @@ func (d *Device) cmdCreateSRQ(req *pvrdma.CmdCreateSRQ) (pvrdma.Response, *cmdEr
 	maxWR, maxSGE, limit, typ := req.Attrs.MaxWR, req.Attrs.MaxSGE, req.Attrs.SRQLimit, req.SRQType
 	pd := d.res.pd.get(pdh)
 	if pd == nil {
-		return nil, fail(errInval, "no PD %d", pdh)
+		return nil, fail(errInval, "pd_handle=%d: no such PD", pdh).as(FindingHandle)
 	}
 	if typ != pvrdma.SRQTypeBasic {
-		return nil, fail(errInval, "SRQ type %d", typ)
+		return nil, fail(errInval, "pvrdma_cmd_create_srq.srq_type=%d: not BASIC", typ)
 	}
 	if !uverbs.IsPow2(maxWR) || maxWR > d.caps.MaxSRQWR {
-		return nil, fail(errInval, "SRQ max_wr %d not a power of two in 1..%d", maxWR, d.caps.MaxSRQWR)
+		return nil, fail(errInval, "pvrdma_cmd_create_srq.attrs.max_wr=%d: not a power of two in 1..%d", maxWR, d.caps.MaxSRQWR)
 	}
 	if maxSGE == 0 || maxSGE > d.caps.MaxSRQSGE {
-		return nil, fail(errInval, "SRQ max_sge %d outside 1..%d", maxSGE, d.caps.MaxSRQSGE)
+		return nil, fail(errInval, "pvrdma_cmd_create_srq.attrs.max_sge=%d: not 1..%d", maxSGE, d.caps.MaxSRQSGE)
 	}
 	if limit > maxWR {
-		return nil, fail(errInval, "SRQ limit %d > max_wr %d", limit, maxWR)
+		return nil, fail(errInval, "pvrdma_cmd_create_srq.attrs.srq_limit=%d > max_wr=%d", limit, maxWR)
 	}
 	stride := uverbs.RQStride(maxSGE)
 	need := 1 + (uint64(maxWR)*uint64(stride)+dma.PageSize-1)/dma.PageSize
 	if uint64(nchunks) < need || nchunks > dma.MaxDirPages {
-		return nil, fail(errInval, "SRQ of %dx%d needs %d pages, got %d", maxWR, stride, need, nchunks)
+		return nil, fail(errInval, "pvrdma_cmd_create_srq.nchunks=%d: an SRQ of %dx%d B needs %d pages (at most %d)", nchunks, maxWR, stride, need, dma.MaxDirPages).as(FindingPageDir)
 	}
 	pages, e := d.pinPages("SRQ", pdir, nchunks)
 	if e != nil {
@@ -494,15 +513,15 @@ func (d *Device) cmdModifySRQ(req *pvrdma.CmdModifySRQ) (pvrdma.Response, *cmdEr
 	h, mask := req.SRQHandle, req.AttrMask
 	s := d.res.srq.get(h)
 	if s == nil {
-		return nil, fail(errInval, "no SRQ %d", h)
+		return nil, fail(errInval, "srq_handle=%d: no such SRQ", h).as(FindingHandle)
 	}
 	if mask&^pvrdma.SRQAttrLimit != 0 {
-		return nil, fail(errInval, "SRQ %d: only the limit can be modified (mask %#x)", h, mask)
+		return nil, fail(errInval, "srq %d pvrdma_cmd_modify_srq.attr_mask=%#x: only SRQ_LIMIT can be modified", h, mask)
 	}
 	if mask&pvrdma.SRQAttrLimit != 0 {
 		limit := req.Attrs.SRQLimit
 		if limit > s.q.ring.N {
-			return nil, fail(errInval, "SRQ %d: limit %d > max_wr %d", h, limit, s.q.ring.N)
+			return nil, fail(errInval, "srq %d pvrdma_cmd_modify_srq.attrs.srq_limit=%d > max_wr=%d", h, limit, s.q.ring.N)
 		}
 		s.limit = limit
 	}
@@ -513,7 +532,7 @@ func (d *Device) cmdQuerySRQ(req *pvrdma.CmdQuerySRQ) (pvrdma.Response, *cmdErr)
 	h := req.SRQHandle
 	s := d.res.srq.get(h)
 	if s == nil {
-		return nil, fail(errInval, "no SRQ %d", h)
+		return nil, fail(errInval, "srq_handle=%d: no such SRQ", h).as(FindingHandle)
 	}
 	return &pvrdma.CmdQuerySRQResp{Attrs: pvrdma.SRQAttr{MaxWR: s.q.ring.N, MaxSGE: s.q.maxSGE, SRQLimit: s.limit}}, nil
 }
@@ -522,10 +541,10 @@ func (d *Device) cmdDestroySRQ(req *pvrdma.CmdDestroySRQ) (pvrdma.Response, *cmd
 	h := req.SRQHandle
 	s := d.res.srq.get(h)
 	if s == nil {
-		return nil, fail(errInval, "no SRQ %d", h)
+		return nil, fail(errInval, "srq_handle=%d: no such SRQ", h).as(FindingHandle)
 	}
 	if s.refs > 0 {
-		return nil, fail(errBusy, "SRQ %d still used by %d QPs", h, s.refs)
+		return nil, fail(errBusy, "srq_handle=%d: still used by %d QPs", h, s.refs)
 	}
 	d.destroySRQ(h, s)
 	return nil, nil

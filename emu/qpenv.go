@@ -95,7 +95,7 @@ func (env *qpEnv) PendingSends() (uint32, bool) {
 	d, qp := env.d, env.qp
 	n, err := d.pendingWQEs(qp.pages, &qp.sq)
 	if err != nil {
-		d.log.Warn("SQ producer index invalid", "qp", qp.handle, "err", err)
+		d.find(FindingRingIndex, "QP to ERR with QP_FATAL", "qp %d sq pvrdma_ring.prod_tail: %v", qp.handle, err)
 		d.qpError(qp, pvrdma.EventQPFatal)
 		return 0, false
 	}
@@ -107,12 +107,13 @@ func (env *qpEnv) TakeSend() (transport.SendWR, bool) {
 	if uint32(len(env.wqe)) != qp.sq.stride {
 		env.wqe = make([]byte, qp.sq.stride)
 	}
+	slot := qp.sq.ring.Slot(qp.sq.cons)
 	if err := d.takeWQE(qp.pages, &qp.sq, env.wqe); err != nil {
 		d.qpError(qp, pvrdma.EventQPFatal)
 		return transport.SendWR{}, false
 	}
 	w, err := uverbs.DecodeSendWQE(env.wqe, qp.sq.maxSGE)
-	return env.sendWR(&w, err), true
+	return env.sendWR(&w, err, slot), true
 }
 
 // opcodes maps PVRDMA send opcodes to the transport's (missing ones are
@@ -134,7 +135,7 @@ func opcodeOf(op uint32) transport.Opcode {
 
 // sendWR turns a decoded send WQE into a work request: its variant as the
 // QP type reads it, and its SGEs validated against the QP's PD.
-func (env *qpEnv) sendWR(w *uverbs.SendWQE, decodeErr error) transport.SendWR {
+func (env *qpEnv) sendWR(w *uverbs.SendWQE, decodeErr error, slot uint32) transport.SendWR {
 	qp := env.qp
 	wr := transport.SendWR{
 		ID: w.WRID, Opcode: opcodeOf(w.Opcode),
@@ -143,9 +144,11 @@ func (env *qpEnv) sendWR(w *uverbs.SendWQE, decodeErr error) transport.SendWR {
 		Fence:     w.SendFlags&uverbs.SendFence != 0,
 	}
 	if decodeErr != nil {
+		env.d.findSendWQE(qp, slot, w)
 		wr.Status = transport.StatusLocLenErr
 		return wr
 	}
+	env.d.checkSendOpcode(qp, slot, w.Opcode, wr.Opcode)
 	switch wr.Opcode {
 	case transport.OpSendImm, transport.OpWriteImm:
 		wr.Imm = be32(w.Ex)

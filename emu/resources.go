@@ -52,10 +52,10 @@ func (t *table[T]) add(v *T) (uint32, *cmdErr) {
 // put installs v at a chosen handle (the GSI QP).
 func (t *table[T]) put(h uint32, v *T) *cmdErr {
 	if h < t.first || h >= t.limit {
-		return fail(errInval, "%s handle %d out of range", t.name, h)
+		return fail(errInval, "%s handle %d: out of range", t.name, h).as(FindingHandle)
 	}
 	if _, used := t.objs[h]; used {
-		return fail(errBusy, "%s handle %d in use", t.name, h)
+		return fail(errBusy, "%s handle %d: in use", t.name, h).as(FindingHandle)
 	}
 	t.objs[h] = v
 	return nil
@@ -176,7 +176,7 @@ func (d *Device) pinPages(what string, pdir uint64, n uint32) (dma.Pages, *cmdEr
 	pages, err := dma.ReadPageDir(d.mem, pdir, n, dma.MaxDirPages)
 	if err != nil {
 		d.res.unpin(int(n))
-		return nil, fail(errInval, "%s page directory: %v", what, err)
+		return nil, fail(errInval, "%s pdir_dma=%#x (%d pages): %v", what, pdir, n, err).as(FindingPageDir)
 	}
 	return pages, nil
 }
@@ -216,7 +216,7 @@ func (d *Device) destroyContextObjects(ctx uint32) {
 
 func (d *Device) checkCtx(ctx uint32) *cmdErr {
 	if ctx != 0 && d.res.uc.get(ctx) == nil {
-		return fail(errInval, "no context %d", ctx)
+		return fail(errInval, "ctx_handle=%d: no such context", ctx).as(FindingHandle)
 	}
 	return nil
 }
@@ -237,10 +237,10 @@ func (d *Device) cmdDestroyPD(req *pvrdma.CmdDestroyPD) (pvrdma.Response, *cmdEr
 	h := req.PDHandle
 	pd := d.res.pd.get(h)
 	if pd == nil {
-		return nil, fail(errInval, "no PD %d", h)
+		return nil, fail(errInval, "pd_handle=%d: no such PD", h).as(FindingHandle)
 	}
 	if pd.refs > 0 {
-		return nil, fail(errBusy, "PD %d still used by %d objects", h, pd.refs)
+		return nil, fail(errBusy, "pd_handle=%d: still used by %d objects", h, pd.refs)
 	}
 	d.res.pd.del(h)
 	return nil, nil
@@ -256,41 +256,41 @@ func (d *Device) cmdCreateMR(req *pvrdma.CmdCreateMR) (pvrdma.Response, *cmdErr)
 	pdh, access, flags, nchunks := req.PDHandle, req.AccessFlags, req.Flags, req.NChunks
 	pd := d.res.pd.get(pdh)
 	if pd == nil {
-		return nil, fail(errInval, "no PD %d", pdh)
+		return nil, fail(errInval, "pd_handle=%d: no such PD", pdh).as(FindingHandle)
 	}
 	access &= 0xFFFFF // optional bits >= 20 (relaxed ordering...) are hints
 	if access&^mr.KnownAccess != 0 {
-		return nil, fail(errInval, "unsupported access flags %#x", access)
+		return nil, fail(errInval, "pvrdma_cmd_create_mr.access_flags=%#x: unknown bits %#x", access, access&^mr.KnownAccess)
 	}
 	if access&(mr.RemoteWrite|mr.RemoteAtomic) != 0 && access&mr.LocalWrite == 0 {
-		return nil, fail(errInval, "remote write/atomic access without local write")
+		return nil, fail(errInval, "pvrdma_cmd_create_mr.access_flags=%#x: remote write or atomic without LOCAL_WRITE", access)
 	}
 	m := &mr.Region{PD: pdh, Ctx: pd.ctx, Access: access}
 	switch flags {
 	case pvrdma.MRFlagDMA:
 		if pd.ctx != 0 {
-			return nil, fail(errPerm, "DMA MR on user PD %d", pdh)
+			return nil, fail(errPerm, "pvrdma_cmd_create_mr.flags=DMA on PD %d of a user context", pdh)
 		}
 		if access != mr.LocalWrite {
-			return nil, fail(errInval, "DMA MR access %#x, want LOCAL_WRITE only", access)
+			return nil, fail(errInval, "pvrdma_cmd_create_mr.access_flags=%#x: a DMA MR takes LOCAL_WRITE only", access)
 		}
 		m.DMA, m.Valid = true, true
 	case pvrdma.MRFlagFRMR:
 		if nchunks == 0 || nchunks > maxFRMRPages {
-			return nil, fail(errInval, "FRMR with %d pages (1..%d)", nchunks, maxFRMRPages)
+			return nil, fail(errInval, "pvrdma_cmd_create_mr.nchunks=%d: a fast-register MR takes 1..%d pages", nchunks, maxFRMRPages)
 		}
 		m.FRMR, m.MaxPages = true, nchunks
 	case 0:
 		if length == 0 || length > d.caps.MaxMRSize {
-			return nil, fail(errInval, "MR length %#x outside 1..%#x", length, d.caps.MaxMRSize)
+			return nil, fail(errInval, "pvrdma_cmd_create_mr.length=%#x: not 1..%#x", length, d.caps.MaxMRSize)
 		}
 		end, ok := dma.End(start, length)
 		if !ok {
-			return nil, fail(errInval, "MR start %#x + length %#x overflows", start, length)
+			return nil, fail(errInval, "pvrdma_cmd_create_mr.start=%#x + length=%#x: overflows", start, length)
 		}
 		want := (end+dma.PageSize-1)/dma.PageSize - start/dma.PageSize
 		if uint64(nchunks) != want {
-			return nil, fail(errInval, "MR nchunks %d, [%#x,+%#x) spans %d pages", nchunks, start, length, want)
+			return nil, fail(errInval, "pvrdma_cmd_create_mr.nchunks=%d: [start=%#x, +length=%#x) spans %d pages", nchunks, start, length, want).as(FindingPageDir)
 		}
 		pages, e := d.pinPages("MR", pdir, nchunks)
 		if e != nil {
@@ -298,7 +298,7 @@ func (d *Device) cmdCreateMR(req *pvrdma.CmdCreateMR) (pvrdma.Response, *cmdErr)
 		}
 		m.Pages, m.Start, m.Length, m.Valid = pages, start, length, true
 	default:
-		return nil, fail(errInval, "MR flags %#x", flags)
+		return nil, fail(errInval, "pvrdma_cmd_create_mr.flags=%#x: not 0, DMA or FRMR", flags)
 	}
 	h, e := d.res.mr.add(m)
 	if e != nil {
@@ -316,7 +316,7 @@ func (d *Device) cmdDestroyMR(req *pvrdma.CmdDestroyMR) (pvrdma.Response, *cmdEr
 	h := req.MRHandle
 	m := d.res.mr.get(h)
 	if m == nil {
-		return nil, fail(errInval, "no MR %d", h)
+		return nil, fail(errInval, "mr_handle=%d: no such MR", h).as(FindingHandle)
 	}
 	d.destroyMR(h, m)
 	return nil, nil

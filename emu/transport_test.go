@@ -44,14 +44,23 @@ func newHostRAM(t *testing.T, sw *fabric.Switch, k int, ram int) *host {
 // newHostHook is newHostRAM with a fault hook.
 func newHostHook(t *testing.T, sw *fabric.Switch, k int, ram int, hook emu.FaultHook) *host {
 	t.Helper()
+	return newHostConfig(t, sw, k, ram, func(cfg *emu.Config) { cfg.Faults = hook })
+}
+
+// newHostConfig is newHostRAM with the device's configuration adjusted by
+// adjust (a fault hook, strict mode, a logger).
+func newHostConfig(t *testing.T, sw *fabric.Switch, k int, ram int, adjust func(*emu.Config)) *host {
+	t.Helper()
 	mac := [6]byte{0x00, 0x50, 0x56, 0, 0, byte(k)}
 	drv := emutest.New(ram)
 	// Configured with another MAC than the one of the default GID below:
 	// frames must carry the default GID's (the vmxnet3's).
 	cfgMAC := mac
 	cfgMAC[3] = 0xEE
-	dev := emu.New(emu.Config{Name: "hca" + string(rune('0'+k)), Mem: drv.RAM, MSIX: drv.IRQ.Raise,
-		Log: testLog(t), MAC: cfgMAC, Attach: attachTo(sw, "hca"+string(rune('0'+k)), mac), Faults: hook})
+	cfg := emu.Config{Name: "hca" + string(rune('0'+k)), Mem: drv.RAM, MSIX: drv.IRQ.Raise,
+		Log: testLog(t), MAC: cfgMAC, Attach: attachTo(sw, "hca"+string(rune('0'+k)), mac)}
+	adjust(&cfg)
+	dev := emu.New(cfg)
 	t.Cleanup(dev.Close)
 	drv.Dev = dev
 	h := &host{rig: &rig{Driver: drv, dev: dev}, mac: mac, ip: netip.AddrFrom4([4]byte{10, 0, 0, byte(k)})}

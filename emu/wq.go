@@ -1,6 +1,8 @@
 package emu
 
 import (
+	"fmt"
+
 	"github.com/hcaemu/hcaemu/dma"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/transport"
@@ -56,6 +58,7 @@ func (d *Device) processSQ(qp *qp) {
 	}
 	buf := make([]byte, qp.sq.stride)
 	for ; n > 0 && qp.state != pvrdma.QPStateErr; n-- {
+		slot := qp.sq.ring.Slot(qp.sq.cons)
 		if err := d.takeWQE(qp.pages, &qp.sq, buf); err != nil {
 			d.log.Warn("SQ WQE unreadable", "qp", qp.handle, "err", err)
 			d.qpError(qp, pvrdma.EventQPFatal)
@@ -63,12 +66,13 @@ func (d *Device) processSQ(qp *qp) {
 		}
 		w, err := uverbs.DecodeSendWQE(buf, qp.sq.maxSGE)
 		if err != nil {
+			d.findSendWQE(qp, slot, &w)
 			cqe := uverbs.CQE{WRID: w.WRID, Opcode: sendWCOpcode(w.Opcode), Status: uverbs.WCLocLenErr}
 			d.completeSend(qp, &cqe, false)
 			d.qpError(qp, pvrdma.EventQPReqErr)
 			return
 		}
-		wr := qp.env.sendWR(&w, nil)
+		wr := qp.env.sendWR(&w, nil, slot)
 		qp.ud.Send(&wr)
 	}
 	if qp.state == pvrdma.QPStateErr {
@@ -141,17 +145,29 @@ func (d *Device) peekRecv(env *qpEnv) (wr transport.RecvWR, status transport.Sta
 		pages, w = s.pages, &s.q
 	}
 	n, err := d.pendingWQEs(pages, w)
-	if err != nil || n == 0 {
+	if err != nil {
+		if qp.srq != 0 {
+			d.find(FindingRingIndex, "the SRQ reads as empty", "srq %d pvrdma_ring.prod_tail: %v", qp.srq, err)
+		}
+		return wr, 0, false
+	}
+	if n == 0 {
 		return wr, 0, false
 	}
 	buf := make([]byte, w.stride)
-	off := w.base + uint64(w.ring.Slot(w.cons))*uint64(w.stride)
+	slot := w.ring.Slot(w.cons)
+	off := w.base + uint64(slot)*uint64(w.stride)
 	if err := pages.ReadAt(d.mem, buf, off); err != nil {
 		return wr, transport.StatusLocProtErr, true
 	}
 	wqe, err := uverbs.DecodeRecvWQE(buf, w.maxSGE)
 	wr.ID = wqe.WRID
 	if err != nil {
+		queue := fmt.Sprintf("qp %d rq", qp.handle)
+		if qp.srq != 0 {
+			queue = fmt.Sprintf("srq %d", qp.srq)
+		}
+		d.find(FindingWQE, "completed with LOC_LEN_ERR", "%s[%d] pvrdma_rq_wqe_hdr.num_sge=%d > max_recv_sge=%d", queue, slot, wqe.NumSGE, w.maxSGE)
 		return wr, transport.StatusLocLenErr, true
 	}
 	wr.Segs, wr.Cap, status = env.segs(wqe.SGE, true)

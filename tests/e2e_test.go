@@ -183,7 +183,12 @@ fi
 	// port's active MTU (1024) before it sends anything.
 	script += `ibv_ud_pingpong -g 1 -s 2048 -n 5 $HCAEMU_SERVER_IP; echo "UD-BIG-STATUS $?"` + "\n"
 	script += `ibv_uc_pingpong -g 1 -n 5 $HCAEMU_SERVER_IP; echo "UC-STATUS $?"` + "\n" + "exit $failed\n"
-	out, code := hcaemuRun(t, "--guests", "2", "--timeout", "15m", "--pcap", pcap, "--", script)
+	// --strict fail: the unmodified driver and provider make no mistake the
+	// device can see (one would stop the run with exit 1).
+	out, code := hcaemuRun(t, "--guests", "2", "--timeout", "15m", "--pcap", pcap, "--strict", "fail", "--", script)
+	if strings.Contains(out, "driver mistake") {
+		t.Errorf("strict mode found a mistake of the stock driver")
+	}
 	for k := 0; k < 2; k++ {
 		for _, s := range steps {
 			mustContain(t, out, k, regexp.QuoteMeta("RESULT 0 "+s))

@@ -4,16 +4,19 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/hcaemu/hcaemu/qemu"
 )
 
-// buildPatchedDriver builds vmw_pvrdma.ko from the provisioned kernel's
-// source with a pr_info line added to its module init, in the provisioned
-// trixie root (as provisioning builds the unmodified one), into out.
-const buildPatchedDriver = `set -eu
+// patchDriver builds vmw_pvrdma.ko from the provisioned kernel's source,
+// changed by patch (a shell snippet run with $d the driver's source
+// directory), in the provisioned trixie root (as provisioning builds the
+// unmodified one), into /patched/drivers.
+func patchDriver(patch string) string {
+	return `set -eu
 krel=$(ls /lib/modules)
 src=$(ls /usr/src/linux-source-*.tar.xz | head -n 1)
 b=$(mktemp -d /tmp/patched.XXXXXX)
@@ -21,19 +24,22 @@ cd "$b"
 top=$(basename "$src" .tar.xz)
 tar -xJf "$src" "$top/drivers/infiniband/hw/vmw_pvrdma"
 d=$b/$top/drivers/infiniband/hw/vmw_pvrdma
-sed -i '/^static int __init pvrdma_init(void)$/,/^{$/ s/^{$/{\n\tpr_info("hcaemu-e2e: patched vmw_pvrdma loaded\\n");/' "$d/pvrdma_main.c"
-grep -q 'hcaemu-e2e: patched' "$d/pvrdma_main.c"
+` + patch + `
 make -s -C "/usr/src/linux-headers-$krel" M="$d" CONFIG_INFINIBAND_VMWARE_PVRDMA=m modules
 mkdir -p /patched/drivers
 cp "$d/vmw_pvrdma.ko" /patched/drivers/
 rm -rf "$b"
 `
+}
 
-// A driver developer's rebuilt vmw_pvrdma.ko (--modules), on the kernel
-// given with --kernel: the guests load it (its pr_info shows in dmesg) and
-// the device works with it; --kernel-tree without a tree is refused.
-func TestE2EPatchedDriver(t *testing.T) {
-	needE2E(t)
+// buildPatchedDriver adds a pr_info line to the driver's module init.
+var buildPatchedDriver = patchDriver(`sed -i '/^static int __init pvrdma_init(void)$/,/^{$/ s/^{$/{\n\tpr_info("hcaemu-e2e: patched vmw_pvrdma loaded\\n");/' "$d/pvrdma_main.c"
+grep -q 'hcaemu-e2e: patched' "$d/pvrdma_main.c"`)
+
+// buildDriverPatch builds the driver with patch into a new directory (for
+// --modules).
+func buildDriverPatch(t *testing.T, script string) string {
+	t.Helper()
 	root := filepath.Join(qemu.DefaultCacheDir(), "trixie")
 	out := t.TempDir()
 	build := exec.Command("unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", `set -e
@@ -42,10 +48,19 @@ mount --rbind /dev "$root/dev"
 mount -t proc proc "$root/proc"
 mkdir -p "$root/patched"
 mount --bind "$out" "$root/patched"
-exec chroot "$root" /bin/sh -c "$script"`, "build", root, out, buildPatchedDriver)
+exec chroot "$root" /bin/sh -c "$script"`, "build", root, out, script)
 	if msg, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building the patched driver: %v\n%s", err, msg)
 	}
+	return out
+}
+
+// A driver developer's rebuilt vmw_pvrdma.ko (--modules), on the kernel
+// given with --kernel: the guests load it (its pr_info shows in dmesg) and
+// the device works with it; --kernel-tree without a tree is refused.
+func TestE2EPatchedDriver(t *testing.T) {
+	needE2E(t)
+	out := buildDriverPatch(t, buildPatchedDriver)
 	kernel := filepath.Join(qemu.DefaultCacheDir(), "guest", "vmlinuz")
 	o, code := hcaemuRun(t, "--guests", "2", "--kernel", kernel, "--modules", out, "--timeout", "10m", "--",
 		`dmesg | grep hcaemu-e2e; ibv_rc_pingpong -g 1 -n 20 $HCAEMU_SERVER_IP`)
@@ -61,5 +76,33 @@ exec chroot "$root" /bin/sh -c "$script"`, "build", root, out, buildPatchedDrive
 	}
 	if _, err := os.Stat(filepath.Join(out, "drivers", "vmw_pvrdma.ko")); err != nil {
 		t.Error(err)
+	}
+}
+
+// A driver developer's bug that the device tolerates silently (a send
+// doorbell for a QP still in RESET: the device ignores it, so nothing
+// fails) stops a --strict fail run at once, and the message names the
+// QP, the doorbell and the state. The bug: pvrdma_create_qp rings the
+// QP's send doorbell right after CREATE_QP, and the MAD layer creates the
+// GSI QP at probe, so the guest never gets to its command.
+func TestE2EStrictDriverBug(t *testing.T) {
+	needE2E(t)
+	out := buildDriverPatch(t, patchDriver(`sed -i 's/^\tdev->qp_tbl\[qp->qp_handle % dev->dsr->caps.max_qp\] = qp;$/&\n\tpvrdma_write_uar_qp(dev, PVRDMA_UAR_QP_SEND | qp->qp_handle);/' "$d/pvrdma_qp.c"
+grep -q 'pvrdma_write_uar_qp(dev, PVRDMA_UAR_QP_SEND | qp->qp_handle);$' "$d/pvrdma_qp.c"
+test "$(grep -c 'PVRDMA_UAR_QP_SEND | qp->qp_handle' "$d/pvrdma_qp.c")" = 2`))
+	kernel := filepath.Join(qemu.DefaultCacheDir(), "guest", "vmlinuz")
+	o, code := hcaemuRun(t, "--kernel", kernel, "--modules", out, "--strict", "fail", "--timeout", "10m", "--", "echo COMMAND-$((40+2))")
+	if code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+	want := regexp.MustCompile(`hcaemu run: --strict fail: stopped at the driver's first mistake: hca0: doorbell: qp [0-9]+: send doorbell \(PVRDMA_UAR_QP_SEND\) in RESET: post_send needs RTS \(or SQD, ERR\): ignored`)
+	if !want.MatchString(o) {
+		t.Errorf("no finding naming the doorbell and the state")
+	}
+	if !strings.Contains(o, `level=WARN msg="driver mistake: doorbell"`) {
+		t.Errorf("no driver-mistake log line")
+	}
+	if strings.Contains(o, "COMMAND-42") {
+		t.Errorf("the guest ran its command: the run was not stopped at the mistake")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 
 	"github.com/hcaemu/hcaemu/emu"
@@ -36,6 +37,15 @@ type hcas struct {
 
 	// faults, when set, gives each HCA its device fault hook (--faults).
 	faults func(name string) emu.FaultHook
+	// strict is every HCA's strict mode; latch stops the process at the
+	// first finding in fail mode.
+	strict emu.StrictMode
+	latch  *strictLatch
+
+	// devices are the live devices by name (one connection each), for
+	// hcaemu inspect.
+	devMu   sync.Mutex
+	devices map[string]*emu.Device
 }
 
 // newHCAs makes the fabric; with pcapPath every frame is captured there, with
@@ -111,20 +121,75 @@ func (h *hcas) factory(name string, mac [6]byte) vfio.NewDevice {
 		if h.faults != nil {
 			hook = h.faults(name)
 		}
-		if rec == nil {
-			return emu.New(emu.Config{Name: name, Mem: host.Mem, MSIX: host.MSIX, MAC: mac, Log: h.log, Faults: hook,
-				Attach: func(rx func([]byte) bool) emu.Port { return h.sw.Attach(name, mac, rx) }}), nil
-		}
-		host = rec.Host(host)
-		// A recording replays only with the QPNs it was made with: QPN ==
-		// handle while recording (no random bits to reproduce).
-		d := emu.New(emu.Config{Name: name, Mem: host.Mem, MSIX: host.MSIX, MAC: mac, Log: h.log, Faults: hook,
-			Attach: func(rx func([]byte) bool) emu.Port {
+		cfg := emu.Config{Name: name, Mem: host.Mem, MSIX: host.MSIX, MAC: mac, Log: h.log, Faults: hook,
+			Attach:    func(rx func([]byte) bool) emu.Port { return h.sw.Attach(name, mac, rx) },
+			Strict:    h.strict,
+			OnFinding: h.onFinding()}
+		if rec != nil {
+			host = rec.Host(host)
+			cfg.Mem, cfg.MSIX = host.Mem, host.MSIX
+			cfg.Attach = func(rx func([]byte) bool) emu.Port {
 				return rec.Port(h.sw.Attach(name, mac, rec.Receiver(rx)))
-			},
-			SequentialQPNs: true})
-		return rec.Device(d), nil
+			}
+			// A recording replays only with the QPNs it was made with:
+			// QPN == handle while recording (no random bits to reproduce).
+			cfg.SequentialQPNs = true
+		}
+		d := emu.New(cfg)
+		h.devMu.Lock()
+		if h.devices == nil {
+			h.devices = map[string]*emu.Device{}
+		}
+		h.devices[name] = d
+		h.devMu.Unlock()
+		var dev vfio.Device = d
+		if rec != nil {
+			dev = rec.Device(d)
+		}
+		return &liveDevice{Device: dev, h: h, name: name, dev: d}, nil
 	}
+}
+
+// liveDevice is a device in the hcas' table of live devices (for
+// inspection) until its connection ends.
+type liveDevice struct {
+	vfio.Device
+	h    *hcas
+	name string
+	dev  *emu.Device
+}
+
+func (l *liveDevice) Close() {
+	l.Device.Close()
+	l.h.devMu.Lock()
+	if l.h.devices[l.name] == l.dev {
+		delete(l.h.devices, l.name)
+	}
+	l.h.devMu.Unlock()
+}
+
+// live returns the live devices, by name.
+func (h *hcas) live() []*emu.Device {
+	h.devMu.Lock()
+	defer h.devMu.Unlock()
+	names := make([]string, 0, len(h.devices))
+	for name := range h.devices {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	devs := make([]*emu.Device, 0, len(names))
+	for _, name := range names {
+		devs = append(devs, h.devices[name])
+	}
+	return devs
+}
+
+// onFinding is the devices' OnFinding: the latch's, if any.
+func (h *hcas) onFinding() func(emu.Finding) {
+	if h.latch == nil {
+		return nil
+	}
+	return h.latch.report
 }
 
 // serve serves HCA name on l until ctx ends or stop is called.

@@ -19,6 +19,7 @@ commands:
   qemu-args   print the QEMU arguments that attach an HCA to your own VM
   run         provision QEMU and guests, boot them with HCAs, run a command in each
   faults      control a running fault plan; turn a fault log into a plan
+  inspect     show what the HCAs of a running run or serve hold
 
 "hcaemu <command> -h" describes a command's flags.`
 
@@ -36,6 +37,8 @@ func main() {
 		os.Exit(qemuArgsMain(os.Args[2:]))
 	case "faults":
 		os.Exit(faultsMain(os.Args[2:], os.Stdout, os.Stderr))
+	case "inspect":
+		os.Exit(inspectMain(os.Args[2:], os.Stdout, os.Stderr))
 	case "-h", "--help", "help":
 		fmt.Println(usage)
 	default:

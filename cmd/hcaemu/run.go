@@ -22,7 +22,8 @@ var startDevice func(ctx context.Context, socketPath string, guest int) (stop fu
 const runUsage = `usage: hcaemu run [--guests N] [--ready started|listen|marker] [--share HOSTDIR[:GUESTDIR]]... [--smp N]
                   [--kernel bzImage] [--modules DIR] [--kernel-tree PATH] [--timeout D] [--memory M] [--cache DIR]
                   [--image debian [--packages PKG,...]] [--pcap FILE] [--record DIR] [--log-level L] [--reboots]
-                  [--faults PLAN] [--faults-log FILE] [--faults-seed N] [--control SOCK] -- COMMAND...
+                  [--faults PLAN] [--faults-log FILE] [--faults-seed N] [--control SOCK] [--strict warn|off|fail]
+                  -- COMMAND...
 
 Provisions (cached) a QEMU with vfio-user, a guest kernel and initramfs, starts
 one emulated PVRDMA device per guest, boots N guests on one Ethernet segment
@@ -44,6 +45,11 @@ printed at start) takes live changes: "hcaemu faults --control SOCK ...",
 docs/faults.md. Inside the guests, "hcaemu-faults
 add|rm|enable|disable|list|stats|clear" does the same through a
 virtio-serial port (org.hcaemu.faults).
+
+The HCAs check the guest's driver (--strict): every command, doorbell,
+ring index or WQE the device refuses or tolerates is logged as a "driver
+mistake" naming the object, the pvrdma_dev_api.h field, its value and what
+was allowed; --strict fail stops the run at the first one with exit 1.
 
 Environment: HCAEMU_CACHE (cache dir), HCAEMU_ACCEL (tcg|kvm), HCAEMU_MIRROR.
 `
@@ -67,6 +73,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	packages := fs.String("packages", "", "PKG,...: Debian packages added to the --image (cached by package set)")
 	reboots := fs.Bool("reboots", false, "let a guest reboot (the command runs again after each boot; $HCAEMU_BOOT counts boots from 1)")
 	faults := registerFaultFlags(fs)
+	strict := registerStrictFlag(fs)
 	var workload workloadFlags
 	workload.register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -163,7 +170,12 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 
+	// --strict fail: the first finding stops the guests.
+	ctx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	latch := &strictLatch{stop: stopRun}
 	runOptions.pcap, runOptions.record, runOptions.logLevel = *pcap, *recordDir, *logLevel
+	runOptions.strict, runOptions.latch = strict.mode, latch
 	defer closeRunFabric()
 	if startDevice != nil {
 		cl.Devices = true
@@ -180,6 +192,10 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 
 	results, err := cl.Run(ctx, qemu.CommandScript(cmd))
+	if f, ok := latch.finding(); ok {
+		fmt.Fprintf(stderr, "hcaemu run: --strict fail: stopped at the driver's first mistake: %s\n", f)
+		return 1
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "hcaemu run: %v\n", err)
 		return 1

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 
+	"github.com/hcaemu/hcaemu/emu"
 	"github.com/hcaemu/hcaemu/qemu"
 	"github.com/hcaemu/hcaemu/vfio"
 )
@@ -18,6 +19,8 @@ var (
 		pcap     string
 		record   string
 		logLevel string
+		strict   emu.StrictMode
+		latch    *strictLatch
 	}{logLevel: "warn"}
 )
 
@@ -37,6 +40,10 @@ func startRunDevice(ctx context.Context, socketPath string, guest int) (stop fun
 			return nil, err
 		}
 		runFabric.faults = runFaults.hooks()
+		runFabric.strict, runFabric.latch = runOptions.strict, runOptions.latch
+		if runFaults != nil && runFaults.control != nil {
+			runFaults.control.SetInspector(runFabric.inspect)
+		}
 	}
 	hw, err := net.ParseMAC(qemu.GuestMAC(guest))
 	if err != nil || len(hw) != 6 {

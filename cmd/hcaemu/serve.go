@@ -24,6 +24,7 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 const serveUsage = `usage: hcaemu serve --socket-path PATH [--socket-path PATH2 ...] [--fd N ...] [--pcap FILE] [--record DIR] [--log-level LEVEL]
                     [--faults PLAN] [--faults-log FILE] [--faults-seed N] [--control SOCK [--guest-control SOCK ...]]
+                    [--strict warn|off|fail]
        hcaemu serve --print-capabilities
 
 Serves one emulated PVRDMA HCA (PCI 15ad:0820) per vfio-user socket, for
@@ -42,6 +43,7 @@ func serveMain(args []string) int {
 	pcap := fs.String("pcap", "", "write every RoCEv2 frame between the HCAs to this pcap file")
 	recordDir := fs.String("record", "", "record each HCA's boundary (region accesses, guest memory, MSI-X, frames) into this directory, one file per connection, for replay tests")
 	faults := registerFaultFlags(fs)
+	strict := registerStrictFlag(fs)
 	var guestControls multiFlag
 	fs.Var(&guestControls, "guest-control", "unix socket a VM's virtio-serial port org.hcaemu.faults connects to, for hcaemu-faults in the guest (repeatable: one per VM; needs --control)")
 	if err := fs.Parse(args); err != nil {
@@ -107,6 +109,10 @@ func serveMain(args []string) int {
 		return fatalf("serve: %v", err)
 	}
 	h.faults = faultSet.hooks()
+	h.strict, h.latch = strict.mode, &strictLatch{stop: cancel}
+	if faultSet != nil && faultSet.control != nil {
+		faultSet.control.SetInspector(h.inspect)
+	}
 	defer func() {
 		if err := h.close(); err != nil {
 			fmt.Fprintf(os.Stderr, "hcaemu serve: %v\n", err)
@@ -122,6 +128,10 @@ func serveMain(args []string) int {
 	log.Info("shutting down")
 	for _, s := range stops {
 		s()
+	}
+	if f, ok := h.latch.finding(); ok {
+		fmt.Fprintf(os.Stderr, "hcaemu serve: --strict fail: stopped at the driver's first mistake: %s\n", f)
+		return 1
 	}
 	return 0
 }

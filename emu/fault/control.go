@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -22,6 +23,8 @@ import (
 //	{"op":"list"}                  the rules with their state and counters
 //	{"op":"stats"}                 the counters (and the seed)
 //	{"op":"clear"}                 remove every rule
+//	{"op":"inspect","what":"qps"}  what the devices hold (host socket only;
+//	                               see SetInspector)
 //
 // An optional "id" is echoed in the response, so that a client sharing a
 // byte stream with earlier clients (a guest's virtio-serial port) can tell
@@ -30,6 +33,7 @@ type Request struct {
 	Op   string          `json:"op"`
 	Name string          `json:"name,omitempty"`
 	Rule json.RawMessage `json:"rule,omitempty"`
+	What string          `json:"what,omitempty"` // inspect: which objects
 	ID   string          `json:"id,omitempty"`
 }
 
@@ -40,7 +44,9 @@ type Response struct {
 	Name  string      `json:"name,omitempty"` // add: the rule's name
 	Rules []RuleState `json:"rules,omitempty"`
 	Stats *Stats      `json:"stats,omitempty"`
-	ID    string      `json:"id,omitempty"` // the request's id
+	// Inspect is the inspector's answer (JSON).
+	Inspect json.RawMessage `json:"inspect,omitempty"`
+	ID      string          `json:"id,omitempty"` // the request's id
 }
 
 // maxRequest bounds a command line.
@@ -115,9 +121,10 @@ func (inj *Injector) Do(req Request) Response {
 // Guests reach it too, each through its own socket (ListenGuest) that the
 // guest's virtio-serial port is connected to.
 type Control struct {
-	inj  *Injector
-	l    *net.UnixListener
-	path string
+	inj     *Injector
+	l       *net.UnixListener
+	path    string
+	inspect atomic.Pointer[Inspector]
 
 	mu     sync.Mutex
 	guests []*net.UnixListener
@@ -186,12 +193,49 @@ func (c *Control) answer(text string, guest bool) Response {
 	if err := strictDecode(strings.NewReader(text), &req); err != nil {
 		return Response{Error: "bad command: " + err.Error()}
 	}
+	if req.Op == "inspect" {
+		rsp := c.answerInspect(req, guest)
+		rsp.ID = req.ID
+		return rsp
+	}
+	if req.What != "" {
+		return Response{Error: fmt.Sprintf("%s takes no \"what\"", req.Op), ID: req.ID}
+	}
 	if guest && req.Op == "add" && c.inj.nrule.Load() >= MaxGuestRules {
 		return Response{Error: fmt.Sprintf("add: the plan has %d rules, a guest may add rules up to %d", c.inj.nrule.Load(), MaxGuestRules), ID: req.ID}
 	}
 	rsp := c.inj.Do(req)
 	rsp.ID = req.ID
 	return rsp
+}
+
+// Inspector answers the inspect command: what names the objects to show
+// (the inspector says which it knows); the answer is encoded as JSON.
+type Inspector func(what string) (any, error)
+
+// SetInspector makes the control socket answer inspect with fn. Guests'
+// sockets never do: a guest sees only its own device, through its driver.
+func (c *Control) SetInspector(fn Inspector) { c.inspect.Store(&fn) }
+
+func (c *Control) answerInspect(req Request, guest bool) Response {
+	fn := c.inspect.Load()
+	switch {
+	case guest:
+		return Response{Error: "inspect: not served to guests"}
+	case fn == nil:
+		return Response{Error: "inspect: this process has no devices to inspect"}
+	case req.Name != "" || len(req.Rule) > 0:
+		return Response{Error: "inspect takes only \"what\""}
+	}
+	v, err := (*fn)(req.What)
+	if err != nil {
+		return Response{Error: "inspect: " + err.Error()}
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return Response{Error: "inspect: " + err.Error()}
+	}
+	return Response{OK: true, Inspect: b}
 }
 
 func (c *Control) serve(conn net.Conn) {

@@ -203,6 +203,30 @@ func (qp *QP) State() transport.State { return qp.state }
 // Outstanding is the number of send requests the requester holds.
 func (qp *QP) Outstanding() int { return len(qp.reqs) }
 
+// Snapshot is the connection's progress, for inspection: the requester's
+// and the responder's PSNs and counters.
+type Snapshot struct {
+	// Requester.
+	NextPSN        uint32 // PSN of the next new request
+	UnackedPSN     uint32 // oldest unacknowledged PSN
+	Outstanding    int    // send requests held (sent or not, not completed)
+	RetriesLeft    uint8  // retransmissions left before RETRY_EXC_ERR (back to retry_cnt at each progress)
+	RNRRetriesLeft uint8  // RNR NAKs left before RNR_RETRY_EXC_ERR (7: infinite)
+	RNRWait        bool   // waiting out an RNR NAK's timer
+	TimerArmed     bool   // the retransmission timer runs
+	// Responder.
+	ExpectedPSN uint32
+	MSN         uint32
+	NAKSent     bool // a sequence NAK is out, duplicates are dropped until the retry
+}
+
+// Snapshot returns the connection's progress.
+func (qp *QP) Snapshot() Snapshot {
+	return Snapshot{NextPSN: qp.nextPSN, UnackedPSN: qp.unacked, Outstanding: len(qp.reqs),
+		RetriesLeft: qp.retries, RNRRetriesLeft: qp.rnrRetries, RNRWait: qp.rnrWait, TimerArmed: qp.timerArmed,
+		ExpectedPSN: qp.ePSN, MSN: qp.msn, NAKSent: qp.nakSent}
+}
+
 // SetState moves the transport with its QP: RTR latches the expected PSN,
 // RTS the send PSN and retry counters, RESET forgets everything, ERR
 // flushes the requests it holds.

@@ -1,0 +1,235 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/hcaemu/hcaemu/emu"
+	"github.com/hcaemu/hcaemu/emu/fault"
+)
+
+// inspectWhat are the object kinds "hcaemu inspect" shows.
+var inspectWhat = []string{"devices", "ports", "gids", "pds", "mrs", "cqs", "qps", "srqs", "stats"}
+
+// inspected is one device's answer to inspect: its name and the section
+// asked for (everything for "devices").
+type inspected struct {
+	Device  string
+	Devices *emu.State      `json:",omitempty"`
+	Ports   *emu.PortState  `json:",omitempty"`
+	GIDs    []emu.GIDState  `json:",omitempty"`
+	PDs     []emu.PDState   `json:",omitempty"`
+	MRs     []emu.MRState   `json:",omitempty"`
+	CQs     []emu.CQState   `json:",omitempty"`
+	QPs     []emu.QPState   `json:",omitempty"`
+	SRQs    []emu.SRQState  `json:",omitempty"`
+	Stats   *inspectedStats `json:",omitempty"`
+}
+
+// inspectedStats are a device's counters.
+type inspectedStats struct {
+	Counters    emu.Counters
+	Findings    map[string]uint64
+	PinnedPages uint64
+}
+
+// inspect is the control socket's inspector: what the live devices hold.
+func (h *hcas) inspect(what string) (any, error) {
+	if what == "" {
+		what = "devices"
+	}
+	if !slices.Contains(inspectWhat, what) {
+		return nil, fmt.Errorf("unknown %q: want %s", what, strings.Join(inspectWhat, ", "))
+	}
+	out := []inspected{}
+	for _, d := range h.live() {
+		st := d.Inspect()
+		in := inspected{Device: st.Device}
+		switch what {
+		case "devices":
+			in.Devices = &st
+		case "ports":
+			in.Ports = &st.Port
+		case "gids":
+			in.GIDs = st.GIDs
+		case "pds":
+			in.PDs = st.PDs
+		case "mrs":
+			in.MRs = st.MRs
+		case "cqs":
+			in.CQs = st.CQs
+		case "qps":
+			in.QPs = st.QPs
+		case "srqs":
+			in.SRQs = st.SRQs
+		case "stats":
+			in.Stats = &inspectedStats{Counters: st.Counters, Findings: st.Findings, PinnedPages: st.PinnedPages}
+		}
+		out = append(out, in)
+	}
+	return out, nil
+}
+
+const inspectUsage = `usage: hcaemu inspect --control SOCK [--json] [devices|ports|gids|pds|mrs|cqs|qps|srqs|stats]
+
+Shows what the emulated HCAs of a running "hcaemu run" or "hcaemu serve
+--control SOCK" hold: the device-side mirror of the guests' "rdma resource
+show". QPs with their state, PSNs, outstanding requests, retry and RNR
+counts and peer; MRs with keys, range, access and PD; CQs and rings with
+their indices; strict-mode findings and drop counters (stats). Without an
+argument: everything, per device.
+`
+
+func inspectMain(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("hcaemu inspect", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	control := fs.String("control", "", "the control socket of hcaemu run (printed at its start) or hcaemu serve --control")
+	asJSON := fs.Bool("json", false, "print the answer as JSON")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, inspectUsage)
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return 0
+		}
+		fmt.Fprintf(stderr, "hcaemu inspect: %v (see hcaemu inspect -h)\n", err)
+		return 2
+	}
+	if *control == "" {
+		fmt.Fprintln(stderr, "hcaemu inspect: give --control SOCK")
+		return 2
+	}
+	what := "devices"
+	switch fs.NArg() {
+	case 0:
+	case 1:
+		what = fs.Arg(0)
+		if !slices.Contains(inspectWhat, what) {
+			fmt.Fprintf(stderr, "hcaemu inspect: unknown %q: want %s\n", what, strings.Join(inspectWhat, ", "))
+			return 2
+		}
+	default:
+		fmt.Fprintf(stderr, "hcaemu inspect: one of %s, not %d arguments\n", strings.Join(inspectWhat, ", "), fs.NArg())
+		return 2
+	}
+	rsp, err := fault.Command(*control, fault.Request{Op: "inspect", What: what})
+	if err != nil {
+		fmt.Fprintf(stderr, "hcaemu inspect: %v\n", err)
+		return 1
+	}
+	if !rsp.OK {
+		fmt.Fprintf(stderr, "hcaemu inspect: %s\n", rsp.Error)
+		return 1
+	}
+	if *asJSON {
+		stdout.Write(rsp.Inspect)
+		fmt.Fprintln(stdout)
+		return 0
+	}
+	var devs []inspected
+	if err := json.Unmarshal(rsp.Inspect, &devs); err != nil {
+		fmt.Fprintf(stderr, "hcaemu inspect: bad answer: %v\n", err)
+		return 1
+	}
+	printInspected(stdout, what, devs)
+	return 0
+}
+
+// printInspected writes the answer as tables, one section per device.
+func printInspected(w io.Writer, what string, devs []inspected) {
+	if len(devs) == 0 {
+		fmt.Fprintln(w, "no devices (no guest has connected yet)")
+		return
+	}
+	for i, d := range devs {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		st := d.Devices
+		if st == nil {
+			st = &emu.State{Device: d.Device, GIDs: d.GIDs, PDs: d.PDs, MRs: d.MRs, CQs: d.CQs, QPs: d.QPs, SRQs: d.SRQs}
+			if d.Ports != nil {
+				st.Port = *d.Ports
+			}
+			if d.Stats != nil {
+				st.Counters, st.Findings, st.PinnedPages = d.Stats.Counters, d.Stats.Findings, d.Stats.PinnedPages
+			}
+		}
+		fmt.Fprintf(w, "%s", d.Device)
+		if what == "devices" {
+			fmt.Fprintf(w, ": active=%v fatal=%v port=%s mac=%s", st.Active, st.Fatal, st.Port.State, st.Port.MAC)
+		}
+		fmt.Fprintln(w)
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		all := what == "devices"
+		if what == "ports" {
+			fmt.Fprintf(tw, "  port 1\tstate %s\tmac %s\n", st.Port.State, st.Port.MAC)
+		}
+		if all || what == "gids" {
+			for _, g := range st.GIDs {
+				fmt.Fprintf(tw, "  gid %d\t%s\t%s\n", g.Index, g.GID, g.Type)
+			}
+		}
+		if all || what == "pds" {
+			for _, p := range st.PDs {
+				fmt.Fprintf(tw, "  pd %d\tctx %d\tusers %d\n", p.Handle, p.Context, p.Users)
+			}
+		}
+		if all || what == "mrs" {
+			for _, m := range st.MRs {
+				fmt.Fprintf(tw, "  mr %d\t%s\tpd %d\tlkey %#x rkey %#x\t[%#x, +%#x)\t%s\tvalid=%v\n",
+					m.Handle, m.Kind, m.PD, m.LKey, m.RKey, m.Start, m.Length, m.Access, m.Valid)
+			}
+		}
+		if all || what == "cqs" {
+			for _, c := range st.CQs {
+				fmt.Fprintf(tw, "  cq %d\tctx %d\tentries %d\tprod %d cons %d\tarmed %q\tbroken=%v\tusers %d\n",
+					c.Handle, c.Context, c.Ring.Entries, c.Ring.Prod, c.Ring.Cons, c.Armed, c.Broken, c.Users)
+			}
+		}
+		if all || what == "qps" {
+			for _, q := range st.QPs {
+				fmt.Fprintf(tw, "  qp %d\tqpn %#x\t%s %s\tpd %d\tsq %d/%d/%d", q.Handle, q.QPN, q.Type, q.State, q.PD,
+					q.SQ.Entries, q.SQ.Prod, q.SQ.Cons)
+				if q.RQ != nil {
+					fmt.Fprintf(tw, "\trq %d/%d/%d", q.RQ.Entries, q.RQ.Prod, q.RQ.Cons)
+				} else {
+					fmt.Fprintf(tw, "\tsrq %d", q.SRQ)
+				}
+				if q.Peer != "" {
+					fmt.Fprintf(tw, "\tpeer %s qpn %#x mtu %d", q.Peer, q.DestQPN, q.PathMTU)
+				}
+				if r := q.RC; r != nil {
+					fmt.Fprintf(tw, "\tnext_psn %#x unacked %#x outstanding %d retries_left %d/%d rnr_left %d/%d expected_psn %#x msn %d",
+						r.NextPSN, r.UnackedPSN, r.Outstanding, r.RetriesLeft, q.RetryCnt, r.RNRRetriesLeft, q.RNRRetry, r.ExpectedPSN, r.MSN)
+				}
+				fmt.Fprintln(tw)
+			}
+		}
+		if all || what == "srqs" {
+			for _, s := range st.SRQs {
+				fmt.Fprintf(tw, "  srq %d\tpd %d\tentries %d\tprod %d cons %d\tlimit %d\tusers %d\n",
+					s.Handle, s.PD, s.Ring.Entries, s.Ring.Prod, s.Ring.Cons, s.Limit, s.Users)
+			}
+		}
+		if all || what == "stats" {
+			fmt.Fprintf(tw, "  drops\tqkey_violations %d\taddr_mismatches %d\n", st.Counters.QKeyViolations, st.Counters.AddrMismatches)
+			fmt.Fprintf(tw, "  pinned_pages\t%d\n", st.PinnedPages)
+			kinds := make([]string, 0, len(st.Findings))
+			for k := range st.Findings {
+				kinds = append(kinds, k)
+			}
+			slices.Sort(kinds)
+			for _, k := range kinds {
+				fmt.Fprintf(tw, "  findings\t%s %d\n", k, st.Findings[k])
+			}
+		}
+		tw.Flush()
+	}
+}

@@ -1,0 +1,52 @@
+package main
+
+import (
+	"flag"
+	"io"
+	"testing"
+
+	"github.com/hcaemu/hcaemu/emu"
+)
+
+// TestStrictLatch: the first finding is kept and stops the process once;
+// later ones change nothing.
+func TestStrictLatch(t *testing.T) {
+	stops := 0
+	l := &strictLatch{stop: func() { stops++ }}
+	if _, ok := l.finding(); ok {
+		t.Fatal("a finding before any report")
+	}
+	first := emu.Finding{Device: "hca0", Kind: emu.FindingWQE, Text: "qp 5 sq[7] pvrdma_sq_wqe_hdr.num_sge=9 > max_send_sge=4: completed with LOC_LEN_ERR"}
+	l.report(first)
+	l.report(emu.Finding{Device: "hca1", Kind: emu.FindingDoorbell, Text: "later"})
+	if f, ok := l.finding(); !ok || f != first {
+		t.Errorf("finding %v, %v; want %v", f, ok, first)
+	}
+	if stops != 1 {
+		t.Errorf("stopped %d times, want 1", stops)
+	}
+	if got := first.String(); got != "hca0: wqe: "+first.Text {
+		t.Errorf("String() = %q", got)
+	}
+}
+
+func TestStrictFlag(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want emu.StrictMode
+		ok   bool
+	}{
+		{nil, emu.StrictWarn, true},
+		{[]string{"--strict", "fail"}, emu.StrictFail, true},
+		{[]string{"--strict=off"}, emu.StrictOff, true},
+		{[]string{"--strict", "loud"}, 0, false},
+	} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		f := registerStrictFlag(fs)
+		err := fs.Parse(c.args)
+		if (err == nil) != c.ok || (c.ok && f.mode != c.want) {
+			t.Errorf("%v: mode %v, err %v", c.args, f.mode, err)
+		}
+	}
+}

@@ -1,0 +1,216 @@
+package emu
+
+import (
+	"fmt"
+	"sync/atomic"
+
+	"github.com/hcaemu/hcaemu/emu/pvrdma"
+	"github.com/hcaemu/hcaemu/emu/transport"
+	"github.com/hcaemu/hcaemu/uverbs"
+)
+
+// Strict mode: the device as a checker of its driver. Wherever the device
+// refuses or tolerates something the driver did (a command field out of
+// range, a handle it never handed out, a ring index beyond the ring, a WQE
+// the driver should never have posted), it records a finding: one line that
+// names the object, the structure and field as pvrdma_dev_api.h and
+// pvrdma_verbs.h name them, the value and what was allowed, and what the
+// driver got back. A finding never changes what the device answers; only
+// StrictFail adds to it.
+
+// StrictMode says what the device does with a finding.
+type StrictMode uint8
+
+const (
+	// StrictWarn logs each finding at Warn (rate-limited per kind) and
+	// counts it. The default.
+	StrictWarn StrictMode = iota
+	// StrictOff counts findings and logs them at Debug.
+	StrictOff
+	// StrictFail does what StrictWarn does, and at the first finding
+	// latches the device: it declares DEVICE_FATAL (the driver passes it
+	// on as IB_EVENT_DEVICE_FATAL, and every later command fails with EIO)
+	// and reports the finding to Config.OnFinding, so a run stops with a
+	// non-zero exit at the driver's first mistake.
+	StrictFail
+)
+
+var strictModeNames = [...]string{StrictWarn: "warn", StrictOff: "off", StrictFail: "fail"}
+
+func (m StrictMode) String() string {
+	if int(m) < len(strictModeNames) {
+		return strictModeNames[m]
+	}
+	return fmt.Sprintf("StrictMode(%d)", m)
+}
+
+// ParseStrictMode parses "warn", "off" or "fail".
+func ParseStrictMode(s string) (StrictMode, error) {
+	for m, name := range strictModeNames {
+		if s == name {
+			return StrictMode(m), nil
+		}
+	}
+	return 0, fmt.Errorf("strict mode %q: want warn, off or fail", s)
+}
+
+// FindingKind classifies a driver mistake.
+type FindingKind uint8
+
+const (
+	// FindingCommand: a command field out of range or inconsistent (a CQ
+	// size that is not a power of two, MR access flags, QP capabilities).
+	FindingCommand FindingKind = iota
+	// FindingHandle: a command or doorbell names an object that does not
+	// exist, or that belongs to another context.
+	FindingHandle
+	// FindingPageDir: a page directory or page list that is misaligned,
+	// short, or points outside guest RAM.
+	FindingPageDir
+	// FindingQPState: an illegal QP state transition or attribute mask.
+	FindingQPState
+	// FindingRingIndex: a producer or consumer index beyond its ring.
+	FindingRingIndex
+	// FindingDoorbell: a doorbell for a QP that cannot use it (RESET,
+	// ERR), or through a UAR page that is not the object's.
+	FindingDoorbell
+	// FindingWQE: a WQE with an opcode, SGE count or header the QP cannot
+	// take.
+	FindingWQE
+	// FindingCQOverrun: a completion found its CQ full (the consumer did
+	// not poll, or the CQ is smaller than the queues that complete to it).
+	FindingCQOverrun
+	// FindingRegister: a register written with the wrong width, an unknown
+	// value, or at the wrong time (before the DSR, before ACTIVATE).
+	FindingRegister
+	// NumFindingKinds counts the kinds.
+	NumFindingKinds
+)
+
+var findingKindNames = [...]string{
+	FindingCommand: "command", FindingHandle: "handle", FindingPageDir: "page_dir",
+	FindingQPState: "qp_state", FindingRingIndex: "ring_index", FindingDoorbell: "doorbell",
+	FindingWQE: "wqe", FindingCQOverrun: "cq_overrun", FindingRegister: "register",
+}
+
+func (k FindingKind) String() string {
+	if int(k) < len(findingKindNames) {
+		return findingKindNames[k]
+	}
+	return fmt.Sprintf("FindingKind(%d)", k)
+}
+
+// Finding is one driver mistake the device saw.
+type Finding struct {
+	Device string
+	Kind   FindingKind
+	// Text names the object, the field, the value and what was allowed,
+	// then what the driver got: "qp 5 sq[7] pvrdma_sq_wqe_hdr.num_sge=9 >
+	// max_send_sge=4: completed with LOC_LEN_ERR".
+	Text string
+}
+
+func (f Finding) String() string { return f.Device + ": " + f.Kind.String() + ": " + f.Text }
+
+// findings is the device's strict-mode state.
+type findings struct {
+	mode   StrictMode
+	report func(Finding)
+	counts [NumFindingKinds]atomic.Uint64
+	// latched: StrictFail saw its first finding (d.mu).
+	latched bool
+}
+
+// find records a finding (d.mu held). outcome says what the driver got
+// ("CREATE_CQ failed: ERR=22 EINVAL", "completed with LOC_LEN_ERR").
+func (d *Device) find(kind FindingKind, outcome, format string, args ...any) {
+	f := Finding{Device: d.name, Kind: kind, Text: fmt.Sprintf(format, args...) + ": " + outcome}
+	d.strict.counts[kind].Add(1)
+	switch d.strict.mode {
+	case StrictOff:
+		d.log.Debug("driver mistake: "+kind.String(), "finding", f.Text)
+		return
+	default:
+		// One message per kind: the rate limiter bounds each kind on its
+		// own and counts what it suppressed.
+		d.log.Warn("driver mistake: "+kind.String(), "finding", f.Text)
+	}
+	if d.strict.mode != StrictFail || d.strict.latched {
+		return
+	}
+	d.strict.latched = true
+	d.log.Error("strict mode: the device is latched in DEVICE_FATAL at the driver's first mistake", "finding", f.Text)
+	if !d.fatal {
+		d.fatal = true
+		d.event(pvrdma.EventDeviceFatal, 0)
+	}
+	if d.strict.report != nil {
+		d.strict.report(f)
+	}
+}
+
+// reportf records a finding from outside the device lock.
+func (d *Device) reportf(kind FindingKind, outcome, format string, args ...any) {
+	d.mu.Lock()
+	defer d.unlock()
+	d.find(kind, outcome, format, args...)
+}
+
+// Findings returns how many findings of each kind the device recorded
+// since it was created (resets do not clear them: they count the driver's
+// mistakes over the whole run).
+func (d *Device) Findings() [NumFindingKinds]uint64 {
+	var out [NumFindingKinds]uint64
+	for k := range out {
+		out[k] = d.strict.counts[k].Load()
+	}
+	return out
+}
+
+// errOrRange says why an index was refused: its read failed, or it is
+// beyond the ring.
+func errOrRange(err error) string {
+	if err != nil {
+		return err.Error()
+	}
+	return "beyond the ring"
+}
+
+// findSendWQE reports a send WQE that does not decode: more SGEs than the
+// QP was created with.
+func (d *Device) findSendWQE(qp *qp, slot uint32, w *uverbs.SendWQE) {
+	d.find(FindingWQE, "completed with LOC_LEN_ERR", "qp %d sq[%d] pvrdma_sq_wqe_hdr.num_sge=%d > max_send_sge=%d", qp.handle, slot, w.NumSGE, qp.sq.maxSGE)
+}
+
+// checkSendOpcode reports a send WQE whose opcode is not a PVRDMA_WR
+// opcode, or one the QP's type cannot carry (the transport completes it
+// with LOC_QP_OP_ERR).
+func (d *Device) checkSendOpcode(qp *qp, slot uint32, raw uint32, op transport.Opcode) {
+	switch {
+	case op == transport.OpUnsupported:
+		d.find(FindingWQE, "completed with LOC_QP_OP_ERR", "qp %d sq[%d] pvrdma_sq_wqe_hdr.opcode=%d: not a PVRDMA_WR opcode", qp.handle, slot, raw)
+	case (qp.typ == pvrdma.QPTypeUD || qp.typ == pvrdma.QPTypeGSI) && op != transport.OpSend && op != transport.OpSendImm:
+		d.find(FindingWQE, "completed with LOC_QP_OP_ERR", "qp %d sq[%d] pvrdma_sq_wqe_hdr.opcode=%d (%s) on a %s QP: only SEND and SEND_WITH_IMM", qp.handle, slot, raw, wrOpcodeNames[raw], qpTypeName(qp.typ))
+	}
+}
+
+// wrOpcodeNames are the pvrdma_wr_opcode names (PVRDMA_WR_...) the
+// device knows.
+var wrOpcodeNames = map[uint32]string{
+	uverbs.OpRDMAWrite: "RDMA_WRITE", uverbs.OpRDMAWriteImm: "RDMA_WRITE_WITH_IMM", uverbs.OpSend: "SEND",
+	uverbs.OpSendImm: "SEND_WITH_IMM", uverbs.OpRDMARead: "RDMA_READ", uverbs.OpAtomicCmpSwp: "ATOMIC_CMP_AND_SWP",
+	uverbs.OpAtomicFetchAdd: "ATOMIC_FETCH_AND_ADD", uverbs.OpLSO: "LSO", uverbs.OpSendInv: "SEND_WITH_INV",
+	uverbs.OpRDMAReadInv: "RDMA_READ_WITH_INV", uverbs.OpLocalInv: "LOCAL_INV", uverbs.OpFastRegMR: "FAST_REG_MR",
+	uverbs.OpMaskedCmpSwp: "MASKED_ATOMIC_CMP_AND_SWP", uverbs.OpMaskedFetchAdd: "MASKED_ATOMIC_FETCH_AND_ADD",
+	uverbs.OpBindMW: "BIND_MW",
+}
+
+// findDoorbell reports a doorbell for an object that does not exist, or
+// through a UAR page that is not its context's.
+func (d *Device) findDoorbell(what string, handle, page uint32, missing bool) {
+	if missing {
+		d.find(FindingDoorbell, "ignored", "UAR page %d: %s doorbell for handle %d: no such %s", page, what, handle, what)
+		return
+	}
+	d.find(FindingDoorbell, "ignored", "UAR page %d: %s doorbell for handle %d, which belongs to another context's UAR", page, what, handle)
+}
