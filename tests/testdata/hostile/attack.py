@@ -19,7 +19,7 @@ def say(*a):
     print('ATTACK', *a, flush=True)
 
 
-def wait_for(pred, what, limit=600.0):
+def wait_for(pred, what, limit=180.0):
     # Bounded poll on a condition another party makes true.
     end = time.monotonic() + limit
     while time.monotonic() < end:
@@ -27,7 +27,7 @@ def wait_for(pred, what, limit=600.0):
         if v:
             return v
         time.sleep(0.05)
-    say('TIMEOUT', what)
+    say('TIMEOUT', what, 'gids', sorted(gids()))
     sys.exit(2)
 
 
@@ -43,7 +43,10 @@ def gids():
 
 
 def exploded(gid):
-    return ipaddress.IPv6Address(gid).exploded
+    # As sysfs prints a GID: eight groups of four hex digits (Python's own
+    # exploded form writes an IPv4-mapped address with a dotted quad).
+    b = ipaddress.IPv6Address(gid).packed
+    return ':'.join(f'{b[i]:02x}{b[i + 1]:02x}' for i in range(0, 16, 2))
 
 
 # (a) Take guest 1's IPv4 address: the kernel asks the HCA to bind its GID,
