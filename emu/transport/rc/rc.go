@@ -646,7 +646,8 @@ func (qp *QP) complete() {
 			}
 			req.done = true
 		case !req.done:
-			if !qp.outstanding() {
+			if !qp.outstanding() && !qp.rnrWait {
+				// (An RNR wait keeps its timer: only its end resends.)
 				qp.stopTimer()
 			}
 			return
@@ -656,6 +657,7 @@ func (qp *QP) complete() {
 	}
 	if len(qp.reqs) == 0 {
 		qp.stopTimer()
+		qp.rnrWait = false
 		qp.env.Drained()
 	}
 }
@@ -803,6 +805,13 @@ func (qp *QP) response(pkt *roce.Packet) {
 			qp.acked(roce.PSNAdd(psn, -1), false)
 			switch roce.NAKCode(syn.Code()) {
 			case roce.NAKPSNSequenceError:
+				if qp.rnrWait {
+					// The responder still expects the RNR-NAKed PSN and
+					// NAKs what followed it: the wait's end resends from
+					// there anyway. Acting now would resend into the RNR
+					// condition and spend a retry on it.
+					return
+				}
 				if qp.retries == 0 {
 					qp.failHead(transport.StatusRetryExc)
 					return
@@ -854,7 +863,7 @@ func (qp *QP) afterProgress() {
 	if qp.state == transport.StateErr {
 		return
 	}
-	if qp.outstanding() {
+	if qp.outstanding() && !qp.rnrWait {
 		qp.armTimer(true)
 	}
 	qp.Pump()

@@ -509,3 +509,62 @@ func TestStaleRegion(t *testing.T) {
 		t.Errorf("events %v, want QP access error", h.Events)
 	}
 }
+
+// TestRNRThenSequenceNAK: a responder with no receive answers a packet of
+// a pipeline with an RNR NAK and the packets behind it with a PSN sequence
+// error NAK for the same PSN (it still expects it); a repeated ACK of an
+// earlier PSN may come too. The RNR wait must survive them: its timer stays
+// armed with the RNR time, nothing is resent during it and no retry is
+// spent; at its end everything from the NAKed PSN is resent. (Before, the
+// sequence NAK rewound the requester, found nothing in flight and stopped
+// the RNR timer while the wait held sending back: the QP stalled for ever
+// with no error, seen with pyverbs under a slow receiver.)
+func TestRNRThenSequenceNAK(t *testing.T) {
+	rnr := roce.RNRNAKSyndrome(testMinRNR)
+	seq := roce.NAKSyndrome(roce.NAKPSNSequenceError)
+	tests := []struct {
+		name string
+		in   []roce.PacketFields // after the ACK of PSN 500 and the RNR NAK of 501
+	}{
+		{"nothing", nil},
+		{"sequence NAK", []roce.PacketFields{ack(testSQPSN+1, seq, 1)}},
+		{"sequence NAK twice", []roce.PacketFields{ack(testSQPSN+1, seq, 1), ack(testSQPSN+1, seq, 1)}},
+		{"repeated ACK then sequence NAK", []roce.PacketFields{ack(testSQPSN, ackOK, 1), ack(testSQPSN+1, seq, 1)}},
+		{"sequence NAK then repeated ACK", []roce.PacketFields{ack(testSQPSN+1, seq, 1), ack(testSQPSN, ackOK, 1)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, func(cfg *Config) { cfg.RetryCnt = 1 })
+			for id := uint64(1); id <= 3; id++ {
+				h.post(transport.SendWR{ID: id, Opcode: transport.OpSend, Signaled: true}, 0, 10) // PSNs 500, 501, 502
+			}
+			h.Take()
+			h.receive(ack(testSQPSN, ackOK, 1))
+			h.receive(ack(testSQPSN+1, rnr, 1))
+			for _, f := range tt.in {
+				h.receive(f)
+			}
+			if h.Timer != roce.RNRTimer(testMinRNR) {
+				t.Fatalf("timer %v during the RNR wait, want the RNR time %v", h.Timer, roce.RNRTimer(testMinRNR))
+			}
+			if got := h.Take(); len(got) != 0 {
+				t.Fatalf("%d packets sent during the RNR wait: %v", len(got), describe(got))
+			}
+			if left := h.qp.Snapshot().RetriesLeft; left != 1 {
+				t.Errorf("%d retries left, want the QP's 1: the RNR wait's NAKs cost none", left)
+			}
+			h.fire()
+			checkPackets(t, h.Take(), []wantPacket{
+				{op: roce.RCSendOnly, psn: testSQPSN + 1, ackReq: true},
+				{op: roce.RCSendOnly, psn: testSQPSN + 2, ackReq: true}})
+			h.receive(ack(testSQPSN+2, ackOK, 3))
+			transporttest.CheckCompletions(t, h.Completions(), []transport.Completion{
+				{WRID: 1, Opcode: transport.WCSend, ByteLen: 10},
+				{WRID: 2, Opcode: transport.WCSend, ByteLen: 10},
+				{WRID: 3, Opcode: transport.WCSend, ByteLen: 10}})
+			if h.Timer != 0 {
+				t.Errorf("timer %v armed with nothing outstanding", h.Timer)
+			}
+		})
+	}
+}
