@@ -107,7 +107,9 @@ type Device struct {
 	closed  bool
 	fatal   bool // the engine panicked: DEVICE_FATAL declared, no more engine work until reset
 
-	faults    FaultHook
+	faults FaultHook
+	// tracer, when set, hears every step of every QP (SetTracer).
+	tracer    Tracer
 	strict    findings    // strict mode: counts are atomic, the latch is under mu
 	portDown  bool        // a fault holds port 1 down
 	portGen   uint64      // generation of the port-down timer

@@ -154,6 +154,9 @@ func (d *Device) event(typ, info uint32) {
 	if d.dsr == nil {
 		return
 	}
+	if d.tracer != nil {
+		d.traceAsync(typ, info)
+	}
 	var e [pvrdma.EQESize]byte
 	eqe := pvrdma.EQE{Type: typ, Info: info}
 	eqe.Encode(e[:])

@@ -61,6 +61,10 @@ type qp struct {
 	rc  *rc.QP
 	ud  *ud.QP
 	env *qpEnv
+	// The highest request PSN sent while traced: a request at or before
+	// it is a retransmission.
+	traceTxHigh  uint32
+	traceTxValid bool
 	// Injected faults the engine carries out at its next turn for the QP:
 	// an async event with ERR, or ERR alone (after an error completion).
 	faultEvent uint32
@@ -291,6 +295,9 @@ func (d *Device) setState(qp *qp, next uint8) {
 		if prev != pvrdma.QPStateSQD {
 			d.checkDrained(qp)
 		}
+	}
+	if prev != next && d.tracer != nil {
+		d.traceState(qp, prev, next)
 	}
 	if prev != next {
 		d.log.Debug("QP state", "qp", qp.handle, "from", stateNames[prev], "to", stateNames[next])

@@ -113,7 +113,11 @@ func (env *qpEnv) TakeSend() (transport.SendWR, bool) {
 		return transport.SendWR{}, false
 	}
 	w, err := uverbs.DecodeSendWQE(env.wqe, qp.sq.maxSGE)
-	return env.sendWR(&w, err, slot), true
+	wr := env.sendWR(&w, err, slot)
+	if d.tracer != nil {
+		d.traceWQE(qp, &wr)
+	}
+	return wr, true
 }
 
 // opcodes maps PVRDMA send opcodes to the transport's (missing ones are
@@ -225,6 +229,9 @@ func (env *qpEnv) Complete(c transport.Completion) {
 			return
 		}
 	}
+	if d.tracer != nil && (c.Recv || c.Signaled || qp.sigAll || c.Status != transport.StatusSuccess) {
+		d.traceCQE(qp, &cqe, c.Opcode, c.Recv)
+	}
 	if !c.Recv {
 		d.completeSend(qp, &cqe, c.Signaled)
 		return
@@ -276,10 +283,15 @@ func (env *qpEnv) PathTo(ah *transport.AddressHandle) (transport.Path, bool) {
 }
 
 func (env *qpEnv) Transmit(path transport.Path, f roce.PacketFields, payload transport.Payload) error {
-	if env.d.portDown {
+	d := env.d
+	if d.portDown {
 		return nil // a port held down by a fault: the frame is lost
 	}
-	return env.d.transmit(&path, &f, &payload, env.mem)
+	err := d.transmit(&path, &f, &payload, env.mem)
+	if err == nil && d.tracer != nil {
+		d.tracePacket(env.qp, "tx", &f, payload.Len)
+	}
+	return err
 }
 
 func (env *qpEnv) LocalOp(wr *transport.SendWR) transport.Status {

@@ -125,16 +125,25 @@ func (d *Device) receiveFrame(frame []byte) {
 	if qp == nil {
 		return
 	}
+	if d.tracer != nil {
+		d.traceRx(qp, &pkt, "")
+	}
 	switch pkt.Opcode().Transport() {
 	case roce.TransportUD:
 		if qp.ud != nil && !qp.ud.Receive(&pkt, u.IP) {
 			d.res.qkeyViolations++
+			if d.tracer != nil {
+				d.traceRx(qp, &pkt, "qkey")
+			}
 		}
 	case roce.TransportRC:
 		// Only from the peer the QP is connected to, at the address it
 		// sends from (rc.QP.ReceiveFrom checks); anything else is counted.
 		if qp.rc != nil && !qp.rc.ReceiveFrom(&pkt, u.SrcIP, u.DstIP) {
 			d.res.addrMismatches++
+			if d.tracer != nil {
+				d.traceRx(qp, &pkt, "address")
+			}
 		}
 	}
 }

@@ -73,6 +73,9 @@ func (d *Device) processSQ(qp *qp) {
 			return
 		}
 		wr := qp.env.sendWR(&w, nil, slot)
+		if d.tracer != nil {
+			d.traceWQE(qp, &wr)
+		}
 		qp.ud.Send(&wr)
 	}
 	if qp.state == pvrdma.QPStateErr {

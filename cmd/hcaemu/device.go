@@ -46,6 +46,9 @@ type hcas struct {
 	// hcaemu inspect.
 	devMu   sync.Mutex
 	devices map[string]*emu.Device
+
+	// trace hands the devices' trace events to hcaemu trace's clients.
+	trace *traceHub
 }
 
 // newHCAs makes the fabric; with pcapPath every frame is captured there, with
@@ -53,6 +56,7 @@ type hcas struct {
 // (fault injection) come first: the capture records what they let through.
 func newHCAs(log *slog.Logger, pcapPath, recordDir string, extra ...fabric.Decorator) (*hcas, error) {
 	h := &hcas{log: log, recordDir: recordDir, recCount: map[string]int{}}
+	h.trace = &traceHub{h: h}
 	if recordDir != "" {
 		if err := os.MkdirAll(recordDir, 0o755); err != nil {
 			return nil, fmt.Errorf("--record: %w", err)
@@ -142,6 +146,9 @@ func (h *hcas) factory(name string, mac [6]byte) vfio.NewDevice {
 		}
 		h.devices[name] = d
 		h.devMu.Unlock()
+		if h.trace.active() { // after the insertion: a client subscribing now sets it too
+			d.SetTracer(h.trace)
+		}
 		var dev vfio.Device = d
 		if rec != nil {
 			dev = rec.Device(d)

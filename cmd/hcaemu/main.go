@@ -20,6 +20,7 @@ commands:
   run         provision QEMU and guests, boot them with HCAs, run a command in each
   faults      control a running fault plan; turn a fault log into a plan
   inspect     show what the HCAs of a running run or serve hold
+  trace       stream what the HCAs of a running run or serve do, per QP
 
 "hcaemu <command> -h" describes a command's flags.`
 
@@ -39,6 +40,8 @@ func main() {
 		os.Exit(faultsMain(os.Args[2:], os.Stdout, os.Stderr))
 	case "inspect":
 		os.Exit(inspectMain(os.Args[2:], os.Stdout, os.Stderr))
+	case "trace":
+		os.Exit(traceMain(os.Args[2:], os.Stdout, os.Stderr))
 	case "-h", "--help", "help":
 		fmt.Println(usage)
 	default:

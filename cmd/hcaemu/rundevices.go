@@ -43,6 +43,7 @@ func startRunDevice(ctx context.Context, socketPath string, guest int) (stop fun
 		runFabric.strict, runFabric.latch = runOptions.strict, runOptions.latch
 		if runFaults != nil && runFaults.control != nil {
 			runFaults.control.SetInspector(runFabric.inspect)
+			runFaults.control.SetTracer(runFabric.trace.open)
 		}
 	}
 	hw, err := net.ParseMAC(qemu.GuestMAC(guest))

@@ -112,6 +112,7 @@ func serveMain(args []string) int {
 	h.strict, h.latch = strict.mode, &strictLatch{stop: cancel}
 	if faultSet != nil && faultSet.control != nil {
 		faultSet.control.SetInspector(h.inspect)
+		faultSet.control.SetTracer(h.trace.open)
 	}
 	defer func() {
 		if err := h.close(); err != nil {

@@ -3,9 +3,11 @@ package fault
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strings"
@@ -25,6 +27,10 @@ import (
 //	{"op":"clear"}                 remove every rule
 //	{"op":"inspect","what":"qps"}  what the devices hold (host socket only;
 //	                               see SetInspector)
+//	{"op":"trace","what":"hca0:5"} stream the devices' trace events (host
+//	                               socket only; see SetTracer): after the
+//	                               response, JSON lines until the client
+//	                               closes the connection
 //
 // An optional "id" is echoed in the response, so that a client sharing a
 // byte stream with earlier clients (a guest's virtio-serial port) can tell
@@ -125,6 +131,7 @@ type Control struct {
 	l       *net.UnixListener
 	path    string
 	inspect atomic.Pointer[Inspector]
+	trace   atomic.Pointer[Tracer]
 
 	mu     sync.Mutex
 	guests []*net.UnixListener
@@ -193,6 +200,9 @@ func (c *Control) answer(text string, guest bool) Response {
 	if err := strictDecode(strings.NewReader(text), &req); err != nil {
 		return Response{Error: "bad command: " + err.Error()}
 	}
+	if req.Op == "trace" {
+		return Response{Error: "trace: not served to guests", ID: req.ID}
+	}
 	if req.Op == "inspect" {
 		rsp := c.answerInspect(req, guest)
 		rsp.ID = req.ID
@@ -238,6 +248,35 @@ func (c *Control) answerInspect(req Request, guest bool) Response {
 	return Response{OK: true, Inspect: b}
 }
 
+// Tracer opens a trace stream: what selects the events (the tracer says
+// how); the stream writes JSON lines to w until ctx ends or a write fails.
+type Tracer func(what string) (stream func(ctx context.Context, w io.Writer) error, err error)
+
+// SetTracer makes the control socket answer trace with fn. Guests' sockets
+// never do.
+func (c *Control) SetTracer(fn Tracer) { c.trace.Store(&fn) }
+
+// openTrace answers a trace command: the stream to run after the
+// response, or an error response.
+func (c *Control) openTrace(text string) (func(ctx context.Context, w io.Writer) error, Response) {
+	var req Request
+	if err := strictDecode(strings.NewReader(text), &req); err != nil || req.Op != "trace" {
+		return nil, Response{}
+	}
+	fn := c.trace.Load()
+	switch {
+	case fn == nil:
+		return nil, Response{Error: "trace: this process has no devices to trace", ID: req.ID}
+	case req.Name != "" || len(req.Rule) > 0:
+		return nil, Response{Error: "trace takes only \"what\"", ID: req.ID}
+	}
+	stream, err := (*fn)(req.What)
+	if err != nil {
+		return nil, Response{Error: "trace: " + err.Error(), ID: req.ID}
+	}
+	return stream, Response{OK: true, ID: req.ID}
+}
+
 func (c *Control) serve(conn net.Conn) {
 	sc := bufio.NewScanner(conn)
 	sc.Buffer(make([]byte, 4096), maxRequest)
@@ -246,6 +285,21 @@ func (c *Control) serve(conn net.Conn) {
 		text := strings.TrimSpace(sc.Text())
 		if text == "" {
 			continue
+		}
+		if stream, rsp := c.openTrace(text); stream != nil || rsp.Error != "" {
+			if enc.Encode(rsp) != nil || stream == nil {
+				return
+			}
+			// The connection is the stream's now: it ends when the client
+			// closes its side (the read below returns) or Close closes it.
+			ctx, cancel := context.WithCancel(context.Background())
+			c.wg.Go(func() {
+				io.Copy(io.Discard, conn)
+				cancel()
+			})
+			stream(ctx, conn)
+			cancel()
+			return
 		}
 		if enc.Encode(c.answer(text, false)) != nil {
 			return

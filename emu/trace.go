@@ -1,0 +1,189 @@
+package emu
+
+import (
+	"time"
+
+	"github.com/hcaemu/hcaemu/emu/pvrdma"
+	"github.com/hcaemu/hcaemu/emu/roce"
+	"github.com/hcaemu/hcaemu/emu/transport"
+	"github.com/hcaemu/hcaemu/uverbs"
+)
+
+// TraceEvent is one step in the life of a QP as the HCA sees it: a work
+// request taken from the send queue, a packet out or in, a completion
+// written, a state change, an async event. The names follow the fault log
+// (time, device, qpn, dir, psn, opcode), so a trace and a fault log merge
+// into one story ordered by time.
+type TraceEvent struct {
+	Time   time.Time `json:"time"`
+	Device string    `json:"device"`
+	// QPN is the QP's number as the guest knows it (0: a device event, not
+	// a QP's: a port or CQ event).
+	QPN uint32 `json:"qpn,omitempty"`
+	// Event: wqe, tx, retransmit, rx, dropped, cqe, state, async.
+	Event string `json:"event"`
+	// Packets (tx, retransmit, rx).
+	Dir      string  `json:"dir,omitempty"` // tx or rx
+	PSN      *uint32 `json:"psn,omitempty"`
+	Opcode   string  `json:"opcode,omitempty"`   // the BTH opcode; for wqe and cqe the work request's
+	Syndrome string  `json:"syndrome,omitempty"` // an ACK's AETH: ACK, NAK(...), RNR NAK(...)
+	DestQPN  uint32  `json:"dest_qpn,omitempty"`
+	Len      int     `json:"len,omitempty"` // payload bytes
+	// Dropped says why a received packet was dropped before its QP saw it.
+	Dropped string `json:"dropped,omitempty"`
+	// Work requests and completions (wqe, cqe).
+	WRID    *uint64 `json:"wr_id,omitempty"`
+	Status  string  `json:"status,omitempty"` // cqe: the ibv_wc_status name
+	ByteLen uint32  `json:"byte_len,omitempty"`
+	Recv    bool    `json:"recv,omitempty"` // cqe: a receive completion
+	// State changes (state).
+	From string `json:"from,omitempty"`
+	To   string `json:"to,omitempty"`
+	// Async events (async): the event's name; Handle is its CQ, SRQ or port.
+	Async  string `json:"async,omitempty"`
+	Handle uint32 `json:"handle,omitempty"`
+}
+
+// Tracer receives a device's trace events. Trace is called with the
+// device's lock held, in the order the device acts: it must not block or
+// call the device (queue the event, drop it when full).
+type Tracer interface {
+	Trace(ev *TraceEvent)
+}
+
+// SetTracer makes the device report every step of every QP to t; nil
+// stops it. With no tracer the device builds no events (one nil check per
+// step).
+func (d *Device) SetTracer(t Tracer) {
+	d.mu.Lock()
+	defer d.unlock()
+	d.tracer = t
+}
+
+// trace hands ev to the tracer, stamped (d.mu held; d.tracer != nil).
+func (d *Device) trace(ev *TraceEvent) {
+	ev.Time = time.Now()
+	ev.Device = d.name
+	d.tracer.Trace(ev)
+}
+
+// tracePacket reports a packet a QP sent or received.
+func (d *Device) tracePacket(qp *qp, dir string, f *roce.PacketFields, n int) {
+	psn := f.BTH.PSN
+	ev := TraceEvent{QPN: qp.qpn, Event: dir, Dir: dir, PSN: &psn, Opcode: f.BTH.Opcode.String(),
+		DestQPN: f.BTH.DestQP, Len: n}
+	if info, _ := f.BTH.Opcode.Info(); info.Headers&roce.HasAETH != 0 {
+		ev.Syndrome = f.AETH.Syndrome.String()
+	}
+	if dir == "tx" {
+		// A request at or before the highest PSN this QP sent is a
+		// retransmission (go-back-N, a re-requested READ).
+		if info, _ := f.BTH.Opcode.Info(); !info.Response && qp.rc != nil {
+			if qp.traceTxValid && roce.PSNDiff(psn, qp.traceTxHigh) <= 0 {
+				ev.Event = "retransmit"
+			} else {
+				qp.traceTxHigh, qp.traceTxValid = psn, true
+			}
+		}
+	}
+	d.trace(&ev)
+}
+
+// traceRx reports a received packet, and why it was dropped if it was.
+func (d *Device) traceRx(qp *qp, pkt *roce.Packet, dropped string) {
+	psn := pkt.BTH.PSN()
+	ev := TraceEvent{QPN: qp.qpn, Event: "rx", Dir: "rx", PSN: &psn, Opcode: pkt.Opcode().String(),
+		DestQPN: pkt.BTH.DestQP(), Len: len(pkt.Payload), Dropped: dropped}
+	if dropped != "" {
+		ev.Event = "dropped" // after its rx: the QP did not take it
+	}
+	if pkt.AETH != nil {
+		ev.Syndrome = pkt.AETH.Syndrome().String()
+	}
+	d.trace(&ev)
+}
+
+// traceWQE reports a send work request taken from the send queue.
+func (d *Device) traceWQE(qp *qp, wr *transport.SendWR) {
+	id := wr.ID
+	ev := TraceEvent{QPN: qp.qpn, Event: "wqe", WRID: &id, Len: int(wr.Length)}
+	if op := wr.Opcode.Completion(); int(op) < len(WROpcodeNames) && wr.Opcode != transport.OpUnsupported {
+		ev.Opcode = WROpcodeNames[op]
+	}
+	if wr.Status != transport.StatusSuccess {
+		ev.Status = wcStatusName(uint32(wr.Status))
+	}
+	d.trace(&ev)
+}
+
+// traceCQE reports a completion written for a QP.
+func (d *Device) traceCQE(qp *qp, cqe *uverbs.CQE, op transport.WCOpcode, recv bool) {
+	id := cqe.WRID
+	ev := TraceEvent{QPN: qp.qpn, Event: "cqe", WRID: &id, Status: wcStatusName(cqe.Status), ByteLen: cqe.ByteLen, Recv: recv}
+	if int(op) < len(WROpcodeNames) {
+		ev.Opcode = WROpcodeNames[op]
+	}
+	d.trace(&ev)
+}
+
+// traceState reports a QP state change.
+func (d *Device) traceState(qp *qp, prev, next uint8) {
+	d.trace(&TraceEvent{QPN: qp.qpn, Event: "state", From: stateName(prev), To: stateName(next)})
+}
+
+// traceAsync reports an async event; QP events name their QP.
+func (d *Device) traceAsync(typ, info uint32) {
+	ev := TraceEvent{Event: "async", Async: asyncName(typ), Handle: info}
+	switch typ {
+	case pvrdma.EventQPFatal, pvrdma.EventQPReqErr, pvrdma.EventQPAccessErr, pvrdma.EventCommEst,
+		pvrdma.EventSQDrained, pvrdma.EventPathMig, pvrdma.EventPathMigErr, pvrdma.EventQPLastWQEReached:
+		if qp := d.res.qp.get(info); qp != nil {
+			ev.QPN, ev.Handle = qp.qpn, 0
+		}
+	}
+	d.trace(&ev)
+}
+
+func stateName(s uint8) string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return "?"
+}
+
+// wcStatusNames are the ibv_wc_status names of the CQE statuses.
+var wcStatusNames = [...]string{
+	"SUCCESS", "LOC_LEN_ERR", "LOC_QP_OP_ERR", "LOC_EEC_OP_ERR", "LOC_PROT_ERR", "WR_FLUSH_ERR",
+	"MW_BIND_ERR", "BAD_RESP_ERR", "LOC_ACCESS_ERR", "REM_INV_REQ_ERR", "REM_ACCESS_ERR", "REM_OP_ERR",
+	"RETRY_EXC_ERR", "RNR_RETRY_EXC_ERR", "LOC_RDD_VIOL_ERR", "REM_INV_RD_REQ_ERR", "REM_ABORT_ERR",
+	"INV_EECN_ERR", "INV_EEC_STATE_ERR", "FATAL_ERR", "RESP_TIMEOUT_ERR", "GENERAL_ERR",
+}
+
+func wcStatusName(s uint32) string {
+	if int(s) < len(wcStatusNames) {
+		return wcStatusNames[s]
+	}
+	return "?"
+}
+
+// asyncNames are the PVRDMA async event names (pvrdma_dev_api.h's
+// PVRDMA_EVENT_*, without the prefix).
+var asyncNames = [...]string{
+	pvrdma.EventCQErr: "CQ_ERR", pvrdma.EventQPFatal: "QP_FATAL", pvrdma.EventQPReqErr: "QP_REQ_ERR",
+	pvrdma.EventQPAccessErr: "QP_ACCESS_ERR", pvrdma.EventCommEst: "COMM_EST", pvrdma.EventSQDrained: "SQ_DRAINED",
+	pvrdma.EventPathMig: "PATH_MIG", pvrdma.EventPathMigErr: "PATH_MIG_ERR", pvrdma.EventDeviceFatal: "DEVICE_FATAL",
+	pvrdma.EventPortActive: "PORT_ACTIVE", pvrdma.EventPortErr: "PORT_ERR", pvrdma.EventLIDChange: "LID_CHANGE",
+	pvrdma.EventPKeyChange: "PKEY_CHANGE", pvrdma.EventSMChange: "SM_CHANGE", pvrdma.EventSRQErr: "SRQ_ERR",
+	pvrdma.EventSRQLimitReached: "SRQ_LIMIT_REACHED", pvrdma.EventQPLastWQEReached: "QP_LAST_WQE_REACHED",
+	pvrdma.EventClientReregister: "CLIENT_REREGISTER", pvrdma.EventGIDChange: "GID_CHANGE",
+}
+
+func asyncName(typ uint32) string {
+	if int(typ) < len(asyncNames) {
+		return asyncNames[typ]
+	}
+	return "?"
+}
+
+// Name is the device's name (Config.Name), as traces and logs call it.
+func (d *Device) Name() string { return d.name }
