@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -103,6 +104,45 @@ exit $st
 		t.Errorf("inspect qps: %v\n%s", err, text)
 	}
 	t.Logf("hcaemu inspect qps:\n%s", text)
+
+	// hcaemu trace on guest 0's pingpong QP, while it runs: 60 events,
+	// all of that QP, telling its story (work requests, packets both ways
+	// with PSNs, completions).
+	qp0 := rcQPWithTraffic(devs[0].Devices)
+	sel := devs[0].Device + ":" + "0x" + strconv.FormatUint(uint64(qp0.QPN), 16)
+	tr, err := exec.Command(hcaemuBin, "trace", "--control", control, "--qp", sel, "--count", "60").Output()
+	if err != nil {
+		t.Fatalf("hcaemu trace --qp %s: %v\n%s", sel, err, tr)
+	}
+	lines := strings.Split(strings.TrimSpace(string(tr)), "\n")
+	t.Logf("hcaemu trace --qp %s --count 60 (first 12):\n%s", sel, strings.Join(lines[:min(12, len(lines))], "\n"))
+	kinds := map[string]int{}
+	for _, l := range lines {
+		var ev struct {
+			Device, Event, Status string
+			QPN                   uint32
+			PSN                   *uint32
+		}
+		if err := json.Unmarshal([]byte(l), &ev); err != nil {
+			t.Fatalf("trace line %q: %v", l, err)
+		}
+		if ev.Event == "lost" {
+			continue
+		}
+		if ev.Device != devs[0].Device || ev.QPN != qp0.QPN {
+			t.Errorf("trace of %s printed another QP's event: %s", sel, l)
+		}
+		if (ev.Event == "tx" || ev.Event == "rx") && ev.PSN == nil {
+			t.Errorf("packet event without a PSN: %s", l)
+		}
+		if ev.Event == "cqe" && ev.Status != "SUCCESS" {
+			t.Errorf("pingpong completion failed: %s", l)
+		}
+		kinds[ev.Event]++
+	}
+	if len(lines) != 60 || kinds["tx"] == 0 || kinds["rx"] == 0 || kinds["cqe"] == 0 || kinds["wqe"] == 0 {
+		t.Errorf("trace: %d lines, events %v; want 60 with wqe, tx, rx and cqe", len(lines), kinds)
+	}
 	if err := os.WriteFile(filepath.Join(share, "done"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
