@@ -52,16 +52,22 @@ try 18611 ib_read_bw -x 1 -F -s 65536 -n 1000
 try 18612 ib_atomic_bw -x 1 -F -n 2000
 try 18613 ibv_rc_pingpong -g 1 -n 200 -s 100
 [ -z "$HCAEMU_SERVER_IP" ] && exit 0
+# bounded: poll CONDITION (a shell command) every 0.1 s, at most 120 s.
+bounded() { i=0; until eval "$1"; do i=$((i+1)); if [ $i -ge 1200 ]; then echo "TIMEOUT waiting for: $1"; return 1; fi; sleep 0.1; done; }
 ibv_asyncwatch > /tmp/aw.out 2>&1 &
-sleep 1
+aw=$!
+# Listening once its context has an async event file (no fixed sleep).
+bounded 'for f in /proc/$aw/fd/*; do readlink $f; done 2>/dev/null | grep -q infinibandevent'
 ibv_srq_pingpong -g 1 -p 18620 127.0.0.1 >/dev/null 2>&1
 echo "DOWN: $(ibv_devinfo | grep state:)"
-sleep 12
+bounded 'ibv_devinfo | grep -q PORT_ACTIVE'
 echo "UP: $(ibv_devinfo | grep state:)"
 ibv_rc_pingpong -g 1 -p 18621 127.0.0.1 2>&1
 echo "RESULT $? mr"
 ibv_srq_pingpong -g 1 -p 18622 127.0.0.1 >/dev/null 2>&1
-sleep 2
+# DEVICE_FATAL ends ibv_asyncwatch (its device is disassociated), which
+# flushes what it printed.
+bounded '! kill -0 $aw 2>/dev/null'
 echo "ASYNC BEGIN"
 cat /tmp/aw.out
 echo "ASYNC END"

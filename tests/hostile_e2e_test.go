@@ -63,14 +63,7 @@ import (
 // is done.
 func TestE2EHostileGuest(t *testing.T) {
 	needE2E(t)
-	share := t.TempDir()
-	attack, err := os.ReadFile(filepath.Join("testdata", "hostile", "attack.py"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(share, "attack.py"), attack, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	share := shared(t, filepath.Join("hostile", "attack.py"))
 	// bth.psn 0x7fffff: 2^23 away from any PSN near the victim's window
 	// (ibv_rc_pingpong has a few packets outstanding).
 	plan := `{"seed": 2026, "rules": [{"name": "forge-ack",

@@ -42,14 +42,7 @@ const pyFaultsPlan = `{"seed": 2028, "rules": [
 //     success and guest 0 finds every byte of every message right.
 func TestE2EPyFaults(t *testing.T) {
 	needE2E(t)
-	share := t.TempDir()
-	prog, err := os.ReadFile(filepath.Join("testdata", "pyfaults", "faults.py"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(share, "faults.py"), prog, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	share := shared(t, filepath.Join("pyfaults", "faults.py"))
 	dir := t.TempDir()
 	plan := filepath.Join(dir, "plan.json")
 	if err := os.WriteFile(plan, []byte(pyFaultsPlan), 0o644); err != nil {
@@ -118,4 +111,21 @@ exit $st
 	if fired["rnr"] != 1 || fired["fatal"] != 1 || fired["blackout"] < 1 {
 		t.Errorf("fault log firings %v: want rnr 1, fatal 1, blackout ≥ 1", fired)
 	}
+}
+
+// shared returns a new directory for a run's --share holding the files of
+// testdata named (by their base name).
+func shared(t *testing.T, names ...string) string {
+	t.Helper()
+	share := t.TempDir()
+	for _, name := range names {
+		b, err := os.ReadFile(filepath.Join("testdata", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(share, filepath.Base(name)), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return share
 }

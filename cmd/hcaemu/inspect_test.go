@@ -21,20 +21,7 @@ import (
 // objects a driver made on a live device, in text and JSON; a device whose
 // connection ended is gone; bad arguments get a one-line error.
 func TestInspectCommand(t *testing.T) {
-	h, err := newHCAs(slog.New(slog.NewTextHandler(io.Discard, nil)), "", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	inj, err := fault.NewInjector(&fault.Plan{}, fault.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sock := filepath.Join(t.TempDir(), "control.sock")
-	ctl, err := fault.ListenControl(sock, inj)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctl.Close()
+	h, ctl, sock := controlled(t)
 	run := func(args ...string) (string, string, int) {
 		var out, errOut bytes.Buffer
 		code := inspectMain(append([]string{"--control", sock}, args...), &out, &errOut)
@@ -48,15 +35,7 @@ func TestInspectCommand(t *testing.T) {
 		t.Errorf("no devices: exit %d, %q", code, o)
 	}
 
-	drv := emutest.New(16 << 20)
-	dev, err := h.factory("hca0", [6]byte{0, 0x50, 0x56, 0, 0, 1})(vfio.Host{Mem: drv.RAM, MSIX: drv.IRQ.Raise})
-	if err != nil {
-		t.Fatal(err)
-	}
-	drv.Dev = dev
-	if err := drv.Probe(); err != nil {
-		t.Fatal(err)
-	}
+	drv, dev := probed(t, h, "hca0")
 	if err := drv.BindGID(0, [16]byte{10: 0xff, 11: 0xff, 12: 10, 15: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -109,6 +88,43 @@ func TestInspectCommand(t *testing.T) {
 	if rsp, err := fault.Command(gsock, fault.Request{Op: "inspect", What: "qps"}); err != nil || rsp.OK || rsp.Error != "inspect: not served to guests" {
 		t.Errorf("guest inspect: %+v, %v", rsp, err)
 	}
+}
+
+// controlled returns an empty set of HCAs and a control socket (closed at
+// the test's end) with no inspector or tracer yet.
+func controlled(t *testing.T) (*hcas, *fault.Control, string) {
+	t.Helper()
+	h, err := newHCAs(slog.New(slog.NewTextHandler(io.Discard, nil)), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inj, err := fault.NewInjector(&fault.Plan{}, fault.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(t.TempDir(), "control.sock")
+	ctl, err := fault.ListenControl(sock, inj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ctl.Close() })
+	return h, ctl, sock
+}
+
+// probed connects a fake driver to a new device of h called name, as a
+// QEMU connection would, and probes it.
+func probed(t *testing.T, h *hcas, name string) (*emutest.Driver, vfio.Device) {
+	t.Helper()
+	drv := emutest.New(16 << 20)
+	dev, err := h.factory(name, [6]byte{0, 0x50, 0x56, 0, 0, 1})(vfio.Host{Mem: drv.RAM, MSIX: drv.IRQ.Raise})
+	if err != nil {
+		t.Fatal(err)
+	}
+	drv.Dev = dev
+	if err := drv.Probe(); err != nil {
+		t.Fatal(err)
+	}
+	return drv, dev
 }
 
 func itoa(v uint32) string { return strconv.FormatUint(uint64(v), 10) }

@@ -3,9 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"io"
-	"log/slog"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +10,6 @@ import (
 	"github.com/hcaemu/hcaemu/emu/emutest"
 	"github.com/hcaemu/hcaemu/emu/fault"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
-	"github.com/hcaemu/hcaemu/vfio"
 )
 
 // TestTraceCommand: "hcaemu trace" over a control socket streams the
@@ -21,21 +17,7 @@ import (
 // the devices have no tracer before and after; bad selections get a
 // one-line error; a guest's socket is refused.
 func TestTraceCommand(t *testing.T) {
-	h, err := newHCAs(slog.New(slog.NewTextHandler(io.Discard, nil)), "", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	inj, err := fault.NewInjector(&fault.Plan{}, fault.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	sock := filepath.Join(dir, "control.sock")
-	ctl, err := fault.ListenControl(sock, inj)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctl.Close()
+	h, ctl, sock := controlled(t)
 	run := func(args ...string) (string, string, int) {
 		var out, errOut bytes.Buffer
 		code := traceMain(append([]string{"--control", sock}, args...), &out, &errOut)
@@ -46,16 +28,8 @@ func TestTraceCommand(t *testing.T) {
 	}
 	ctl.SetTracer(h.trace.open)
 
-	drv := emutest.New(16 << 20)
-	dev, err := h.factory("hca0", [6]byte{0, 0x50, 0x56, 0, 0, 1})(vfio.Host{Mem: drv.RAM, MSIX: drv.IRQ.Raise})
-	if err != nil {
-		t.Fatal(err)
-	}
+	drv, dev := probed(t, h, "hca0")
 	defer dev.Close()
-	drv.Dev = dev
-	if err := drv.Probe(); err != nil {
-		t.Fatal(err)
-	}
 	pd, err := drv.CreatePD(0)
 	if err != nil {
 		t.Fatal(err)
@@ -126,9 +100,9 @@ func TestTraceCommand(t *testing.T) {
 		t.Fatalf("trace: exit %d, %q", res.code, res.err)
 	}
 	var ev struct {
-		Time                   time.Time
+		Time                    time.Time
 		Device, Event, From, To string
-		QPN                    uint32
+		QPN                     uint32
 	}
 	if err := json.Unmarshal([]byte(res.out), &ev); err != nil || strings.Count(res.out, "\n") != 1 {
 		t.Fatalf("trace printed %q: %v", res.out, err)
