@@ -131,6 +131,7 @@ func (d *Device) request() {
 		d.find(FindingCommand, "ERR=22 EINVAL", "pvrdma_cmd_hdr.cmd=%#x: not a command opcode (0..%d)", uint32(hdr.Cmd), pvrdma.NumOpcodes-1)
 		d.errReg = errInval
 		rspHdr.Err = errInval
+		d.countCommand(hdr.Cmd, errInval)
 	} else if r, e := d.runCommand(hdr.Cmd, slot[:]); e != nil {
 		if e.mistake {
 			d.find(e.kind, fmt.Sprintf("%s failed: ERR=%d %s", hdr.Cmd, e.errno, errnoNames[e.errno]), "%s", e.msg)
@@ -139,10 +140,12 @@ func (d *Device) request() {
 		}
 		d.errReg = e.errno
 		rspHdr.Err = uint8(e.errno)
+		d.countCommand(hdr.Cmd, e.errno)
 	} else {
 		d.log.Debug("command", "cmd", hdr.Cmd.String())
 		d.errReg = 0
 		rsp = r
+		d.countCommand(hdr.Cmd, 0)
 	}
 	var out [pvrdma.CmdRespSize]byte
 	if rsp != nil {

@@ -109,7 +109,9 @@ type Device struct {
 
 	faults FaultHook
 	// tracer, when set, hears every step of every QP (SetTracer).
-	tracer    Tracer
+	tracer Tracer
+	// stats are the device's counters (stats.go).
+	stats     deviceCounters
 	strict    findings    // strict mode: counts are atomic, the latch is under mu
 	portDown  bool        // a fault holds port 1 down
 	portGen   uint64      // generation of the port-down timer
@@ -333,7 +335,9 @@ func (d *Device) resetLocked(why string) {
 		d.log.Info("reset: all objects freed", "why", why, "objects", d.res.count())
 	}
 	for _, h := range d.res.qp.handles() {
-		d.resetTransport(d.res.qp.get(h))
+		qp := d.res.qp.get(h)
+		d.retire(qp)
+		d.resetTransport(qp)
 	}
 	d.powerOn()
 	d.eng.drop()

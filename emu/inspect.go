@@ -35,6 +35,8 @@ type State struct {
 	Counters    Counters
 	// Findings: strict-mode findings by kind (FindingKind.String()).
 	Findings map[string]uint64
+	// Stats are the device's counters (stats.go).
+	Stats DeviceStats
 }
 
 // PortState is port 1.
@@ -105,6 +107,7 @@ type QPState struct {
 	SQPSN, RQPSN    uint32
 	RC              *rc.Snapshot `json:",omitempty"`
 	PendingFaultErr bool         `json:",omitempty"`
+	Stats           QPStats
 }
 
 // SRQState is a shared receive queue.
@@ -183,6 +186,7 @@ func (d *Device) Inspect() State {
 		st.SRQs = append(st.SRQs, SRQState{Handle: h, PD: s.pd, Context: s.ctx,
 			Ring: RingState{Entries: s.q.ring.N, Prod: prod, Cons: s.q.cons}, Limit: s.limit, Users: s.refs})
 	}
+	st.Stats, _ = d.statsLocked()
 	return st
 }
 
@@ -208,6 +212,7 @@ func (d *Device) inspectQP(qp *qp) QPState {
 		snap := qp.rc.Snapshot()
 		q.RC = &snap
 	}
+	q.Stats = qp.statsNow()
 	return q
 }
 

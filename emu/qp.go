@@ -61,10 +61,11 @@ type qp struct {
 	rc  *rc.QP
 	ud  *ud.QP
 	env *qpEnv
-	// The highest request PSN sent while traced: a request at or before
-	// it is a retransmission.
-	traceTxHigh  uint32
-	traceTxValid bool
+	// stats are the QP's counters; txHigh the highest request PSN sent
+	// (a request at or before it is a retransmission).
+	stats   QPStats
+	txHigh  uint32
+	txValid bool
 	// Injected faults the engine carries out at its next turn for the QP:
 	// an async event with ERR, or ERR alone (after an error completion).
 	faultEvent uint32
@@ -445,6 +446,7 @@ func (d *Device) cmdDestroyQP(req *pvrdma.CmdDestroyQP) (pvrdma.Response, *cmdEr
 
 // destroyQP discards the QP and its outstanding WQEs without completions.
 func (d *Device) destroyQP(h uint32, qp *qp) {
+	d.retire(qp)
 	d.resetTransport(qp)
 	d.res.unpin(len(qp.pages))
 	if o := d.res.pd.get(qp.pd); o != nil {

@@ -285,11 +285,15 @@ func (env *qpEnv) PathTo(ah *transport.AddressHandle) (transport.Path, bool) {
 func (env *qpEnv) Transmit(path transport.Path, f roce.PacketFields, payload transport.Payload) error {
 	d := env.d
 	if d.portDown {
+		d.stats.port.PortDown++
 		return nil // a port held down by a fault: the frame is lost
 	}
 	err := d.transmit(&path, &f, &payload, env.mem)
-	if err == nil && d.tracer != nil {
-		d.tracePacket(env.qp, "tx", &f, payload.Len)
+	if err == nil {
+		again := env.qp.countTx(&f, payload.Len)
+		if d.tracer != nil {
+			d.tracePacket(env.qp, "tx", &f, payload.Len, again)
+		}
 	}
 	return err
 }

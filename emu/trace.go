@@ -67,24 +67,16 @@ func (d *Device) trace(ev *TraceEvent) {
 	d.tracer.Trace(ev)
 }
 
-// tracePacket reports a packet a QP sent or received.
-func (d *Device) tracePacket(qp *qp, dir string, f *roce.PacketFields, n int) {
+// tracePacket reports a packet a QP sent (again: a retransmission).
+func (d *Device) tracePacket(qp *qp, dir string, f *roce.PacketFields, n int, again bool) {
 	psn := f.BTH.PSN
 	ev := TraceEvent{QPN: qp.qpn, Event: dir, Dir: dir, PSN: &psn, Opcode: f.BTH.Opcode.String(),
 		DestQPN: f.BTH.DestQP, Len: n}
 	if info, _ := f.BTH.Opcode.Info(); info.Headers&roce.HasAETH != 0 {
 		ev.Syndrome = f.AETH.Syndrome.String()
 	}
-	if dir == "tx" {
-		// A request at or before the highest PSN this QP sent is a
-		// retransmission (go-back-N, a re-requested READ).
-		if info, _ := f.BTH.Opcode.Info(); !info.Response && qp.rc != nil {
-			if qp.traceTxValid && roce.PSNDiff(psn, qp.traceTxHigh) <= 0 {
-				ev.Event = "retransmit"
-			} else {
-				qp.traceTxHigh, qp.traceTxValid = psn, true
-			}
-		}
+	if again {
+		ev.Event = "retransmit"
 	}
 	d.trace(&ev)
 }

@@ -89,9 +89,12 @@ func (d *Device) transmit(p *transport.Path, f *roce.PacketFields, payload *tran
 		fabric.Release(buf)
 		return err
 	}
+	n = len(frame) // (Send gives the frame away)
 	if !d.port.Send(frame) {
 		return transport.ErrPeerBusy
 	}
+	d.stats.port.FramesOut++
+	d.stats.port.BytesOut += uint64(n)
 	return nil
 }
 
@@ -104,25 +107,32 @@ func (d *Device) receiveFrame(frame []byte) {
 	if d.dsr == nil || !d.active {
 		return
 	}
+	d.stats.port.FramesIn++
+	d.stats.port.BytesIn += uint64(len(frame))
 	u, err := roce.Unframe(frame)
 	if err != nil {
+		d.stats.port.Malformed++
 		d.log.Debug("dropped frame", "err", err)
 		return
 	}
 	if err := u.VerifyICRC(); err != nil {
+		d.stats.port.BadICRC++
 		d.log.Debug("dropped frame: bad ICRC")
 		return
 	}
 	pkt, err := roce.Parse(u.IB)
 	if err != nil {
+		d.stats.port.Malformed++
 		d.log.Debug("dropped packet", "err", err)
 		return
 	}
 	if pkt.BTH.TVer() != 0 {
+		d.stats.port.Malformed++
 		return
 	}
 	qp := d.qpByQPN(pkt.BTH.DestQP())
 	if qp == nil {
+		d.stats.port.NoQP++
 		return
 	}
 	if d.tracer != nil {
@@ -132,18 +142,24 @@ func (d *Device) receiveFrame(frame []byte) {
 	case roce.TransportUD:
 		if qp.ud != nil && !qp.ud.Receive(&pkt, u.IP) {
 			d.res.qkeyViolations++
+			d.stats.port.QKey++
 			if d.tracer != nil {
 				d.traceRx(qp, &pkt, "qkey")
 			}
+		} else {
+			qp.countRx(&pkt)
 		}
 	case roce.TransportRC:
 		// Only from the peer the QP is connected to, at the address it
 		// sends from (rc.QP.ReceiveFrom checks); anything else is counted.
 		if qp.rc != nil && !qp.rc.ReceiveFrom(&pkt, u.SrcIP, u.DstIP) {
 			d.res.addrMismatches++
+			d.stats.port.Address++
 			if d.tracer != nil {
 				d.traceRx(qp, &pkt, "address")
 			}
+		} else {
+			qp.countRx(&pkt)
 		}
 	}
 }

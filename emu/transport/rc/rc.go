@@ -184,7 +184,19 @@ type QP struct {
 	// out holds responses waiting behind a READ response stream, in PSN
 	// order.
 	out []respItem
+
+	stats Stats
 }
+
+// Stats are the transport's counts of what it met; RESET keeps them.
+type Stats struct {
+	Timeouts      uint64 // retransmission timeouts that resent (or failed) requests
+	Duplicates    uint64 // duplicate requests received (answered again, not executed)
+	OutOfSequence uint64 // requests ahead of the expected PSN, dropped
+}
+
+// Stats returns the transport's counts.
+func (qp *QP) Stats() Stats { return qp.stats }
 
 // New makes the RC transport of a QP in RESET.
 func New(env transport.Env, mem mr.Space, log *slog.Logger) *QP {
@@ -257,7 +269,7 @@ func (qp *QP) SetState(next transport.State) {
 // destroyed).
 func (qp *QP) Reset() {
 	qp.env.StopTimer()
-	*qp = QP{env: qp.env, mem: qp.mem, log: qp.log, cfg: qp.cfg, state: qp.state}
+	*qp = QP{env: qp.env, mem: qp.mem, log: qp.log, cfg: qp.cfg, state: qp.state, stats: qp.stats}
 }
 
 // ---- requester ---------------------------------------------------------------
@@ -556,6 +568,7 @@ func (qp *QP) Timeout() {
 	if !qp.outstanding() {
 		return
 	}
+	qp.stats.Timeouts++
 	if qp.retries == 0 {
 		qp.failHead(transport.StatusRetryExc)
 		return
@@ -964,12 +977,14 @@ func (qp *QP) Receive(pkt *roce.Packet) {
 	diff := roce.PSNDiff(psn, qp.ePSN)
 	switch {
 	case diff > 0:
+		qp.stats.OutOfSequence++
 		if !qp.nakSent {
 			qp.nakSent = true
 			qp.sendAck(qp.ePSN, roce.NAKSyndrome(roce.NAKPSNSequenceError))
 		}
 		return
 	case diff < 0:
+		qp.stats.Duplicates++
 		qp.duplicate(pkt)
 		return
 	}
