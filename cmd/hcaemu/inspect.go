@@ -32,11 +32,19 @@ type inspected struct {
 	Stats   *inspectedStats `json:",omitempty"`
 }
 
-// inspectedStats are a device's counters.
+// inspectedStats are a device's counters, and its live QPs'.
 type inspectedStats struct {
 	Counters    emu.Counters
 	Findings    map[string]uint64
 	PinnedPages uint64
+	Device      emu.DeviceStats
+	QPs         []qpCounters
+}
+
+// qpCounters are one QP's counters.
+type qpCounters struct {
+	QPN   uint32
+	Stats emu.QPStats
 }
 
 // inspect is the control socket's inspector: what the live devices hold.
@@ -69,7 +77,10 @@ func (h *hcas) inspect(what string) (any, error) {
 		case "srqs":
 			in.SRQs = st.SRQs
 		case "stats":
-			in.Stats = &inspectedStats{Counters: st.Counters, Findings: st.Findings, PinnedPages: st.PinnedPages}
+			in.Stats = &inspectedStats{Counters: st.Counters, Findings: st.Findings, PinnedPages: st.PinnedPages, Device: st.Stats}
+			for _, q := range st.QPs {
+				in.Stats.QPs = append(in.Stats.QPs, qpCounters{QPN: q.QPN, Stats: q.Stats})
+			}
 		}
 		out = append(out, in)
 	}
@@ -158,7 +169,10 @@ func printInspected(w io.Writer, what string, devs []inspected) {
 				st.Port = *d.Ports
 			}
 			if d.Stats != nil {
-				st.Counters, st.Findings, st.PinnedPages = d.Stats.Counters, d.Stats.Findings, d.Stats.PinnedPages
+				st.Counters, st.Findings, st.PinnedPages, st.Stats = d.Stats.Counters, d.Stats.Findings, d.Stats.PinnedPages, d.Stats.Device
+				for _, q := range d.Stats.QPs {
+					st.QPs = append(st.QPs, emu.QPState{QPN: q.QPN, Stats: q.Stats})
+				}
 			}
 		}
 		fmt.Fprintf(w, "%s", d.Device)
@@ -219,8 +233,19 @@ func printInspected(w io.Writer, what string, devs []inspected) {
 			}
 		}
 		if all || what == "stats" {
-			fmt.Fprintf(tw, "  drops\tqkey_violations %d\taddr_mismatches %d\n", st.Counters.QKeyViolations, st.Counters.AddrMismatches)
+			p := &st.Stats.Port
+			fmt.Fprintf(tw, "  port\tframes in %d out %d\tbytes in %d out %d\n", p.FramesIn, p.FramesOut, p.BytesIn, p.BytesOut)
+			fmt.Fprintf(tw, "  dropped\tmalformed %d bad_icrc %d no_qp %d address %d qkey %d port_down %d\n",
+				p.Malformed, p.BadICRC, p.NoQP, p.Address, p.QKey, p.PortDown)
+			fmt.Fprintf(tw, "  drops\tqkey_violations %d\taddr_mismatches %d\t(since the last reset)\n", st.Counters.QKeyViolations, st.Counters.AddrMismatches)
 			fmt.Fprintf(tw, "  pinned_pages\t%d\n", st.PinnedPages)
+			printQPStats(tw, "  all qps", &st.Stats.QPs)
+			for _, q := range st.QPs {
+				printQPStats(tw, fmt.Sprintf("  qpn %#x", q.QPN), &q.Stats)
+			}
+			for _, c := range st.Stats.Commands {
+				fmt.Fprintf(tw, "  command\t%s errno %d\t%d\n", c.Command, c.Errno, c.Count)
+			}
 			kinds := make([]string, 0, len(st.Findings))
 			for k := range st.Findings {
 				kinds = append(kinds, k)
@@ -232,4 +257,14 @@ func printInspected(w io.Writer, what string, devs []inspected) {
 		}
 		tw.Flush()
 	}
+}
+
+// printQPStats writes a QP's counters (or every QP's) on one line.
+func printQPStats(w io.Writer, name string, s *emu.QPStats) {
+	naks := func(n *emu.NAKCounts) string {
+		return fmt.Sprintf("seq %d inv %d acc %d op %d", n.PSNSequence, n.InvalidRequest, n.RemoteAccess, n.RemoteOperational)
+	}
+	fmt.Fprintf(w, "%s\tpackets out %d in %d\tbytes out %d in %d\tretransmitted %d timeouts %d\tnaks out [%s] in [%s]\trnr out %d in %d\tduplicates %d out_of_sequence %d\n",
+		name, s.PacketsSent, s.PacketsReceived, s.BytesSent, s.BytesReceived, s.Retransmitted, s.Timeouts,
+		naks(&s.NAKsSent), naks(&s.NAKsReceived), s.RNRNAKsSent, s.RNRNAKsReceived, s.Duplicates, s.OutOfSequence)
 }

@@ -23,7 +23,7 @@ const runUsage = `usage: hcaemu run [--guests N] [--ready started|listen|marker]
                   [--kernel bzImage] [--modules DIR] [--kernel-tree PATH] [--timeout D] [--memory M] [--cache DIR]
                   [--image debian [--packages PKG,...]] [--pcap FILE] [--record DIR] [--log-level L] [--reboots]
                   [--faults PLAN] [--faults-log FILE] [--faults-seed N] [--control SOCK] [--strict warn|off|fail]
-                  -- COMMAND...
+                  [--metrics ADDR] -- COMMAND...
 
 Provisions (cached) a QEMU with vfio-user, a guest kernel and initramfs, starts
 one emulated PVRDMA device per guest, boots N guests on one Ethernet segment
@@ -74,6 +74,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	reboots := fs.Bool("reboots", false, "let a guest reboot (the command runs again after each boot; $HCAEMU_BOOT counts boots from 1)")
 	faults := registerFaultFlags(fs)
 	strict := registerStrictFlag(fs)
+	metricsAddr := registerMetricsFlag(fs)
 	var workload workloadFlags
 	workload.register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -137,6 +138,12 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hcaemu run: %v\n", err)
 		return 2
 	}
+	metrics, err := listenMetrics(*metricsAddr)
+	if err != nil {
+		fmt.Fprintf(stderr, "hcaemu run: %v\n", err)
+		return 2
+	}
+	defer metrics.close() // (closes the listener if it never served)
 
 	if runFaults, err = faults.start(stderr, defaultControlPath()); err != nil {
 		fmt.Fprintf(stderr, "hcaemu run: %v\n", err)
@@ -190,6 +197,9 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			}
 		}
 	}
+	// Served from now on (the devices exist), shut down before they go.
+	metrics.serve(stderr, func() *hcas { return runFabric }, runFaults)
+	defer metrics.close()
 
 	results, err := cl.Run(ctx, qemu.CommandScript(cmd))
 	if f, ok := latch.finding(); ok {

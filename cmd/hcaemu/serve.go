@@ -44,6 +44,7 @@ func serveMain(args []string) int {
 	recordDir := fs.String("record", "", "record each HCA's boundary (region accesses, guest memory, MSI-X, frames) into this directory, one file per connection, for replay tests")
 	faults := registerFaultFlags(fs)
 	strict := registerStrictFlag(fs)
+	metricsAddr := registerMetricsFlag(fs)
 	var guestControls multiFlag
 	fs.Var(&guestControls, "guest-control", "unix socket a VM's virtio-serial port org.hcaemu.faults connects to, for hcaemu-faults in the guest (repeatable: one per VM; needs --control)")
 	if err := fs.Parse(args); err != nil {
@@ -71,6 +72,11 @@ func serveMain(args []string) int {
 	if err != nil {
 		return fatalf("serve: %v", err)
 	}
+	metrics, err := listenMetrics(*metricsAddr)
+	if err != nil {
+		return fatalf("serve: %v", err)
+	}
+	defer metrics.close()
 	var listeners []*net.UnixListener
 	for _, p := range paths {
 		l, err := vfio.Listen(p)
@@ -114,6 +120,7 @@ func serveMain(args []string) int {
 		faultSet.control.SetInspector(h.inspect)
 		faultSet.control.SetTracer(h.trace.open)
 	}
+	metrics.serve(os.Stderr, func() *hcas { return h }, faultSet)
 	defer func() {
 		if err := h.close(); err != nil {
 			fmt.Fprintf(os.Stderr, "hcaemu serve: %v\n", err)
