@@ -385,8 +385,8 @@ func (c *Cluster) Run(ctx context.Context, script string) ([]GuestResult, error)
 	}
 	ctx, cancelAll := context.WithCancelCause(ctx)
 	defer cancelAll(nil)
-	if c.Image != "" && c.Kernel != nil {
-		return nil, errors.New("an image runs on the provisioned kernel (its modules are in the base initramfs): no Cluster.Kernel with Cluster.Image")
+	if c.Image != "" && c.Kernel != nil && (c.Kernel.Kernel != c.Env.Kernel || len(c.Kernel.Files) > 0) {
+		return nil, errors.New("an image runs on the provisioned kernel and modules (in the base initramfs): no other Cluster.Kernel with Cluster.Image")
 	}
 	kernel, files, err := c.kernelFiles()
 	if err != nil {

@@ -35,7 +35,7 @@ finish() {
 }
 
 for m in $(cat /modules/order); do
-	if ! insmod /modules/$m.ko; then
+	if [ ! -d /sys/module/$m ] && ! insmod /modules/$m.ko; then
 		echo "HCAEMU-FAIL insmod $m"
 		dmesg | tail -n 20
 		finish 125
@@ -72,7 +72,8 @@ fi
 # directory of the initramfs bound in. Shares are mounted inside it.
 if [ -n "$image" ]; then
 	for m in $(cat /modules/order.image); do
-		if ! insmod /modules/$m.ko; then
+		# (an --ulp module's dependency may be loaded already)
+		if [ ! -d /sys/module/$m ] && ! insmod /modules/$m.ko; then
 			echo "HCAEMU-FAIL insmod $m"
 			dmesg | tail -n 20
 			finish 125

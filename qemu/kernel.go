@@ -43,6 +43,9 @@ var moduleOption = map[string]string{
 	"vmw_pvrdma":   "CONFIG_INFINIBAND_VMWARE_PVRDMA",
 	"9pnet_virtio": "CONFIG_NET_9P_VIRTIO", "9p": "CONFIG_9P_FS",
 	"virtio_console": "CONFIG_VIRTIO_CONSOLE",
+	"nvme_rdma":      "CONFIG_NVME_RDMA", "nvmet_rdma": "CONFIG_NVME_TARGET_RDMA",
+	"ib_ipoib": "CONFIG_INFINIBAND_IPOIB", "ib_iser": "CONFIG_INFINIBAND_ISER",
+	"ib_srp": "CONFIG_INFINIBAND_SRP", "rpcrdma": "CONFIG_SUNRPC_XPRT_RDMA",
 }
 
 // requiredModules are what the device and the guest init need; the others
@@ -66,6 +69,28 @@ type KernelOptions struct {
 	ModulesDir string
 	// Shares: the 9p modules are required.
 	Shares bool
+	// ULPs are upper-layer protocol modules (of ULPModules) to load after
+	// the device's, with their dependencies (ParseULPs).
+	ULPs []string
+}
+
+// ParseULPs parses a comma-separated --ulp list: names of ULPModules, with
+// "-" read as "_" (nvme-rdma or nvme_rdma), duplicates removed.
+func ParseULPs(s string) ([]string, error) {
+	var ulps []string
+	for _, name := range strings.Split(s, ",") {
+		name = strings.ReplaceAll(strings.TrimSpace(name), "-", "_")
+		if name == "" {
+			continue
+		}
+		if !slices.Contains(ULPModules, name) {
+			return nil, fmt.Errorf("%q is not one of the upper-layer protocols: %s", name, strings.Join(ULPModules, ", "))
+		}
+		if !slices.Contains(ulps, name) {
+			ulps = append(ulps, name)
+		}
+	}
+	return ulps, nil
 }
 
 // TreeOptions returns the KernelOptions of a kernel build tree: its
@@ -147,6 +172,15 @@ func (e *Env) PrepareKernel(opts KernelOptions) (*GuestKernel, error) {
 		case slices.Contains(required, m):
 			return nil, fmt.Errorf("guest kernel %s lacks module %s (%s=m or =y): no %s.ko found and it is not built in", gk.Release, m, moduleOption[m], m)
 		}
+	}
+	for _, m := range opts.ULPs {
+		if !slices.Contains(ULPModules, m) {
+			return nil, fmt.Errorf("%s is not an upper-layer protocol module (%s)", m, strings.Join(ULPModules, ", "))
+		}
+		if _, have := mods[m]; !have && !builtin[m] {
+			return nil, fmt.Errorf("guest kernel %s lacks module %s (%s=m or =y): no %s.ko found and it is not built in", gk.Release, m, moduleOption[m], m)
+		}
+		preferred = append(preferred, m)
 	}
 	// The dependencies of the modules to load, from their .modinfo.
 	var deps strings.Builder

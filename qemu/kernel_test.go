@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -103,6 +104,26 @@ func TestPrepareKernel(t *testing.T) {
 		t.Errorf("files %v, kernel %s", gk.Files, gk.Kernel)
 	}
 
+	// --ulp nvme_rdma on the provisioned kernel: it and its dependencies
+	// are loaded after the device's (they are in the base initramfs).
+	for name, deps := range map[string]string{"nvme_core": "", "nvme_fabrics": "nvme_core", "nvme_rdma": "nvme_core,nvme_fabrics,ib_core,rdma_cm"} {
+		fakeModule(t, filepath.Join(guest, "modules", name+".ko"), "name="+name, "depends="+deps, "vermagic="+prov+" SMP mod_unload")
+	}
+	gk, err = env.PrepareKernel(KernelOptions{ULPs: []string{"nvme_rdma"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = append(want, "nvme_core", "nvme_fabrics", "nvme_rdma")
+	if d := cmp.Diff(want, gk.Order); d != "" || len(gk.Files) != 0 {
+		t.Errorf("--ulp nvme_rdma: files %v, order (-want +got):\n%s", gk.Files, d)
+	}
+	if _, err := env.PrepareKernel(KernelOptions{ULPs: []string{"nvmet_rdma"}}); err == nil || !strings.Contains(err.Error(), "lacks module nvmet_rdma (CONFIG_NVME_TARGET_RDMA=m or =y)") {
+		t.Errorf("--ulp nvmet_rdma without the module: %v", err)
+	}
+	if _, err := env.PrepareKernel(KernelOptions{ULPs: []string{"vmw_pvrdma"}}); err == nil || !strings.Contains(err.Error(), "not an upper-layer protocol module") {
+		t.Errorf("--ulp vmw_pvrdma: %v", err)
+	}
+
 	// Another kernel with its own tree: every module comes from the tree;
 	// modules.builtin makes configfs built in.
 	tree := t.TempDir()
@@ -178,6 +199,32 @@ func TestPrepareKernel(t *testing.T) {
 				t.Errorf("err %v, want one line with %q", err, tc.want)
 			}
 		})
+	}
+}
+
+func TestParseULPs(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []string
+		err  string
+	}{
+		{"", nil, ""},
+		{"nvme-rdma", []string{"nvme_rdma"}, ""},
+		{"nvme_rdma, nvmet-rdma,nvme_rdma,", []string{"nvme_rdma", "nvmet_rdma"}, ""},
+		{"ib_ipoib,rpcrdma", []string{"ib_ipoib", "rpcrdma"}, ""},
+		{"nvme_tcp", nil, `"nvme_tcp" is not one of the upper-layer protocols: nvme_rdma, nvmet_rdma`},
+		{"../../evil", nil, "is not one of the upper-layer protocols"},
+	} {
+		got, err := ParseULPs(tc.in)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("ParseULPs(%q) error %v, want %q", tc.in, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("ParseULPs(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
+		}
 	}
 }
 

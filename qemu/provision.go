@@ -107,6 +107,11 @@ var guestModules = []string{
 	"virtio_console", // hcaemu-faults (built into Debian's kernel)
 }
 
+// ULPModules are the kernel's RDMA upper-layer protocols a run can ask for
+// (hcaemu run --ulp): provisioned with their dependencies, in the initramfs,
+// loaded (after vmw_pvrdma) only by the runs that ask.
+var ULPModules = []string{"nvme_rdma", "nvmet_rdma", "ib_ipoib", "ib_iser", "ib_srp", "rpcrdma"}
+
 const minFreeBytes = 3 << 30
 
 // Provision makes (or finds in the cache) everything needed to boot guests.
@@ -208,7 +213,7 @@ func (p *provisioner) keys() (tools, sid, trixie, modules, initramfs string) {
 	tools = recipeTools
 	sid = recipeSid + " " + strings.Join(sidPackages, ",")
 	trixie = recipeTrixie + " " + strings.Join(trixiePackages, ",")
-	modules = recipeModules + " " + strings.Join(guestModules, ",") + " " + strings.Join(imageModules, ",") + " " + hash(buildModScript) + "|" +
+	modules = recipeModules + " " + strings.Join(guestModules, ",") + " " + strings.Join(imageModules, ",") + " " + strings.Join(ULPModules, ",") + " " + hash(buildModScript) + "|" +
 		strings.ReplaceAll(p.st.stamp("trixie"), "\n", " ")
 	initramfs = recipeInitramfs + " " + strings.Join(guestCommands, ",") + " " + hash(initScript, readyScript, string(guestGoMod), string(guestGoSum), string(builderSource), string(faultsSource)) + "|" +
 		strings.ReplaceAll(p.st.stamp("sid")+p.st.stamp("modules"), "\n", " ")
@@ -341,7 +346,7 @@ func (p *provisioner) modules(ctx context.Context) error {
 			return err
 		}
 		root := p.path(dirTrixie)
-		argv := chrootArgv(root, p.cache, nil, append(append([]string{"/bin/sh", "-c", buildModScript, "buildmod", out}, guestModules...), imageModules...)...)
+		argv := chrootArgv(root, p.cache, nil, append(append(append([]string{"/bin/sh", "-c", buildModScript, "buildmod", out}, guestModules...), imageModules...), ULPModules...)...)
 		if err := p.r.run(ctx, "modules", "", nil, argv[0], argv[1:]...); err != nil {
 			return err
 		}

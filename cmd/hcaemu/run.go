@@ -20,7 +20,7 @@ import (
 var startDevice func(ctx context.Context, socketPath string, guest int) (stop func(), err error)
 
 const runUsage = `usage: hcaemu run [--guests N] [--ready started|listen|marker] [--share HOSTDIR[:GUESTDIR]]... [--smp N]
-                  [--kernel bzImage] [--modules DIR] [--kernel-tree PATH] [--timeout D] [--memory M] [--cache DIR]
+                  [--kernel bzImage] [--modules DIR] [--kernel-tree PATH] [--ulp MODULE,...] [--timeout D] [--memory M] [--cache DIR]
                   [--image debian [--packages PKG,...]] [--pcap FILE] [--record DIR] [--log-level L] [--reboots]
                   [--faults PLAN] [--faults-log FILE] [--faults-seed N] [--control SOCK] [--strict warn|off|fail]
                   [--metrics ADDR] -- COMMAND...

@@ -48,6 +48,7 @@ func TestRunFlagErrors(t *testing.T) {
 		{[]string{"--modules", filepath.Join(dir, "nope"), "--", "true"}, "--modules: "},
 		{[]string{"--kernel-tree", dir, "--", "true"}, "--kernel-tree: kernel tree " + dir + " has no arch/x86/boot/bzImage"},
 		{[]string{"--kernel-tree", dir, "--modules", dir, "--", "true"}, "--kernel-tree replaces --kernel and --modules"},
+		{[]string{"--ulp", "nvme_rdma,iwarp", "--", "true"}, `--ulp: "iwarp" is not one of the upper-layer protocols`},
 		{[]string{"--guests", "2"}, "no command given"},
 		{[]string{"--image", "ubuntu", "--", "true"}, `--image "ubuntu": the one image is debian`},
 		{[]string{"--packages", "qperf", "--", "true"}, "--packages needs --image debian"},

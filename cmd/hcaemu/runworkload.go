@@ -23,6 +23,7 @@ type workloadFlags struct {
 	kernel     string
 	modules    string
 	kernelTree string
+	ulps       string
 }
 
 // register adds the flags to fs.
@@ -39,6 +40,8 @@ func (w *workloadFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&w.kernel, "kernel", "", "boot this bzImage instead of the provisioned kernel (another release needs --modules)")
 	fs.StringVar(&w.modules, "modules", "", "DIR: kernel modules (.ko, searched recursively) replacing the provisioned ones, e.g. a rebuilt vmw_pvrdma.ko")
 	fs.StringVar(&w.kernelTree, "kernel-tree", "", "PATH: a kernel build tree: boot its arch/x86/boot/bzImage with the modules built in it")
+	fs.StringVar(&w.ulps, "ulp", "", "MODULE,...: RDMA upper-layer protocols to load after vmw_pvrdma, with their dependencies ("+
+		strings.Join(qemu.ULPModules, ", ")+")")
 }
 
 // customKernel says whether a kernel flag is given.
@@ -48,6 +51,10 @@ func (w *workloadFlags) customKernel() bool {
 
 // kernelOptions checks the kernel flags' paths (before provisioning).
 func (w *workloadFlags) kernelOptions() (*qemu.KernelOptions, error) {
+	ulps, err := qemu.ParseULPs(w.ulps)
+	if err != nil {
+		return nil, fmt.Errorf("--ulp: %v", err)
+	}
 	if w.kernelTree != "" {
 		if w.kernel != "" || w.modules != "" {
 			return nil, fmt.Errorf("--kernel-tree replaces --kernel and --modules: give one or the others")
@@ -57,9 +64,10 @@ func (w *workloadFlags) kernelOptions() (*qemu.KernelOptions, error) {
 			return nil, fmt.Errorf("--kernel-tree: %v", err)
 		}
 		opts.Shares = len(w.shares) > 0
+		opts.ULPs = ulps
 		return &opts, nil
 	}
-	if w.kernel == "" && w.modules == "" {
+	if w.kernel == "" && w.modules == "" && len(ulps) == 0 {
 		return nil, nil
 	}
 	if w.kernel != "" {
@@ -76,7 +84,7 @@ func (w *workloadFlags) kernelOptions() (*qemu.KernelOptions, error) {
 			return nil, fmt.Errorf("--modules %s: not a directory", w.modules)
 		}
 	}
-	return &qemu.KernelOptions{Kernel: w.kernel, ModulesDir: w.modules, Shares: len(w.shares) > 0}, nil
+	return &qemu.KernelOptions{Kernel: w.kernel, ModulesDir: w.modules, Shares: len(w.shares) > 0, ULPs: ulps}, nil
 }
 
 // apply validates the flags and sets them on cl. Its errors are one line

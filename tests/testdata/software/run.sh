@@ -1,0 +1,110 @@
+#!/bin/bash
+# Real RDMA software between two guests over hcaemu (TestE2ERealSoftware),
+# in the Debian image with libfabric-bin, ucx-utils and nvme-cli, and the
+# nvmet_rdma and nvme_rdma modules (--ulp). Guest 0 serves, guest 1 is the
+# client; they take turns through files in the share (/x): guest 0 writes
+# /x/STEP.ready once its server listens (seen in /proc/net/tcp or in the
+# kernel's configfs), guest 1 writes /x/STEP.done when its client is done.
+# Every wait is bounded. Each step prints "STEP <name> <exit status>".
+set -u
+step() { echo "STEP $1 $2"; }
+# waitfor FILE: at most 5 minutes.
+waitfor() {
+	local i=0
+	while [ ! -e "$1" ]; do
+		i=$((i + 1))
+		if [ $i -ge 3000 ]; then
+			echo "TIMEOUT waiting for $1"
+			return 1
+		fi
+		sleep 0.1
+	done
+}
+# listening PORT: a TCP socket listens on PORT (decimal).
+listening() {
+	grep -qi "^ *[0-9]*: [0-9A-F]*:$(printf '%04X' "$1") 00000000:0000 0A" /proc/net/tcp
+}
+# serve NAME PORT COMMAND...: runs a server, tells guest 1 once it listens,
+# waits for it (at most 2 minutes).
+serve() {
+	local name=$1 port=$2 i=0
+	shift 2
+	timeout 120 "$@" > "/tmp/$name.out" 2>&1 &
+	local pid=$!
+	until listening "$port"; do
+		i=$((i + 1))
+		if [ $i -ge 1200 ] || ! kill -0 $pid 2>/dev/null; then
+			break
+		fi
+		sleep 0.1
+	done
+	: > "/x/$name.ready"
+	wait $pid
+	local st=$?
+	cat "/tmp/$name.out"
+	step "$name" $st
+}
+
+# libfabric's verbs provider finds RoCE devices by their netdev's name
+# (default prefix "ib"); rxm sizes its CQs by the universe size (default
+# 256 peers), past the device's max_cqe: the driver refuses the CQ.
+export FI_VERBS_IFACE=eth0 FI_UNIVERSE_SIZE=16
+myip=$(ip -4 -o addr show eth0 | sed 's/.*inet \([0-9.]*\).*/\1/')
+
+if [ "$HCAEMU_GUEST" = 0 ]; then
+	# NVMe-oF target: a 64 MiB file-backed namespace on port 4420.
+	mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
+	n=/sys/kernel/config/nvmet
+	mkdir $n/subsystems/hcaemu &&
+		echo 1 > $n/subsystems/hcaemu/attr_allow_any_host &&
+		mkdir $n/subsystems/hcaemu/namespaces/1 &&
+		truncate -s 64M /tmp/nvme.img &&
+		echo -n /tmp/nvme.img > $n/subsystems/hcaemu/namespaces/1/device_path &&
+		echo 1 > $n/subsystems/hcaemu/namespaces/1/buffered_io &&
+		echo 1 > $n/subsystems/hcaemu/namespaces/1/enable &&
+		mkdir $n/ports/1 &&
+		echo rdma > $n/ports/1/addr_trtype &&
+		echo ipv4 > $n/ports/1/addr_adrfam &&
+		echo "$myip" > $n/ports/1/addr_traddr &&
+		echo 4420 > $n/ports/1/addr_trsvcid &&
+		ln -s $n/subsystems/hcaemu $n/ports/1/subsystems/hcaemu
+	step nvmet $?
+	rdma resource show cm_id | grep -q 'LISTEN.*nvmet_rdma.*:4420'
+	step nvmet-listen $?
+	: > /x/nvme.ready
+	waitfor /x/nvme.done
+	dmesg | grep -i nvmet
+
+	serve fi-msg 47592 fi_pingpong -p verbs -e msg -I 200 -S 4096 -s "$myip"
+	waitfor /x/fi-msg.done
+	serve fi-rdm 47592 fi_pingpong -p 'verbs;ofi_rxm' -e rdm -I 200 -S 4096 -s "$myip"
+	waitfor /x/fi-rdm.done
+else
+	waitfor /x/nvme.ready
+	nvme connect -t rdma -a "$HCAEMU_SERVER_IP" -s 4420 -n hcaemu
+	step nvme-connect $?
+	i=0
+	while [ ! -b /dev/nvme0n1 ] && [ $i -lt 600 ]; do
+		i=$((i + 1))
+		sleep 0.1
+	done
+	head -c $((16 << 20)) /dev/urandom > /tmp/data
+	dd if=/tmp/data of=/dev/nvme0n1 bs=1M oflag=direct status=none
+	step nvme-write $?
+	dd if=/dev/nvme0n1 of=/tmp/back bs=1M count=16 iflag=direct status=none
+	step nvme-read $?
+	echo "NVME-SUMS $(sha256sum < /tmp/data | cut -c1-64) $(sha256sum < /tmp/back | cut -c1-64)"
+	nvme disconnect -n hcaemu
+	step nvme-disconnect $?
+	: > /x/nvme.done
+
+	waitfor /x/fi-msg.ready
+	fi_pingpong -p verbs -e msg -I 200 -S 4096 "$HCAEMU_SERVER_IP"
+	step fi-msg $?
+	: > /x/fi-msg.done
+	waitfor /x/fi-rdm.ready
+	fi_pingpong -p 'verbs;ofi_rxm' -e rdm -I 200 -S 4096 "$HCAEMU_SERVER_IP"
+	step fi-rdm $?
+	: > /x/fi-rdm.done
+fi
+echo "SOFTWARE-END"
