@@ -35,7 +35,7 @@ finish() {
 }
 
 for m in $(cat /modules/order); do
-	if [ ! -d /sys/module/$m ] && ! insmod /modules/$m.ko; then
+	if ! insmod /modules/$m.ko; then
 		echo "HCAEMU-FAIL insmod $m"
 		dmesg | tail -n 20
 		finish 125

@@ -163,6 +163,9 @@ func (e *Env) PrepareKernel(opts KernelOptions) (*GuestKernel, error) {
 	if opts.Shares {
 		required = append(required, shareModules...)
 	}
+	lacks := func(m string) error {
+		return fmt.Errorf("guest kernel %s lacks module %s (%s=m or =y): no %s.ko found and it is not built in", gk.Release, m, moduleOption[m], m)
+	}
 	var preferred []string
 	for _, m := range guestModules {
 		_, have := mods[m]
@@ -170,7 +173,7 @@ func (e *Env) PrepareKernel(opts KernelOptions) (*GuestKernel, error) {
 		case have || builtin[m]:
 			preferred = append(preferred, m)
 		case slices.Contains(required, m):
-			return nil, fmt.Errorf("guest kernel %s lacks module %s (%s=m or =y): no %s.ko found and it is not built in", gk.Release, m, moduleOption[m], m)
+			return nil, lacks(m)
 		}
 	}
 	for _, m := range opts.ULPs {
@@ -178,7 +181,7 @@ func (e *Env) PrepareKernel(opts KernelOptions) (*GuestKernel, error) {
 			return nil, fmt.Errorf("%s is not an upper-layer protocol module (%s)", m, strings.Join(ULPModules, ", "))
 		}
 		if _, have := mods[m]; !have && !builtin[m] {
-			return nil, fmt.Errorf("guest kernel %s lacks module %s (%s=m or =y): no %s.ko found and it is not built in", gk.Release, m, moduleOption[m], m)
+			return nil, lacks(m)
 		}
 		preferred = append(preferred, m)
 	}

@@ -112,6 +112,12 @@ var guestModules = []string{
 // loaded (after vmw_pvrdma) only by the runs that ask.
 var ULPModules = []string{"nvme_rdma", "nvmet_rdma", "ib_ipoib", "ib_iser", "ib_srp", "rpcrdma"}
 
+// collectedModules are the modules provisioning collects (with their
+// dependencies): the guest's, an image's and the ULPs.
+func collectedModules() []string {
+	return slices.Concat(guestModules, imageModules, ULPModules)
+}
+
 const minFreeBytes = 3 << 30
 
 // Provision makes (or finds in the cache) everything needed to boot guests.
@@ -213,7 +219,7 @@ func (p *provisioner) keys() (tools, sid, trixie, modules, initramfs string) {
 	tools = recipeTools
 	sid = recipeSid + " " + strings.Join(sidPackages, ",")
 	trixie = recipeTrixie + " " + strings.Join(trixiePackages, ",")
-	modules = recipeModules + " " + strings.Join(guestModules, ",") + " " + strings.Join(imageModules, ",") + " " + strings.Join(ULPModules, ",") + " " + hash(buildModScript) + "|" +
+	modules = recipeModules + " " + strings.Join(collectedModules(), ",") + " " + hash(buildModScript) + "|" +
 		strings.ReplaceAll(p.st.stamp("trixie"), "\n", " ")
 	initramfs = recipeInitramfs + " " + strings.Join(guestCommands, ",") + " " + hash(initScript, readyScript, string(guestGoMod), string(guestGoSum), string(builderSource), string(faultsSource)) + "|" +
 		strings.ReplaceAll(p.st.stamp("sid")+p.st.stamp("modules"), "\n", " ")
@@ -346,7 +352,7 @@ func (p *provisioner) modules(ctx context.Context) error {
 			return err
 		}
 		root := p.path(dirTrixie)
-		argv := chrootArgv(root, p.cache, nil, append(append(append([]string{"/bin/sh", "-c", buildModScript, "buildmod", out}, guestModules...), imageModules...), ULPModules...)...)
+		argv := chrootArgv(root, p.cache, nil, append([]string{"/bin/sh", "-c", buildModScript, "buildmod", out}, collectedModules()...)...)
 		if err := p.r.run(ctx, "modules", "", nil, argv[0], argv[1:]...); err != nil {
 			return err
 		}

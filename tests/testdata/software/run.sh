@@ -3,8 +3,8 @@
 # in the Debian image with libfabric-bin, ucx-utils and nvme-cli, and the
 # nvmet_rdma and nvme_rdma modules (--ulp). Guest 0 serves, guest 1 is the
 # client; they take turns through files in the share (/x): guest 0 writes
-# /x/STEP.ready once its server listens (seen in /proc/net/tcp or in the
-# kernel's configfs), guest 1 writes /x/STEP.done when its client is done.
+# /x/STEP.ready once its server listens (seen in /proc/net/tcp, or as the
+# kernel's rdma_cm listener), guest 1 writes /x/STEP.done when its client is done.
 # Every wait is bounded. Each step prints "STEP <name> <exit status>".
 set -u
 step() { echo "STEP $1 $2"; }
@@ -24,20 +24,27 @@ waitfor() {
 listening() {
 	grep -qi "^ *[0-9]*: [0-9A-F]*:$(printf '%04X' "$1") 00000000:0000 0A" /proc/net/tcp
 }
-# serve NAME PORT COMMAND...: runs a server, tells guest 1 once it listens,
-# waits for it (at most 2 minutes).
-serve() {
-	local name=$1 port=$2 i=0
-	shift 2
-	timeout 120 "$@" > "/tmp/$name.out" 2>&1 &
-	local pid=$!
-	until listening "$port"; do
+# while_running PID COMMAND...: waits until COMMAND succeeds, PID ends, or
+# 2 minutes pass.
+while_running() {
+	local pid=$1 i=0
+	shift
+	until "$@"; do
 		i=$((i + 1))
-		if [ $i -ge 1200 ] || ! kill -0 $pid 2>/dev/null; then
-			break
+		if [ $i -ge 1200 ] || ! kill -0 "$pid" 2>/dev/null; then
+			return 1
 		fi
 		sleep 0.1
 	done
+}
+# serve NAME PORT COMMAND...: runs a server, tells guest 1 once it listens,
+# waits for it (at most 2 minutes).
+serve() {
+	local name=$1 port=$2
+	shift 2
+	timeout 120 "$@" > "/tmp/$name.out" 2>&1 &
+	local pid=$!
+	while_running $pid listening "$port"
 	: > "/x/$name.ready"
 	wait $pid
 	local st=$?
@@ -50,18 +57,12 @@ serve() {
 # on any transport (docs/software.md): the client's result line ("Final:")
 # ends the step, then both are stopped.
 ucx() {
-	local name=$1 i=0
+	local name=$1
 	shift
 	waitfor "/x/$name.ready" || return
 	ucx_perftest -P 0 "$HCAEMU_SERVER_IP" "$@" > "/tmp/$name.out" 2>&1 &
 	local pid=$!
-	until grep -q '^Final:' "/tmp/$name.out"; do
-		i=$((i + 1))
-		if [ $i -ge 1200 ] || ! kill -0 $pid 2>/dev/null; then
-			break
-		fi
-		sleep 0.1
-	done
+	while_running $pid grep -q '^Final:' "/tmp/$name.out"
 	grep -v 'UCX  DIAG' "/tmp/$name.out"
 	grep -q '^Final:' "/tmp/$name.out"
 	step "$name" $?
@@ -69,16 +70,10 @@ ucx() {
 	: > "/x/$name.done"
 }
 ucxserve() {
-	local name=$1 i=0
+	local name=$1
 	ucx_perftest -P 0 > "/tmp/$name.out" 2>&1 &
 	local pid=$!
-	until listening 13337; do
-		i=$((i + 1))
-		if [ $i -ge 1200 ] || ! kill -0 $pid 2>/dev/null; then
-			break
-		fi
-		sleep 0.1
-	done
+	while_running $pid listening 13337
 	: > "/x/$name.ready"
 	waitfor "/x/$name.done"
 	kill -9 $pid 2>/dev/null
