@@ -122,6 +122,7 @@ type guestSpec struct {
 	shares     []guestShare
 	image      string // a root file system disk image attached read-only; "" for none
 	faults     string // unix socket of the virtio-serial port FaultsPortName; "" for none
+	rxe        bool   // soft-RoCE (rxe0 over eth0) instead of an emulated HCA
 }
 
 // FaultsPortName is the name of the guest's virtio-serial port to the run's
@@ -152,7 +153,7 @@ func shareMount(i int) string {
 const imageSlot = 0x11
 
 // kernelCmdline is guest k's kernel command line.
-func kernelCmdline(k int, shares []guestShare, image bool) string {
+func kernelCmdline(k int, shares []guestShare, image, rxe bool) string {
 	// no_timer_check: under TCG on a loaded host the boot-time check of
 	// the IO-APIC timer can miss its ticks and panic the kernel ("IO-APIC
 	// + timer doesn't work!"); virtual machines skip it.
@@ -166,6 +167,9 @@ func kernelCmdline(k int, shares []guestShare, image bool) string {
 	}
 	if image {
 		parts = append(parts, "hcaemu.image=1")
+	}
+	if rxe {
+		parts = append(parts, "hcaemu.rxe=1")
 	}
 	return strings.Join(parts, " ")
 }
@@ -191,7 +195,7 @@ func qemuArgs(g guestSpec) []string {
 	args := []string{
 		"-machine", "q35", "-accel", accel, "-cpu", cpu, "-smp", strconv.Itoa(cpus),
 		"-nodefaults", "-nographic", "-serial", "stdio", "-no-reboot",
-		"-kernel", g.kernel, "-initrd", g.initrd, "-append", kernelCmdline(g.index, g.shares, g.image != ""),
+		"-kernel", g.kernel, "-initrd", g.initrd, "-append", kernelCmdline(g.index, g.shares, g.image != "", g.rxe),
 		"-netdev", fmt.Sprintf("dgram,id=net0,local.type=unix,local.path=%s,remote.type=unix,remote.path=%s", g.netSocket, g.switchPath),
 	}
 	if g.reboot {

@@ -8,10 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,9 +46,10 @@ type Cluster struct {
 	// Stderr receives hcaemu's diagnostics (failures with the guest's last
 	// lines).
 	Stderr io.Writer
-	// Segment is the guests' Ethernet segment (guest k's vmxnet3 is port
-	// k); in-process ports may be attached before Run.
-	Segment *fabric.Segment
+	// Switch is the guests' Ethernet segment: Run attaches guest k's
+	// vmxnet3 to it as NIC "gK" with MAC GuestMAC(k), beside the HCAs
+	// attached by the caller (nil: Run makes a segment of the NICs alone).
+	Switch *fabric.Switch
 	// AllowReboot lets a guest reboot: QEMU restarts the machine (the
 	// device sees the reset and the driver probes again) and the command
 	// runs again with HCAEMU_BOOT counting boots from 1.
@@ -65,6 +68,10 @@ type Cluster struct {
 	// every guest attaches read-only; the command then runs in it. "" runs
 	// the command in the initramfs.
 	Image string
+	// SoftRoCE lists the guests that use Linux soft-RoCE (rxe0 over their
+	// vmxnet3) instead of an emulated HCA: they get no PVRDMA function
+	// even with Devices.
+	SoftRoCE []int
 	// FaultPorts gives guest k a virtio-serial port FaultsPortName
 	// connected to the unix socket FaultsSocketPath(k) (a server must
 	// listen there before Run): the guest's hcaemu-faults command.
@@ -165,23 +172,43 @@ func (e *Env) NewCluster(guests int) (*Cluster, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	c := &Cluster{Env: e, Dir: dir, Guests: guests, Stdout: os.Stdout, Stderr: os.Stderr, Image: e.Image}
-	seg, err := fabric.NewSegment(filepath.Join(dir, "switch.net"), c.netSockets())
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("ethernet segment: %w", err)
-	}
-	c.Segment = seg
-	return c, nil
+	return &Cluster{Env: e, Dir: dir, Guests: guests, Stdout: os.Stdout, Stderr: os.Stderr, Image: e.Image}, nil
 }
 
-// netSockets are the guests' ends of the segment (QEMU binds them).
-func (c *Cluster) netSockets() []string {
-	ports := make([]string, c.Guests)
-	for k := range ports {
-		ports[k] = filepath.Join(c.Dir, fmt.Sprintf("g%d.net", k))
+// netSocket is guest k's end of the segment (QEMU binds it); switchSocket
+// the segment's end, where the NIC listens.
+func (c *Cluster) netSocket(k int) string { return filepath.Join(c.Dir, fmt.Sprintf("g%d.net", k)) }
+
+func (c *Cluster) switchSocket(k int) string { return filepath.Join(c.Dir, fmt.Sprintf("g%d.sw", k)) }
+
+// attachNICs puts the guests' NICs on the segment (a new one when the
+// caller gave none); detach takes them off.
+func (c *Cluster) attachNICs() (detach func(), err error) {
+	sw := c.Switch
+	if sw == nil {
+		sw = fabric.NewSwitch()
 	}
-	return ports
+	var nics []*fabric.DgramNIC
+	detach = func() {
+		for _, n := range nics {
+			n.Close()
+		}
+	}
+	for k := range c.Guests {
+		hw, err := net.ParseMAC(GuestMAC(k))
+		if err != nil || len(hw) != 6 {
+			detach()
+			return nil, fmt.Errorf("guest %d MAC: %v", k, err)
+		}
+		os.Remove(c.netSocket(k))
+		n, err := sw.ListenDgram(fmt.Sprintf("g%d", k), [6]byte(hw), c.switchSocket(k), c.netSocket(k))
+		if err != nil {
+			detach()
+			return nil, fmt.Errorf("ethernet segment: %w", err)
+		}
+		nics = append(nics, n)
+	}
+	return detach, nil
 }
 
 // SocketPath is where guest k's vfio-user server must listen.
@@ -194,12 +221,8 @@ func (c *Cluster) FaultsSocketPath(k int) string {
 	return filepath.Join(c.Dir, fmt.Sprintf("g%d.faults", k))
 }
 
-// Close stops the segment and removes the run directory.
+// Close removes the run directory.
 func (c *Cluster) Close() error {
-	if c.Segment != nil {
-		c.Segment.Close()
-		c.Segment = nil
-	}
 	if c.Dir == "" {
 		return nil
 	}
@@ -396,17 +419,11 @@ func (c *Cluster) Run(ctx context.Context, script string) ([]GuestResult, error)
 	if err := makeInitrd(ctx, e.Builder, e.Initramfs, initrd, script, files); err != nil {
 		return nil, fmt.Errorf("per-run initrd: %w", err)
 	}
-	if c.Segment == nil {
-		return nil, errors.New("cluster is closed")
+	detachNICs, err := c.attachNICs()
+	if err != nil {
+		return nil, err
 	}
-	seg := c.Segment
-	ports := c.netSockets()
-	if len(ports) != c.Guests {
-		return nil, errors.New("cluster: Guests changed after NewCluster")
-	}
-	for _, p := range ports {
-		os.Remove(p)
-	}
+	defer detachNICs()
 
 	out := lineWriter{mu: &sync.Mutex{}, w: c.Stdout}
 	diag := lineWriter{mu: out.mu, w: c.Stderr}
@@ -414,9 +431,10 @@ func (c *Cluster) Run(ctx context.Context, script string) ([]GuestResult, error)
 	for k := range guests {
 		g := guestSpec{
 			index: k, memoryMiB: c.MemoryMiB, cpus: c.CPUs, accel: e.Accel, kernel: kernel, initrd: initrd,
-			netSocket: ports[k], switchPath: seg.Path(), reboot: c.AllowReboot, image: c.Image,
+			netSocket: c.netSocket(k), switchPath: c.switchSocket(k), reboot: c.AllowReboot, image: c.Image,
 		}
-		if c.Devices {
+		g.rxe = slices.Contains(c.SoftRoCE, k)
+		if c.Devices && !g.rxe {
 			g.devSocket = c.SocketPath(k)
 		}
 		if c.FaultPorts {

@@ -2,6 +2,7 @@
 # Kernel command line: hcaemu.guest=K hcaemu.ip=A.B.C.D/N hcaemu.server=IP
 #   hcaemu.share=TAG:DIR (repeatable: a virtio-9p share to mount)
 #   hcaemu.image=1 (a root file system on /dev/vda: the command runs in it)
+#   hcaemu.rxe=1 (Linux soft-RoCE: rxe0 over eth0, the guest's RDMA device)
 # The command is /hcaemu/cmd.sh (from a per-run cpio appended to the initramfs).
 # Markers on the console (one per line): HCAEMU-FAIL <what>, HCAEMU-WAIT, then,
 # after the host's go line "HCAEMU-GO <nonce> <boot> <ready>",
@@ -15,6 +16,7 @@ ip=""
 server=""
 shares=""
 image=""
+rxe=""
 for w in $(cat /proc/cmdline); do
 	case "$w" in
 	hcaemu.guest=*) guest="${w#hcaemu.guest=}" ;;
@@ -22,6 +24,7 @@ for w in $(cat /proc/cmdline); do
 	hcaemu.server=*) server="${w#hcaemu.server=}" ;;
 	hcaemu.share=*) shares="$shares ${w#hcaemu.share=}" ;;
 	hcaemu.image=1) image=/image/root ;;
+	hcaemu.rxe=1) rxe=1 ;;
 	esac
 done
 
@@ -63,6 +66,16 @@ if [ -n "$ip" ]; then
 	fi
 	if ! ip link set dev eth0 up; then
 		echo "HCAEMU-FAIL ip link set dev eth0 up"
+		finish 125
+	fi
+fi
+# The guest's RDMA device: soft-RoCE on request, else the emulated HCA.
+dev=vmw_pvrdma0
+if [ -n "$rxe" ]; then
+	dev=rxe0
+	if ! rdma link add rxe0 type rxe netdev eth0; then
+		echo "HCAEMU-FAIL rdma link add rxe0 type rxe netdev eth0"
+		dmesg | tail -n 20
 		finish 125
 	fi
 fi
@@ -124,6 +137,7 @@ done
 
 export HCAEMU_GUEST="$guest"
 export HCAEMU_SERVER_IP="$server"
+export HCAEMU_RDMA_DEV="$dev"
 # Only errors from the kernel from here on, so the console carries the command's output.
 echo 3 > /proc/sys/kernel/printk
 cd /tmp

@@ -115,6 +115,11 @@ func TestQEMUArgs(t *testing.T) {
 			t.Errorf("args lack %q:\n%s", want, joined)
 		}
 	}
+	// Soft-RoCE: the guest init is told to make rxe0.
+	g.rxe = true
+	if joined = strings.Join(qemuArgs(g), " "); !strings.Contains(joined, " hcaemu.image=1 hcaemu.rxe=1 ") {
+		t.Errorf("soft-RoCE guest's cmdline: %s", joined)
+	}
 }
 
 func TestVFIOUserDeviceJSON(t *testing.T) {

@@ -10,8 +10,10 @@ import (
 	"testing"
 )
 
-// checkCapture decodes a run's pcap with tshark and checks it: every frame
-// is RoCEv2 (Ethernet/IP/UDP 4791/InfiniBand) with an ICRC that an
+// checkCapture decodes a run's pcap with tshark and checks it: it holds the
+// whole segment, the guests' own traffic (ARP, and the TCP the tools
+// exchange their QP numbers over) as well as RoCEv2; every RoCEv2 frame
+// (Ethernet/IP/UDP 4791/InfiniBand) has an ICRC that an
 // independent checker (a Lua post-dissector with its own CRC-32, not the
 // code under test) accepts; the RC, UD and ACK opcodes the tools use appear;
 // the packets of every multi-packet message carry consecutive PSNs; and
@@ -31,7 +33,7 @@ func checkCapture(t *testing.T, pcap, toolOutput string) {
 		"-E", "separator=/t", "-E", "occurrence=f",
 		"-e", "frame.protocols", "-e", "infiniband.bth.opcode", "-e", "infiniband.bth.destqp",
 		"-e", "infiniband.bth.psn", "-e", "roce_icrc.ok", "-e", "ip.src", "-e", "ip.dst",
-		"-e", "infiniband.cm.req.localqpn", "-e", "infiniband.cm.rep.localqpn")
+			"-e", "infiniband.cm.req.localqpn", "-e", "infiniband.cm.rep.localqpn", "-e", "udp.dstport")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -50,7 +52,7 @@ func checkCapture(t *testing.T, pcap, toolOutput string) {
 	}
 	for _, l := range lines {
 		f := strings.Split(l, "\t")
-		for _, cm := range f[min(7, len(f)):] {
+		for _, cm := range f[min(7, len(f)):min(9, len(f))] {
 			if cm == "" {
 				continue
 			}
@@ -70,14 +72,29 @@ func checkCapture(t *testing.T, pcap, toolOutput string) {
 	seen := map[int]int{}
 	qp1 := 0
 	bad := 0
+	guests := map[string]int{} // the guests' own frames, by protocol
+	roce := 0
 	for i, l := range lines {
 		f := strings.Split(l, "\t")
 		if len(f) < 7 {
 			t.Fatalf("frame %d: %q", i+1, l)
 		}
-		if !strings.HasSuffix(f[0], ":udp:infiniband") && !strings.Contains(f[0], ":udp:infiniband:") {
-			t.Errorf("frame %d is not decoded as RoCEv2: %s", i+1, f[0])
+		if len(f) > 9 && f[9] == "4791" || strings.Contains(f[0], ":infiniband") {
+			if !strings.HasSuffix(f[0], ":udp:infiniband") && !strings.Contains(f[0], ":udp:infiniband:") {
+				t.Errorf("frame %d to UDP 4791 is not decoded as RoCEv2: %s", i+1, f[0])
+			}
+		} else {
+			switch {
+			case strings.HasPrefix(f[0], "eth:ethertype:arp"):
+				guests["arp"]++
+			case strings.Contains(f[0], ":tcp"):
+				guests["tcp"]++
+			default:
+				guests["other"]++
+			}
+			continue
 		}
+		roce++
 		if f[4] != "1" {
 			bad++
 			if bad < 5 {
@@ -127,5 +144,8 @@ func checkCapture(t *testing.T, pcap, toolOutput string) {
 	if qp1 == 0 {
 		t.Error("no datagram to QP1 (CM MADs) in the capture")
 	}
-	t.Logf("%d frames, opcodes %v", len(lines), seen)
+	if guests["arp"] == 0 || guests["tcp"] == 0 {
+		t.Errorf("the capture lacks the guests' own traffic: %v", guests)
+	}
+	t.Logf("%d frames: %d RoCEv2, opcodes %v; the guests' own %v", len(lines), roce, seen, guests)
 }

@@ -8,6 +8,9 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -23,7 +26,7 @@ const runUsage = `usage: hcaemu run [--guests N] [--ready started|listen|marker]
                   [--kernel bzImage] [--modules DIR] [--kernel-tree PATH] [--ulp MODULE,...] [--timeout D] [--memory M] [--cache DIR]
                   [--image debian [--packages PKG,...]] [--pcap FILE] [--record DIR] [--log-level L] [--reboots]
                   [--faults PLAN] [--faults-log FILE] [--faults-seed N] [--control SOCK] [--strict warn|off|fail]
-                  [--metrics ADDR] -- COMMAND...
+                  [--metrics ADDR] [--rxe K,...|all] -- COMMAND...
 
 Provisions (cached) a QEMU with vfio-user, a guest kernel and initramfs, starts
 one emulated PVRDMA device per guest, boots N guests on one Ethernet segment
@@ -31,13 +34,19 @@ one emulated PVRDMA device per guest, boots N guests on one Ethernet segment
 guest 0 first, the others once guest 0's command is ready (--ready: by default
 once it listens on a TCP port or an rdma_cm ID; or exits 0). When guest 0's
 command fails, the others are stopped. In the guests, HCAEMU_GUEST=k and
-HCAEMU_SERVER_IP=10.0.0.1 (empty in guest 0). Output lines are prefixed [gK].
+HCAEMU_SERVER_IP=10.0.0.1 (empty in guest 0) and HCAEMU_RDMA_DEV is the
+guest's RDMA device: vmw_pvrdma0, or rxe0 in the guests --rxe lists, which
+use Linux soft-RoCE over their vmxnet3 instead of an emulated HCA (to test
+against a second RoCE implementation). Output lines are prefixed [gK].
 The exit status is 0 only if every guest's command exited 0.
 
 With --image debian the command runs (bash, normal PATH and HOME) in a Debian
 trixie root file system with rdma-core's userland and the --packages, made
 once with mmdebstrap and cached by package set; the guests attach it
 read-only and keep their writes in RAM.
+
+The HCAs' ports and the guests' NICs share the segment (--pcap captures all
+of it), which pauses senders instead of dropping frames, as PFC does.
 
 The frames between the HCAs, and the HCAs themselves, follow a fault plan
 (--faults, empty by default) whose control socket (--control, else a path
@@ -53,6 +62,31 @@ was allowed; --strict fail stops the run at the first one with exit 1.
 
 Environment: HCAEMU_CACHE (cache dir), HCAEMU_ACCEL (tcg|kvm), HCAEMU_MIRROR.
 `
+
+// parseGuestList parses "K,..." or "all" into guest numbers below guests.
+func parseGuestList(s string, guests int) ([]int, error) {
+	if s == "" {
+		return nil, nil
+	}
+	if s == "all" {
+		all := make([]int, guests)
+		for k := range all {
+			all[k] = k
+		}
+		return all, nil
+	}
+	var list []int
+	for w := range strings.SplitSeq(s, ",") {
+		k, err := strconv.Atoi(w)
+		if err != nil || k < 0 || k >= guests {
+			return nil, fmt.Errorf("%q is not a guest (0..%d) nor all", w, guests-1)
+		}
+		if !slices.Contains(list, k) {
+			list = append(list, k)
+		}
+	}
+	return list, nil
+}
 
 // runMain implements "hcaemu run".
 func runMain(args []string) int {
@@ -71,6 +105,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	logLevel := fs.String("log-level", "warn", "log level of the emulated HCAs (debug, info, warn, error)")
 	image := fs.String("image", "", "run the command in a Debian root file system (debian) instead of the u-root initramfs")
 	packages := fs.String("packages", "", "PKG,...: Debian packages added to the --image (cached by package set)")
+	rxe := fs.String("rxe", "", "K,... or all: these guests use Linux soft-RoCE (rxe0 over eth0) instead of an emulated HCA")
 	reboots := fs.Bool("reboots", false, "let a guest reboot (the command runs again after each boot; $HCAEMU_BOOT counts boots from 1)")
 	faults := registerFaultFlags(fs)
 	strict := registerStrictFlag(fs)
@@ -94,6 +129,11 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if *guests < 1 || *guests > 8 {
 		fmt.Fprintf(stderr, "hcaemu run: --guests must be between 1 and 8, not %d\n", *guests)
+		return 2
+	}
+	softRoCE, err := parseGuestList(*rxe, *guests)
+	if err != nil {
+		fmt.Fprintf(stderr, "hcaemu run: --rxe: %v\n", err)
 		return 2
 	}
 	if *timeout <= 0 {
@@ -167,6 +207,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer cl.Close()
 	cl.MemoryMiB, cl.Timeout, cl.Stdout, cl.Stderr = mem, *timeout, stdout, stderr
 	cl.AllowReboot = *reboots
+	cl.SoftRoCE = softRoCE
 	if err := runFaults.listenGuests(cl); err != nil {
 		fmt.Fprintf(stderr, "hcaemu run: %v\n", err)
 		return 1
@@ -187,6 +228,9 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if startDevice != nil {
 		cl.Devices = true
 		for k := 0; k < *guests; k++ {
+			if slices.Contains(softRoCE, k) {
+				continue
+			}
 			stop, err := startDevice(ctx, cl.SocketPath(k), k)
 			if err != nil {
 				fmt.Fprintf(stderr, "hcaemu run: starting the device of guest %d: %v\n", k, err)
@@ -196,6 +240,16 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				defer stop()
 			}
 		}
+	}
+	if startDevice != nil {
+		// One segment: the guests' NICs join the HCAs' switch (and its
+		// capture and fault injection), soft-RoCE guests' too.
+		h, err := runHCAs()
+		if err != nil {
+			fmt.Fprintf(stderr, "hcaemu run: %v\n", err)
+			return 1
+		}
+		cl.Switch = h.sw
 	}
 	// Served from now on (the devices exist), shut down before they go.
 	metrics.serve(stderr, func() *hcas { return runFabric }, runFaults)

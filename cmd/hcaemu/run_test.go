@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -50,6 +51,9 @@ func TestRunFlagErrors(t *testing.T) {
 		{[]string{"--kernel-tree", dir, "--modules", dir, "--", "true"}, "--kernel-tree replaces --kernel and --modules"},
 		{[]string{"--ulp", "nvme_rdma,iwarp", "--", "true"}, `--ulp: "iwarp" is not one of the upper-layer protocols`},
 		{[]string{"--guests", "2"}, "no command given"},
+		{[]string{"--guests", "2", "--rxe", "2", "--", "true"}, `--rxe: "2" is not a guest (0..1) nor all`},
+		{[]string{"--rxe", "one", "--", "true"}, `--rxe: "one" is not a guest`},
+		{[]string{"--rxe", "0,", "--", "true"}, `--rxe: "" is not a guest`},
 		{[]string{"--image", "ubuntu", "--", "true"}, `--image "ubuntu": the one image is debian`},
 		{[]string{"--packages", "qperf", "--", "true"}, "--packages needs --image debian"},
 		{[]string{"--image", "debian", "--packages", "qperf,Bad_Name", "--", "true"}, `--packages: "Bad_Name" is not a Debian package name`},
@@ -70,6 +74,23 @@ func TestRunFlagErrors(t *testing.T) {
 				t.Errorf("stderr %q, want one line with %q", msg, tc.want)
 			}
 		})
+	}
+}
+
+func TestParseGuestList(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []int
+	}{
+		{"", nil},
+		{"1", []int{1}},
+		{"2,0,2", []int{2, 0}},
+		{"all", []int{0, 1, 2}},
+	} {
+		got, err := parseGuestList(tc.in, 3)
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("parseGuestList(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
+		}
 	}
 }
 

@@ -28,23 +28,35 @@ func init() {
 	startDevice = startRunDevice
 }
 
+// runHCAs returns the run's fabric, made at the first call (after the
+// runOptions are set).
+func runHCAs() (*hcas, error) {
+	if runFabric != nil {
+		return runFabric, nil
+	}
+	log, err := newLogger(runOptions.logLevel)
+	if err != nil {
+		return nil, err
+	}
+	h, err := newHCAs(log, runOptions.pcap, runOptions.record, runFaults.decorators()...)
+	if err != nil {
+		return nil, err
+	}
+	h.faults = runFaults.hooks()
+	h.strict, h.latch = runOptions.strict, runOptions.latch
+	if runFaults != nil && runFaults.control != nil {
+		runFaults.control.SetInspector(h.inspect)
+		runFaults.control.SetTracer(h.trace.open)
+	}
+	runFabric = h
+	return h, nil
+}
+
 // startRunDevice serves guest k's HCA on socketPath, paired with guest k's
 // vmxnet3.
 func startRunDevice(ctx context.Context, socketPath string, guest int) (stop func(), err error) {
-	if runFabric == nil {
-		log, err := newLogger(runOptions.logLevel)
-		if err != nil {
-			return nil, err
-		}
-		if runFabric, err = newHCAs(log, runOptions.pcap, runOptions.record, runFaults.decorators()...); err != nil {
-			return nil, err
-		}
-		runFabric.faults = runFaults.hooks()
-		runFabric.strict, runFabric.latch = runOptions.strict, runOptions.latch
-		if runFaults != nil && runFaults.control != nil {
-			runFaults.control.SetInspector(runFabric.inspect)
-			runFaults.control.SetTracer(runFabric.trace.open)
-		}
+	if _, err := runHCAs(); err != nil {
+		return nil, err
 	}
 	hw, err := net.ParseMAC(qemu.GuestMAC(guest))
 	if err != nil || len(hw) != 6 {

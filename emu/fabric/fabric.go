@@ -26,10 +26,14 @@ package fabric
 
 import (
 	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Receiver takes a frame delivered to a port. It must not block and owns the
@@ -65,25 +69,76 @@ func (f LinkFunc) Send(from *Port, frame []byte) bool { return f(from, frame) }
 // ownership rules of Link.
 type Decorator func(next Link) Link
 
-// Switch is an in-process Ethernet switch for RoCEv2 frames.
+// Switch is the Ethernet segment the emulated HCAs and the guests' NICs
+// share: a learning switch in this process.
+//
+// Ports belong to stations: a station is one machine's attachment, the
+// guest's NIC (AttachNIC) and the HCA paired with it (Attach), under one MAC.
+// Frames go to a station by destination MAC (the station's own MAC, or one
+// learnt from the source MACs of its frames); unknown and broadcast
+// destinations flood to every station. Inside a station, a frame for an IP
+// address the station's HCA owns goes to the HCA when it is RoCEv2 (UDP
+// 4791), everything else to the NIC, the way a converged NIC steers RoCE
+// to its RDMA engine; a station without a NIC gives its HCA every IP frame
+// for its addresses.
+//
+// Lossless: a receiver whose queue is full refuses a frame and the sender
+// backs off and sends again (Send returns false), the way PFC pauses a link;
+// nothing is dropped for lack of room except when flooding.
 type Switch struct {
-	mu    sync.RWMutex
-	ports map[*Port]struct{}
-	byIP  map[netip.Addr]*Port
-	link  Link
+	mu       sync.RWMutex
+	ports    map[*Port]struct{}
+	byIP     map[netip.Addr]*Port
+	stations map[[6]byte]*station // by the MAC they were attached with
+	link     Link
+
+	camMu sync.Mutex
+	cam   map[[6]byte]camEntry // learnt MAC -> station, at most camSize
+	now   func() time.Time     // the clock entries age by (tests replace it)
 
 	Forwarded atomic.Uint64
 	Dropped   atomic.Uint64
-	// Spoofed counts frames a port sent from an IP source address it does
-	// not own (or without an IP header): dropped as they entered the
-	// fabric, before any decorator saw them.
+	// Flooded counts frames sent to every station (broadcast, multicast,
+	// unknown unicast).
+	Flooded atomic.Uint64
+	// Spoofed counts frames dropped as they entered the fabric, before any
+	// decorator saw them: an HCA's frame from an IP source address it does
+	// not own (or without an IP header); a NIC's RoCEv2 frame from an
+	// address another station's HCA owns; any frame from a MAC that is
+	// another station's NIC's.
 	Spoofed atomic.Uint64
+	// CAMFull counts source MACs not learnt because the table was full.
+	CAMFull atomic.Uint64
+}
+
+// The MAC table is bounded the way a switch's CAM is: a guest sending from
+// ever new source MACs cannot grow it without limit. Entries age out after
+// camAge (the usual 300 s); when the table is full of live entries, new
+// MACs are not learnt and frames to them flood, as on real switches.
+const (
+	camSize = 1024
+	camAge  = 300 * time.Second
+)
+
+// camEntry is one learnt MAC: its station and when it was last seen.
+type camEntry struct {
+	st   *station
+	seen time.Time
+}
+
+// station is one machine on the segment: its NIC and its HCAs (guarded by
+// the switch's mu).
+type station struct {
+	mac  [6]byte
+	nic  *Port
+	hcas []*Port
 }
 
 // NewSwitch returns a switch whose ports' frames pass through the
 // decorators (outermost first) before being forwarded.
 func NewSwitch(decorators ...Decorator) *Switch {
-	s := &Switch{ports: map[*Port]struct{}{}, byIP: map[netip.Addr]*Port{}}
+	s := &Switch{ports: map[*Port]struct{}{}, byIP: map[netip.Addr]*Port{}, stations: map[[6]byte]*station{},
+		cam: map[[6]byte]camEntry{}, now: time.Now}
 	var l Link = LinkFunc(s.forward)
 	for i := len(decorators) - 1; i >= 0; i-- {
 		l = decorators[i](l)
@@ -92,12 +147,14 @@ func NewSwitch(decorators ...Decorator) *Switch {
 	return s
 }
 
-// Port is one HCA's attachment to the switch.
+// Port is one HCA's or one NIC's attachment to the switch.
 type Port struct {
 	sw    *Switch
 	name  string
 	rx    Receiver
 	mac   [6]byte
+	st    *station
+	nic   bool
 	addrs []netip.Addr // guarded by sw.mu
 	// owned is a copy of addrs the send path reads without the switch's
 	// lock (replaced, never changed in place).
@@ -105,14 +162,41 @@ type Port struct {
 	gone  atomic.Bool
 }
 
-// Attach connects a port called name with MAC mac whose frames are delivered
-// to rx.
+// Attach connects an HCA's port called name, paired with the NIC whose MAC
+// is mac, whose frames are delivered to rx.
 func (s *Switch) Attach(name string, mac [6]byte, rx Receiver) *Port {
-	p := &Port{sw: s, name: name, rx: rx, mac: mac}
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := &Port{sw: s, name: name, rx: rx, mac: mac, st: s.station(mac)}
+	p.st.hcas = append(p.st.hcas, p)
 	s.ports[p] = struct{}{}
-	s.mu.Unlock()
 	return p
+}
+
+// AttachNIC connects a guest's NIC called name with MAC mac, whose frames
+// are delivered to rx. The MAC is the station's from then on: no other
+// station's frames may come from it. A MAC has one NIC at a time.
+func (s *Switch) AttachNIC(name string, mac [6]byte, rx Receiver) (*Port, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.station(mac)
+	if st.nic != nil {
+		return nil, fmt.Errorf("fabric: MAC %s belongs to NIC %s", net.HardwareAddr(mac[:]), st.nic.name)
+	}
+	p := &Port{sw: s, name: name, rx: rx, mac: mac, st: st, nic: true}
+	st.nic = p
+	s.ports[p] = struct{}{}
+	return p, nil
+}
+
+// station returns the station of mac, made if new (s.mu held).
+func (s *Switch) station(mac [6]byte) *station {
+	st := s.stations[mac]
+	if st == nil {
+		st = &station{mac: mac}
+		s.stations[mac] = st
+	}
+	return st
 }
 
 // Name and MAC of the port.
@@ -134,11 +218,17 @@ func (e *AddrInUseError) Error() string {
 	return "fabric: address " + e.Addr.String() + " belongs to port " + e.Owner
 }
 
-// SetAddrs replaces the IP addresses (GIDs) the port owns, all or nothing:
-// when another port owns one of them it returns an *AddrInUseError and the
-// port keeps the addresses it had. IPv4-mapped IPv6 addresses count as the
-// IPv4 address they map. A detached port owns nothing.
+// errNICAddrs: a NIC's addresses are its guest's business, not the switch's.
+var errNICAddrs = errors.New("fabric: a NIC port owns no addresses")
+
+// SetAddrs replaces the IP addresses (GIDs) an HCA's port owns, all or
+// nothing: when another port owns one of them it returns an *AddrInUseError
+// and the port keeps the addresses it had. IPv4-mapped IPv6 addresses count
+// as the IPv4 address they map. A detached port owns nothing.
 func (p *Port) SetAddrs(addrs []netip.Addr) error {
+	if p.nic {
+		return errNICAddrs
+	}
 	s := p.sw
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -178,16 +268,16 @@ func (p *Port) Owns(a netip.Addr) bool {
 // up the frame. It returns false when the receiving port's queue was full
 // (backpressure).
 //
-// A frame whose IP source the port does not own is dropped here (counted
-// in Spoofed) before the switch's decorators: capture and fault injection
-// see only frames that entered the fabric, and what a fault rule does to a
-// frame afterwards (rewriting a header) is the fabric's doing, not a port's.
+// A frame the port may not send (see Switch.Spoofed) is dropped here
+// before the switch's decorators: capture and fault injection see only
+// frames that entered the fabric, and what a fault rule does to a frame
+// afterwards (rewriting a header) is the fabric's doing, not a port's.
 func (p *Port) Send(frame []byte) bool {
 	if p.gone.Load() {
 		Release(frame)
 		return true
 	}
-	if src, ok := SrcIP(frame); !ok || !p.Owns(src) {
+	if !p.admit(frame) {
 		p.sw.Spoofed.Add(1)
 		Release(frame)
 		return true
@@ -195,14 +285,97 @@ func (p *Port) Send(frame []byte) bool {
 	return p.sw.link.Send(p, frame)
 }
 
+// admit checks a frame's source against what the port may send from, and
+// learns its source MAC.
+func (p *Port) admit(frame []byte) bool {
+	if len(frame) < 14 {
+		return false
+	}
+	s := p.sw
+	if !p.nic {
+		if src, ok := SrcIP(frame); !ok || !p.Owns(src) {
+			return false
+		}
+	} else if src, ok := SrcIP(frame); ok && IsRoCE(frame) {
+		s.mu.RLock()
+		o := s.byIP[src.Unmap()]
+		s.mu.RUnlock()
+		if o != nil && o.st != p.st {
+			return false
+		}
+	}
+	return s.learn([6]byte(frame[6:12]), p.st)
+}
+
+// learn records that mac was seen at station st, within the table's bound:
+// a full table first drops aged entries, then stops learning. A MAC of
+// another station's NIC is not learnt: false, the frame is spoofed.
+func (s *Switch) learn(mac [6]byte, st *station) bool {
+	if mac[0]&1 != 0 || mac == ([6]byte{}) {
+		return true // group addresses and the zero MAC are no station's; not learnt
+	}
+	s.mu.RLock()
+	own := s.stations[mac]
+	pinned := own != nil && own.nic != nil
+	s.mu.RUnlock()
+	if own == st {
+		return true
+	}
+	if pinned {
+		return false
+	}
+	now := s.now()
+	s.camMu.Lock()
+	defer s.camMu.Unlock()
+	if e, ok := s.cam[mac]; !ok && len(s.cam) >= camSize {
+		for m, e := range s.cam {
+			if now.Sub(e.seen) >= camAge {
+				delete(s.cam, m)
+			}
+		}
+		if len(s.cam) >= camSize {
+			s.CAMFull.Add(1)
+			return true
+		}
+	} else if ok && e.st == st && now.Sub(e.seen) < time.Second {
+		return true // fresh enough: no write
+	}
+	s.cam[mac] = camEntry{st: st, seen: now}
+	return true
+}
+
 // Detach disconnects the port; frames for its addresses are dropped, and
 // the addresses are free for another port to own.
 func (p *Port) Detach() {
-	p.gone.Store(true)
-	_ = p.SetAddrs(nil) // owning nothing never fails
-	p.sw.mu.Lock()
-	delete(p.sw.ports, p)
-	p.sw.mu.Unlock()
+	if p.gone.Swap(true) {
+		return
+	}
+	if !p.nic {
+		_ = p.SetAddrs(nil) // owning nothing never fails
+	}
+	s := p.sw
+	s.mu.Lock()
+	delete(s.ports, p)
+	st := p.st
+	if p.nic {
+		st.nic = nil
+	} else {
+		st.hcas = slices.DeleteFunc(st.hcas, func(h *Port) bool { return h == p })
+	}
+	empty := st.nic == nil && len(st.hcas) == 0
+	if empty && s.stations[st.mac] == st {
+		delete(s.stations, st.mac)
+	}
+	s.mu.Unlock()
+	if empty {
+		s.camMu.Lock()
+		for m, e := range s.cam {
+			if e.st == st {
+				delete(s.cam, m)
+			}
+		}
+		s.camMu.Unlock()
+	}
 }
 
 // DstIP returns the destination IP address of an Ethernet frame carrying
@@ -234,19 +407,111 @@ func ipAddr(frame []byte, off4, off6 int) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
-// forward delivers a frame to the port owning its destination address; a
-// frame for nobody is dropped (released).
+// RoCEPort is RoCEv2's UDP destination port.
+const RoCEPort = 4791
+
+// IsRoCE reports whether an Ethernet frame is a RoCEv2 packet: IPv4 (no
+// fragment offset) or IPv6 carrying UDP to port 4791.
+func IsRoCE(frame []byte) bool {
+	if len(frame) < 14 {
+		return false
+	}
+	var udp int
+	switch binary.BigEndian.Uint16(frame[12:]) {
+	case 0x0800:
+		if len(frame) < 14+20 || frame[14+9] != 17 || binary.BigEndian.Uint16(frame[14+6:])&0x1fff != 0 {
+			return false
+		}
+		udp = 14 + int(frame[14]&0x0f)*4
+	case 0x86DD:
+		if len(frame) < 14+40 || frame[14+6] != 17 {
+			return false
+		}
+		udp = 14 + 40
+	default:
+		return false
+	}
+	return len(frame) >= udp+8 && binary.BigEndian.Uint16(frame[udp+2:]) == RoCEPort
+}
+
+// target is the port of station st that takes frame from port from, nil
+// for none (s.mu held for reading).
+func (s *Switch) target(st *station, from *Port, frame []byte) *Port {
+	if dst, ok := DstIP(frame); ok {
+		if h := s.byIP[dst.Unmap()]; h != nil && h.st == st && !h.gone.Load() && (st.nic == nil || IsRoCE(frame)) {
+			return h
+		}
+	}
+	if st.nic != nil && st.nic != from && !st.nic.gone.Load() {
+		return st.nic
+	}
+	return nil
+}
+
+// lookup returns the station a unicast MAC is at, nil if unknown.
+func (s *Switch) lookup(mac [6]byte) *station {
+	s.mu.RLock()
+	st := s.stations[mac]
+	s.mu.RUnlock()
+	if st != nil {
+		return st
+	}
+	s.camMu.Lock()
+	defer s.camMu.Unlock()
+	e, ok := s.cam[mac]
+	if !ok || s.now().Sub(e.seen) >= camAge {
+		return nil
+	}
+	return e.st
+}
+
+// forward delivers a frame to its destination station's port, or floods it
+// to every station; a frame nobody takes is dropped (released).
 func (s *Switch) forward(from *Port, frame []byte) bool {
-	dst, ok := DstIP(frame)
-	if !ok {
+	dst := [6]byte(frame[0:6])
+	if dst[0]&1 == 0 && dst != ([6]byte{}) {
+		if st := s.lookup(dst); st != nil {
+			s.mu.RLock()
+			to := s.target(st, from, frame)
+			s.mu.RUnlock()
+			return s.deliver(to, frame)
+		}
+	}
+	s.Flooded.Add(1)
+	s.mu.RLock()
+	var hca *Port // the HCA taking a flooded RoCE frame, if any: its answer is the sender's
+	outs := make([]*Port, 0, len(s.stations))
+	for _, st := range s.stations {
+		// Not back to where it came from, but an HCA's frame to its own
+		// address loops back.
+		if to := s.target(st, from, frame); to != nil && (st != from.st || to == from) {
+			if !to.nic {
+				hca = to
+			}
+			outs = append(outs, to)
+		}
+	}
+	s.mu.RUnlock()
+	ok := true
+	for i, to := range outs {
+		f := frame
+		if i < len(outs)-1 {
+			f = Clone(frame)
+		}
+		if !s.deliver(to, f) && to == hca {
+			ok = false
+		}
+	}
+	if len(outs) == 0 {
 		s.Dropped.Add(1)
 		Release(frame)
-		return true
 	}
-	s.mu.RLock()
-	to := s.byIP[dst.Unmap()]
-	s.mu.RUnlock()
-	if to == nil || to.gone.Load() {
+	return ok
+}
+
+// deliver hands a frame to port to (nil: nobody; dropped).
+func (s *Switch) deliver(to *Port, frame []byte) bool {
+	if to == nil {
 		s.Dropped.Add(1)
 		Release(frame)
 		return true

@@ -75,3 +75,52 @@ func TestCapture(t *testing.T) {
 		t.Errorf("spoofed %d, want 1", sw.Spoofed.Load())
 	}
 }
+
+// TestCaptureSegment: the capture holds everything on the segment, the
+// guests' own traffic (ARP, IP) from their NICs as well as RoCE between
+// HCAs, in the order it crossed.
+func TestCaptureSegment(t *testing.T) {
+	var buf bytes.Buffer
+	w, err := NewPcapWriter(&buf, PcapOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw := fabric.NewSwitch(To(w))
+	drop := func(f []byte) bool { fabric.Release(f); return true }
+	mac0, mac1 := [6]byte{0x52, 0x54, 0, 0, 0, 1}, [6]byte{0x52, 0x54, 0, 0, 0, 2}
+	nic0, _ := sw.AttachNIC("g0", mac0, drop)
+	sw.AttachNIC("g1", mac1, drop)
+	hca0 := sw.Attach("hca0", mac0, drop)
+	sw.Attach("hca1", mac1, drop).SetAddrs([]netip.Addr{netip.MustParseAddr("10.0.0.2")})
+	hca0.SetAddrs([]netip.Addr{netip.MustParseAddr("10.0.0.1")})
+
+	arp := append(append(append([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, mac0[:]...), 0x08, 0x06), make([]byte, 28)...)
+	ip := frame4("10.0.0.1", "10.0.0.2")
+	copy(ip, mac1[:])
+	copy(ip[6:], mac0[:])
+	roce := append(frame4("10.0.0.1", "10.0.0.2"), 0x12, 0xb7, 0x12, 0xb7, 0, 8, 0, 0) // UDP 4791
+	roce[14], roce[14+9] = 0x45, 17
+	copy(roce, mac1[:])
+	copy(roce[6:], mac0[:])
+	want := [][]byte{arp, ip, roce}
+	for i, f := range want {
+		from := nic0
+		if i == 2 {
+			from = hca0
+		}
+		from.Send(fabric.Clone(f))
+	}
+	w.Close()
+	_, _, _, recs := readPcap(t, buf.Bytes())
+	if len(recs) != len(want) {
+		t.Fatalf("%d frames captured, want %d", len(recs), len(want))
+	}
+	for i := range want {
+		if !bytes.Equal(recs[i].data, want[i]) {
+			t.Errorf("record %d differs", i)
+		}
+	}
+	if !fabric.IsRoCE(recs[2].data) || fabric.IsRoCE(recs[1].data) {
+		t.Error("the capture's RoCE frame is not the third")
+	}
+}
