@@ -123,6 +123,11 @@ type guestSpec struct {
 	image      string // a root file system disk image attached read-only; "" for none
 	faults     string // unix socket of the virtio-serial port FaultsPortName; "" for none
 	rxe        bool   // soft-RoCE (rxe0 over eth0) instead of an emulated HCA
+	// streamPath, when set, joins the NIC to one other guest over a QEMU
+	// stream netdev at this unix socket (a measurement's reference, see
+	// StreamNetEnv) instead of the segment; streamServer listens there.
+	streamPath   string
+	streamServer bool
 }
 
 // FaultsPortName is the name of the guest's virtio-serial port to the run's
@@ -197,6 +202,13 @@ func qemuArgs(g guestSpec) []string {
 		"-nodefaults", "-nographic", "-serial", "stdio", "-no-reboot",
 		"-kernel", g.kernel, "-initrd", g.initrd, "-append", kernelCmdline(g.index, g.shares, g.image != "", g.rxe),
 		"-netdev", fmt.Sprintf("dgram,id=net0,local.type=unix,local.path=%s,remote.type=unix,remote.path=%s", g.netSocket, g.switchPath),
+	}
+	if g.streamPath != "" {
+		netdev := fmt.Sprintf("stream,id=net0,server=off,addr.type=unix,addr.path=%s,reconnect-ms=100", g.streamPath)
+		if g.streamServer {
+			netdev = fmt.Sprintf("stream,id=net0,server=on,addr.type=unix,addr.path=%s", g.streamPath)
+		}
+		args[len(args)-1] = netdev
 	}
 	if g.reboot {
 		args = slices.DeleteFunc(args, func(a string) bool { return a == "-no-reboot" })

@@ -175,6 +175,12 @@ func (e *Env) NewCluster(guests int) (*Cluster, error) {
 	return &Cluster{Env: e, Dir: dir, Guests: guests, Stdout: os.Stdout, Stderr: os.Stderr, Image: e.Image}, nil
 }
 
+// StreamNetEnv, set to "stream", joins the two guests of a run by a QEMU
+// stream netdev (a unix stream socket between the two QEMUs) instead of the
+// segment: no HCA port, capture or fault injection sees their traffic. It
+// exists to measure the segment against QEMU's own link (scripts/perf.sh).
+const StreamNetEnv = "HCAEMU_NET"
+
 // netSocket is guest k's end of the segment (QEMU binds it); switchSocket
 // the segment's end, where the NIC listens.
 func (c *Cluster) netSocket(k int) string { return filepath.Join(c.Dir, fmt.Sprintf("g%d.net", k)) }
@@ -419,11 +425,17 @@ func (c *Cluster) Run(ctx context.Context, script string) ([]GuestResult, error)
 	if err := makeInitrd(ctx, e.Builder, e.Initramfs, initrd, script, files); err != nil {
 		return nil, fmt.Errorf("per-run initrd: %w", err)
 	}
-	detachNICs, err := c.attachNICs()
-	if err != nil {
-		return nil, err
+	stream := os.Getenv(StreamNetEnv) == "stream"
+	if stream && c.Guests != 2 {
+		return nil, fmt.Errorf("%s=stream joins two guests, not %d", StreamNetEnv, c.Guests)
 	}
-	defer detachNICs()
+	if !stream {
+		detachNICs, err := c.attachNICs()
+		if err != nil {
+			return nil, err
+		}
+		defer detachNICs()
+	}
 
 	out := lineWriter{mu: &sync.Mutex{}, w: c.Stdout}
 	diag := lineWriter{mu: out.mu, w: c.Stderr}
@@ -434,6 +446,9 @@ func (c *Cluster) Run(ctx context.Context, script string) ([]GuestResult, error)
 			netSocket: c.netSocket(k), switchPath: c.switchSocket(k), reboot: c.AllowReboot, image: c.Image,
 		}
 		g.rxe = slices.Contains(c.SoftRoCE, k)
+		if stream {
+			g.streamPath, g.streamServer = filepath.Join(c.Dir, "stream.net"), k == 0
+		}
 		if c.Devices && !g.rxe {
 			g.devSocket = c.SocketPath(k)
 		}

@@ -115,6 +115,16 @@ func TestQEMUArgs(t *testing.T) {
 			t.Errorf("args lack %q:\n%s", want, joined)
 		}
 	}
+	// A stream netdev instead of the segment (a measurement's reference).
+	g.streamPath, g.streamServer = "/c/run/x/stream.net", true
+	if joined = strings.Join(qemuArgs(g), " "); !strings.Contains(joined, " -netdev stream,id=net0,server=on,addr.type=unix,addr.path=/c/run/x/stream.net ") {
+		t.Errorf("stream server's netdev: %s", joined)
+	}
+	g.streamServer = false
+	if joined = strings.Join(qemuArgs(g), " "); !strings.Contains(joined, " -netdev stream,id=net0,server=off,addr.type=unix,addr.path=/c/run/x/stream.net,reconnect-ms=100 ") {
+		t.Errorf("stream client's netdev: %s", joined)
+	}
+	g.streamPath = ""
 	// Soft-RoCE: the guest init is told to make rxe0.
 	g.rxe = true
 	if joined = strings.Join(qemuArgs(g), " "); !strings.Contains(joined, " hcaemu.image=1 hcaemu.rxe=1 ") {

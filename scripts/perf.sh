@@ -1,11 +1,14 @@
 #!/bin/sh
 # perf.sh: perftest between two guests over hcaemu's emulated PVRDMA
 # (vmw_pvrdma0) and, for comparison, over Linux soft-RoCE (rxe0 on the
-# guests' vmxnet3 eth0), in the same two guests of one `hcaemu run`.
+# guests' vmxnet3 eth0), in the same two guests (`hcaemu run --guests 2`,
+# then with --rxe all).
 #
-#   scripts/perf.sh [-k] [-o LOG]
+#   scripts/perf.sh [-k] [-x] [-o LOG]
 #
 #   -k      keep going: print what was measured even if a test failed
+#   -x      soft-RoCE only (with HCAEMU_NET=stream: over a QEMU stream
+#           netdev between the two guests instead of hcaemu's segment)
 #   -o LOG  where the raw output of the run goes (default: a temp file)
 #
 # Environment:
@@ -25,9 +28,11 @@ set -eu
 
 keep=0
 log=""
-while getopts ko: opt; do
+runs="pv rxe"
+while getopts kxo: opt; do
 	case "$opt" in
 	k) keep=1 ;;
+	x) runs="rxe" ;;
 	o) log="$OPTARG" ;;
 	*) sed -n '2,25p' "$0" >&2; exit 2 ;;
 	esac
@@ -73,9 +78,11 @@ suite() {
 	pt send_lat_2B    ib_send_lat  $o -s 2       -n $lat
 	pt write_lat_2B   ib_write_lat $o -s 2       -n $lat
 }
-suite vmw_pvrdma0 @PV4K@ @PV64K@ @PV1M@ @PVLAT@
-rdma link add rxe0 type rxe netdev eth0
-suite rxe0 @RX4K@ @RX64K@ @RX1M@ @RXLAT@
+if [ "$HCAEMU_RDMA_DEV" = rxe0 ]; then
+	suite rxe0 @RX4K@ @RX64K@ @RX1M@ @RXLAT@
+else
+	suite vmw_pvrdma0 @PV4K@ @PV64K@ @PV1M@ @PVLAT@
+fi
 exit $fail
 '
 # Iteration counts: soft-RoCE under TCG moves a few MB/s, so it gets fewer.
@@ -84,15 +91,25 @@ guest_script=$(printf '%s' "$guest_script" | sed \
 	-e "s/@PV4K@/$(it 5000)/" -e "s/@PV64K@/$(it 2000)/" -e "s/@PV1M@/$(it 200)/" -e "s/@PVLAT@/$(it 1000)/" \
 	-e "s/@RX4K@/$(it 1000)/" -e "s/@RX64K@/$(it 200)/" -e "s/@RX1M@/$(it 20)/" -e "s/@RXLAT@/$(it 200)/")
 
-echo "perf.sh: $bin run --guests 2; raw output in $log" >&2
+# Two runs of the same two guests: on hcaemu, then on soft-RoCE (--rxe all:
+# rxe0 over eth0 and no emulated HCA, whose port would otherwise take the
+# RoCEv2 frames for the guests' addresses off the segment).
+echo "perf.sh: $bin run --guests 2 ($runs); raw output in $log" >&2
+: >"$log"
 status=0
-# shellcheck disable=SC2086
-"$bin" run --guests 2 --timeout 10m ${HCAEMU_ARGS:-} -- "$guest_script" >"$log" 2>&1 || status=$?
-if [ "$status" -ne 0 ]; then
-	echo "perf.sh: hcaemu run exited $status (see $log)" >&2
-	grep 'PERF-FAIL' "$log" >&2 || tail -n 20 "$log" >&2
-	[ "$keep" = 1 ] || exit "$status"
-fi
+for run in $runs; do
+	rxe=""
+	[ "$run" = rxe ] && rxe="--rxe all"
+	st=0
+	# shellcheck disable=SC2086
+	"$bin" run --guests 2 --timeout 10m $rxe ${HCAEMU_ARGS:-} -- "$guest_script" >>"$log" 2>&1 || st=$?
+	if [ "$st" -ne 0 ]; then
+		status=$st
+		echo "perf.sh: hcaemu run $rxe exited $st (see $log)" >&2
+		grep 'PERF-FAIL' "$log" >&2 || tail -n 20 "$log" >&2
+		[ "$keep" = 1 ] || exit "$status"
+	fi
+done
 
 # Guest 1 (the client) prints the results. For each "PERF dev label"
 # marker, take the first numeric line after perftest's "#bytes" header:
