@@ -3,6 +3,7 @@ package qemu
 import (
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,14 +12,58 @@ import (
 // DefaultMemoryMiB is the guest RAM size.
 const DefaultMemoryMiB = 1024
 
-// GuestMAC is the fixed MAC of guest k's vmxnet3 (locally administered).
-func GuestMAC(k int) string {
-	return fmt.Sprintf("52:54:00:ca:fe:%02x", k+1)
+// DefaultGuestNet numbers the guests 10.0.0.1/24, 10.0.0.2/24, ...
+var DefaultGuestNet = netip.MustParsePrefix("10.0.0.1/24")
+
+// ParseGuestNet parses guest 0's IPv4 address and prefix length
+// (ADDR[/LEN], /24 by default) and checks that guests guests numbered from
+// it (ADDR, ADDR+1, ...) are hosts of that subnet.
+func ParseGuestNet(s string, guests int) (netip.Prefix, error) {
+	if !strings.Contains(s, "/") {
+		s += "/24"
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil || !p.Addr().Is4() {
+		return netip.Prefix{}, fmt.Errorf("%q is not an IPv4 ADDR[/LEN]", s)
+	}
+	if p.Bits() > 30 || p.Bits() < 8 {
+		return netip.Prefix{}, fmt.Errorf("%s: the prefix length must be 8..30", s)
+	}
+	network, last := p.Masked().Addr(), lastAddr(p)
+	for k := range guests {
+		if a := GuestIP(p, k); a == network || a == last || !p.Contains(a) {
+			return netip.Prefix{}, fmt.Errorf("%s: guest %d's address %s is not a host of %s", s, k, a, p.Masked())
+		}
+	}
+	return p, nil
 }
 
-// GuestIP is guest k's IPv4 address on the segment (10.0.0.k+1).
-func GuestIP(k int) string {
-	return fmt.Sprintf("10.0.0.%d", k+1)
+// lastAddr is a subnet's broadcast address.
+func lastAddr(p netip.Prefix) netip.Addr {
+	a := p.Masked().Addr().As4()
+	host := uint32(1)<<(32-p.Bits()) - 1
+	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3]) | host
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}
+
+// GuestIP is guest k's IPv4 address: guest 0's (first) plus k.
+func GuestIP(first netip.Prefix, k int) netip.Addr {
+	a := first.Addr().As4()
+	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3]) + uint32(k)
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}
+
+// GuestMAC is the MAC of the vmxnet3 of the guest whose IPv4 address is ip:
+// 52:54 and the address (locally administered). Guests with different
+// addresses, on this host or another, never share a MAC.
+func GuestMAC(ip netip.Addr) [6]byte {
+	a := ip.As4()
+	return [6]byte{0x52, 0x54, a[0], a[1], a[2], a[3]}
+}
+
+// macString formats a MAC as QEMU takes it.
+func macString(mac [6]byte) string {
+	return fmt.Sprintf("%02x:%02x:%02x:%02x:%02x:%02x", mac[0], mac[1], mac[2], mac[3], mac[4], mac[5])
 }
 
 // ParseMemory parses a memory size: "1G", "1536M", "2g", or a number of MiB.
@@ -110,6 +155,7 @@ func Args(a DeviceArgs) []string {
 // guestSpec is one guest of a cluster.
 type guestSpec struct {
 	index      int
+	net        netip.Prefix // guest 0's address and the prefix length
 	memoryMiB  int
 	accel      string
 	kernel     string
@@ -157,15 +203,16 @@ func shareMount(i int) string {
 // imageSlot is the PCI slot of the image's virtio disk (after the shares' and the fault port's).
 const imageSlot = 0x11
 
-// kernelCmdline is guest k's kernel command line.
-func kernelCmdline(k int, shares []guestShare, image, rxe bool) string {
+// kernelCmdline is guest k's kernel command line (guest 0's address is
+// first).
+func kernelCmdline(k int, first netip.Prefix, shares []guestShare, image, rxe bool) string {
 	// no_timer_check: under TCG on a loaded host the boot-time check of
 	// the IO-APIC timer can miss its ticks and panic the kernel ("IO-APIC
 	// + timer doesn't work!"); virtual machines skip it.
 	parts := []string{"console=ttyS0", "panic=-1", "quiet", "no_timer_check",
-		"hcaemu.guest=" + strconv.Itoa(k), "hcaemu.ip=" + GuestIP(k) + "/24"}
+		"hcaemu.guest=" + strconv.Itoa(k), "hcaemu.ip=" + netip.PrefixFrom(GuestIP(first, k), first.Bits()).String()}
 	if k > 0 {
-		parts = append(parts, "hcaemu.server="+GuestIP(0))
+		parts = append(parts, "hcaemu.server="+first.Addr().String())
 	}
 	for i, sh := range shares {
 		parts = append(parts, "hcaemu.share="+shareTag(i)+":"+sh.guestDir)
@@ -200,7 +247,7 @@ func qemuArgs(g guestSpec) []string {
 	args := []string{
 		"-machine", "q35", "-accel", accel, "-cpu", cpu, "-smp", strconv.Itoa(cpus),
 		"-nodefaults", "-nographic", "-serial", "stdio", "-no-reboot",
-		"-kernel", g.kernel, "-initrd", g.initrd, "-append", kernelCmdline(g.index, g.shares, g.image != "", g.rxe),
+		"-kernel", g.kernel, "-initrd", g.initrd, "-append", kernelCmdline(g.index, g.net, g.shares, g.image != "", g.rxe),
 		"-netdev", fmt.Sprintf("dgram,id=net0,local.type=unix,local.path=%s,remote.type=unix,remote.path=%s", g.netSocket, g.switchPath),
 	}
 	if g.streamPath != "" {
@@ -213,7 +260,7 @@ func qemuArgs(g guestSpec) []string {
 	if g.reboot {
 		args = slices.DeleteFunc(args, func(a string) bool { return a == "-no-reboot" })
 	}
-	dev := Args(DeviceArgs{SocketPath: g.devSocket, MemoryMiB: mem, NetdevID: "net0", MAC: GuestMAC(g.index)})
+	dev := Args(DeviceArgs{SocketPath: g.devSocket, MemoryMiB: mem, NetdevID: "net0", MAC: macString(GuestMAC(GuestIP(g.net, g.index)))})
 	// No iPXE option ROM: the guests boot with -kernel, and it saves boot time.
 	dev[7] = strings.Replace(dev[7], ",addr=", ",romfile=,addr=", 1)
 	if g.devSocket == "" {

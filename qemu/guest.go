@@ -8,7 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -68,6 +68,10 @@ type Cluster struct {
 	// every guest attaches read-only; the command then runs in it. "" runs
 	// the command in the initramfs.
 	Image string
+	// Net is guest 0's IPv4 address and the prefix length; guest k's is
+	// k above it (the zero value: DefaultGuestNet). Clusters on different
+	// hosts joined by an uplink need addresses (and so MACs) that differ.
+	Net netip.Prefix
 	// SoftRoCE lists the guests that use Linux soft-RoCE (rxe0 over their
 	// vmxnet3) instead of an emulated HCA: they get no PVRDMA function
 	// even with Devices.
@@ -175,6 +179,20 @@ func (e *Env) NewCluster(guests int) (*Cluster, error) {
 	return &Cluster{Env: e, Dir: dir, Guests: guests, Stdout: os.Stdout, Stderr: os.Stderr, Image: e.Image}, nil
 }
 
+// guestNet is Net or its default.
+func (c *Cluster) guestNet() netip.Prefix {
+	if c.Net.IsValid() {
+		return c.Net
+	}
+	return DefaultGuestNet
+}
+
+// GuestIP is guest k's IPv4 address.
+func (c *Cluster) GuestIP(k int) netip.Addr { return GuestIP(c.guestNet(), k) }
+
+// GuestMAC is the MAC of guest k's vmxnet3, which its HCA is paired with.
+func (c *Cluster) GuestMAC(k int) [6]byte { return GuestMAC(c.GuestIP(k)) }
+
 // StreamNetEnv, set to "stream", joins the two guests of a run by a QEMU
 // stream netdev (a unix stream socket between the two QEMUs) instead of the
 // segment: no HCA port, capture or fault injection sees their traffic. It
@@ -201,13 +219,8 @@ func (c *Cluster) attachNICs() (detach func(), err error) {
 		}
 	}
 	for k := range c.Guests {
-		hw, err := net.ParseMAC(GuestMAC(k))
-		if err != nil || len(hw) != 6 {
-			detach()
-			return nil, fmt.Errorf("guest %d MAC: %v", k, err)
-		}
 		os.Remove(c.netSocket(k))
-		n, err := sw.ListenDgram(fmt.Sprintf("g%d", k), [6]byte(hw), c.switchSocket(k), c.netSocket(k))
+		n, err := sw.ListenDgram(fmt.Sprintf("g%d", k), c.GuestMAC(k), c.switchSocket(k), c.netSocket(k))
 		if err != nil {
 			detach()
 			return nil, fmt.Errorf("ethernet segment: %w", err)
@@ -442,7 +455,7 @@ func (c *Cluster) Run(ctx context.Context, script string) ([]GuestResult, error)
 	guests := make([]*guestRun, c.Guests)
 	for k := range guests {
 		g := guestSpec{
-			index: k, memoryMiB: c.MemoryMiB, cpus: c.CPUs, accel: e.Accel, kernel: kernel, initrd: initrd,
+			index: k, net: c.guestNet(), memoryMiB: c.MemoryMiB, cpus: c.CPUs, accel: e.Accel, kernel: kernel, initrd: initrd,
 			netSocket: c.netSocket(k), switchPath: c.switchSocket(k), reboot: c.AllowReboot, image: c.Image,
 		}
 		g.rxe = slices.Contains(c.SoftRoCE, k)

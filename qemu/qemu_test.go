@@ -3,6 +3,7 @@ package qemu
 import (
 	"bytes"
 	"encoding/json"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -50,8 +51,42 @@ func TestParseMemory(t *testing.T) {
 	}
 }
 
+func TestParseGuestNet(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		guests  int
+		want    string // the prefix
+		wantErr string // or a part of the error
+	}{
+		{"10.0.0.1/24", 8, "10.0.0.1/24", ""},
+		{"10.0.1.9", 2, "10.0.1.9/24", ""},
+		{"192.168.7.65/26", 2, "192.168.7.65/26", ""},
+		{"10.0.0.250/24", 6, "", "guest 5's address 10.0.0.255 is not a host of 10.0.0.0/24"},
+		{"10.0.0.0/24", 1, "", "guest 0's address 10.0.0.0 is not a host"},
+		{"10.0.0.1/30", 3, "", "guest 2's address 10.0.0.3 is not a host"},
+		{"fe80::1/64", 1, "", "is not an IPv4 ADDR[/LEN]"},
+		{"10.0.0.1/31", 1, "", "the prefix length must be 8..30"},
+		{"ten", 1, "", `"ten/24" is not an IPv4`},
+	} {
+		p, err := ParseGuestNet(tc.in, tc.guests)
+		switch {
+		case tc.wantErr == "" && (err != nil || p.String() != tc.want):
+			t.Errorf("ParseGuestNet(%q, %d) = %s, %v; want %s", tc.in, tc.guests, p, err, tc.want)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("ParseGuestNet(%q, %d) = %s, %v; want an error with %q", tc.in, tc.guests, p, err, tc.wantErr)
+		}
+	}
+	first := netip.MustParsePrefix("10.0.1.254/23")
+	if a := GuestIP(first, 3); a != netip.MustParseAddr("10.0.2.1") {
+		t.Errorf("GuestIP across a byte: %s", a)
+	}
+	if m := GuestMAC(netip.MustParseAddr("10.0.2.1")); m != [6]byte{0x52, 0x54, 10, 0, 2, 1} {
+		t.Errorf("GuestMAC %x", m)
+	}
+}
+
 func TestQEMUArgs(t *testing.T) {
-	g := guestSpec{index: 1, memoryMiB: 1024, accel: "tcg", kernel: "/c/guest/vmlinuz", initrd: "/c/run/x/initrd.cpio",
+	g := guestSpec{index: 1, net: DefaultGuestNet, memoryMiB: 1024, accel: "tcg", kernel: "/c/guest/vmlinuz", initrd: "/c/run/x/initrd.cpio",
 		netSocket: "/c/run/x/g1.net", switchPath: "/c/run/x/switch.net", devSocket: "/c/run/x/hca1.sock"}
 	want := []string{
 		"-machine", "q35", "-accel", "tcg", "-cpu", "max", "-smp", "1",
@@ -62,7 +97,7 @@ func TestQEMUArgs(t *testing.T) {
 		"-m", "1024M",
 		"-object", "memory-backend-memfd,id=mem,size=1024M,share=on",
 		"-machine", "memory-backend=mem",
-		"-device", "vmxnet3,netdev=net0,mac=52:54:00:ca:fe:02,romfile=,addr=0x4.0,multifunction=on",
+		"-device", "vmxnet3,netdev=net0,mac=52:54:0a:00:00:02,romfile=,addr=0x4.0,multifunction=on",
 		"-device", `{"driver":"vfio-user-pci","socket":{"type":"unix","path":"/c/run/x/hca1.sock"},"addr":"0x4.1","x-no-posted-writes":true}`,
 	}
 	if d := cmp.Diff(want, qemuArgs(g)); d != "" {

@@ -20,21 +20,21 @@ import (
 // startDevice starts the emulated PVRDMA function of guest k: a vfio-user
 // server listening on socketPath (before it returns). stop shuts it down.
 // While nil, guests boot without the vfio-user device.
-var startDevice func(ctx context.Context, socketPath string, guest int) (stop func(), err error)
+var startDevice func(ctx context.Context, socketPath string, guest int, mac [6]byte) (stop func(), err error)
 
 const runUsage = `usage: hcaemu run [--guests N] [--ready started|listen|marker] [--share HOSTDIR[:GUESTDIR]]... [--smp N]
                   [--kernel bzImage] [--modules DIR] [--kernel-tree PATH] [--ulp MODULE,...] [--timeout D] [--memory M] [--cache DIR]
                   [--image debian [--packages PKG,...]] [--pcap FILE] [--record DIR] [--log-level L] [--reboots]
                   [--faults PLAN] [--faults-log FILE] [--faults-seed N] [--control SOCK] [--strict warn|off|fail]
-                  [--metrics ADDR] [--rxe K,...|all] -- COMMAND...
+                  [--metrics ADDR] [--rxe K,...|all] [--guest-ip ADDR[/LEN]] -- COMMAND...
 
 Provisions (cached) a QEMU with vfio-user, a guest kernel and initramfs, starts
 one emulated PVRDMA device per guest, boots N guests on one Ethernet segment
-(guest k is 10.0.0.k+1/24) and runs COMMAND through the guest shell in each:
+(guest k is 10.0.0.k+1/24, or k above --guest-ip) and runs COMMAND through the guest shell in each:
 guest 0 first, the others once guest 0's command is ready (--ready: by default
 once it listens on a TCP port or an rdma_cm ID; or exits 0). When guest 0's
 command fails, the others are stopped. In the guests, HCAEMU_GUEST=k and
-HCAEMU_SERVER_IP=10.0.0.1 (empty in guest 0) and HCAEMU_RDMA_DEV is the
+HCAEMU_SERVER_IP=guest 0's address (empty in guest 0) and HCAEMU_RDMA_DEV is the
 guest's RDMA device: vmw_pvrdma0, or rxe0 in the guests --rxe lists, which
 use Linux soft-RoCE over their vmxnet3 instead of an emulated HCA (to test
 against a second RoCE implementation). Output lines are prefixed [gK].
@@ -105,6 +105,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	logLevel := fs.String("log-level", "warn", "log level of the emulated HCAs (debug, info, warn, error)")
 	image := fs.String("image", "", "run the command in a Debian root file system (debian) instead of the u-root initramfs")
 	packages := fs.String("packages", "", "PKG,...: Debian packages added to the --image (cached by package set)")
+	guestIP := fs.String("guest-ip", qemu.DefaultGuestNet.String(), "ADDR[/LEN]: guest 0's IPv4 address (guest k's is k above it) and prefix length; MACs follow the addresses")
 	rxe := fs.String("rxe", "", "K,... or all: these guests use Linux soft-RoCE (rxe0 over eth0) instead of an emulated HCA")
 	reboots := fs.Bool("reboots", false, "let a guest reboot (the command runs again after each boot; $HCAEMU_BOOT counts boots from 1)")
 	faults := registerFaultFlags(fs)
@@ -129,6 +130,11 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if *guests < 1 || *guests > 8 {
 		fmt.Fprintf(stderr, "hcaemu run: --guests must be between 1 and 8, not %d\n", *guests)
+		return 2
+	}
+	guestNet, err := qemu.ParseGuestNet(*guestIP, *guests)
+	if err != nil {
+		fmt.Fprintf(stderr, "hcaemu run: --guest-ip: %v\n", err)
 		return 2
 	}
 	softRoCE, err := parseGuestList(*rxe, *guests)
@@ -207,7 +213,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer cl.Close()
 	cl.MemoryMiB, cl.Timeout, cl.Stdout, cl.Stderr = mem, *timeout, stdout, stderr
 	cl.AllowReboot = *reboots
-	cl.SoftRoCE = softRoCE
+	cl.SoftRoCE, cl.Net = softRoCE, guestNet
 	if err := runFaults.listenGuests(cl); err != nil {
 		fmt.Fprintf(stderr, "hcaemu run: %v\n", err)
 		return 1
@@ -231,7 +237,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			if slices.Contains(softRoCE, k) {
 				continue
 			}
-			stop, err := startDevice(ctx, cl.SocketPath(k), k)
+			stop, err := startDevice(ctx, cl.SocketPath(k), k, cl.GuestMAC(k))
 			if err != nil {
 				fmt.Fprintf(stderr, "hcaemu run: starting the device of guest %d: %v\n", k, err)
 				return 1

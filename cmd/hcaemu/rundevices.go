@@ -3,11 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 
 	"github.com/hcaemu/hcaemu/emu"
-	"github.com/hcaemu/hcaemu/qemu"
 	"github.com/hcaemu/hcaemu/vfio"
 )
 
@@ -53,20 +51,16 @@ func runHCAs() (*hcas, error) {
 }
 
 // startRunDevice serves guest k's HCA on socketPath, paired with guest k's
-// vmxnet3.
-func startRunDevice(ctx context.Context, socketPath string, guest int) (stop func(), err error) {
+// vmxnet3 (MAC mac).
+func startRunDevice(ctx context.Context, socketPath string, guest int, mac [6]byte) (stop func(), err error) {
 	if _, err := runHCAs(); err != nil {
 		return nil, err
-	}
-	hw, err := net.ParseMAC(qemu.GuestMAC(guest))
-	if err != nil || len(hw) != 6 {
-		return nil, fmt.Errorf("guest %d MAC: %v", guest, err)
 	}
 	l, err := vfio.Listen(socketPath)
 	if err != nil {
 		return nil, err
 	}
-	return runFabric.serve(ctx, l, fmt.Sprintf("hca%d", guest), [6]byte(hw)), nil
+	return runFabric.serve(ctx, l, fmt.Sprintf("hca%d", guest), mac), nil
 }
 
 // closeRunFabric flushes the run's capture.

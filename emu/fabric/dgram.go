@@ -35,14 +35,20 @@ type DgramNIC struct {
 	raw      syscall.RawConn
 	path     string
 	qemuPath string
-	out      chan []byte
 	closing  chan struct{}
 	wg       sync.WaitGroup
 
 	pauseLimit atomic.Int64 // how long a frame waits for a paused receiver
 
-	connected bool // writer goroutine only
-	stalled   bool // writer goroutine only: the watchdog fired, not written since
+	// The frames for the guest. A frame the guest's socket has room for is
+	// written at once by the sender's goroutine; the others queue for the
+	// writer goroutine, which waits for room (wake tells it of new ones).
+	mu        sync.Mutex
+	queue     [][]byte // oldest first, at most dgramQueue
+	busy      bool     // the writer is writing queued frames
+	connected bool     // the socket is connected to QEMU's
+	stalled   bool     // the watchdog fired, nothing written since
+	wake      chan struct{}
 
 	in, outN, paused, dropped, refused atomic.Uint64
 }
@@ -81,7 +87,7 @@ func (s *Switch) ListenDgram(name string, mac [6]byte, path, qemuPath string) (*
 		return nil, err
 	}
 	d := &DgramNIC{conn: conn, raw: raw, path: path, qemuPath: qemuPath,
-		out: make(chan []byte, dgramQueue), closing: make(chan struct{})}
+		wake: make(chan struct{}, 1), closing: make(chan struct{})}
 	d.pauseLimit.Store(int64(DefaultPauseLimit))
 	if d.port, err = s.AttachNIC(name, mac, d.receive); err != nil {
 		conn.Close()
@@ -114,27 +120,47 @@ func (d *DgramNIC) Close() error {
 	close(d.closing)
 	err := d.conn.Close()
 	d.wg.Wait()
-	for {
-		select {
-		case f := <-d.out:
-			Release(f)
-		default:
-			os.Remove(d.path)
-			return err
-		}
+	d.mu.Lock()
+	for _, f := range d.queue {
+		Release(f)
 	}
+	d.queue = nil
+	d.mu.Unlock()
+	os.Remove(d.path)
+	return err
 }
 
-// receive queues a frame for the guest; a full queue refuses it.
+// receive takes a frame for the guest: written at once when nothing is
+// queued and the guest's socket has room, else queued; a full queue
+// refuses it.
 func (d *DgramNIC) receive(frame []byte) bool {
-	select {
-	case d.out <- frame:
-		return true
-	default:
+	d.mu.Lock()
+	if !d.busy && len(d.queue) == 0 && d.connected && !d.stalled {
+		var err error
+		if cerr := d.raw.Control(func(fd uintptr) {
+			err = unix.Send(int(fd), frame, unix.MSG_DONTWAIT)
+		}); cerr == nil && err == nil {
+			d.mu.Unlock()
+			d.outN.Add(1)
+			Release(frame)
+			return true
+		} else if cerr != nil || !errors.Is(err, unix.EAGAIN) {
+			d.connected = false // QEMU gone: the writer connects again
+		}
+	}
+	if len(d.queue) >= dgramQueue {
+		d.mu.Unlock()
 		d.paused.Add(1)
 		Release(frame)
 		return false
 	}
+	d.queue = append(d.queue, frame)
+	d.mu.Unlock()
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+	return true
 }
 
 // readLoop takes the guest's frames to the switch.
@@ -197,13 +223,26 @@ func (d *DgramNIC) forward(b []byte) {
 	}
 }
 
-// writeLoop takes the switch's frames to the guest.
+// writeLoop writes the queued frames to the guest.
 func (d *DgramNIC) writeLoop() {
 	for {
 		select {
 		case <-d.closing:
 			return
-		case f := <-d.out:
+		case <-d.wake:
+		}
+		for {
+			d.mu.Lock()
+			if len(d.queue) == 0 {
+				d.busy = false
+				d.mu.Unlock()
+				break
+			}
+			d.busy = true
+			f := d.queue[0]
+			d.queue[0] = nil
+			d.queue = d.queue[1:]
+			d.mu.Unlock()
 			if d.write(f) {
 				d.outN.Add(1)
 			} else {
@@ -218,7 +257,10 @@ func (d *DgramNIC) writeLoop() {
 // the pause limit; after a pause that long it only writes what fits at once,
 // until a write succeeds.
 func (d *DgramNIC) write(frame []byte) bool {
-	if !d.connected {
+	d.mu.Lock()
+	connected, stalled := d.connected, d.stalled
+	d.mu.Unlock()
+	if !connected {
 		// Connected, the socket polls writable only when QEMU's socket
 		// has room: the wait below is the kernel's, not a loop.
 		var err error
@@ -227,7 +269,7 @@ func (d *DgramNIC) write(frame []byte) bool {
 		}); cerr != nil || err != nil {
 			return false // QEMU not there (yet)
 		}
-		d.connected = true
+		d.setState(true, stalled)
 	}
 	var err error
 	try := func(fd uintptr) bool {
@@ -235,7 +277,7 @@ func (d *DgramNIC) write(frame []byte) bool {
 		return !errors.Is(err, unix.EAGAIN)
 	}
 	var werr error
-	if d.stalled {
+	if stalled {
 		werr = d.raw.Control(func(fd uintptr) { try(fd) })
 	} else {
 		d.conn.SetWriteDeadline(time.Now().Add(time.Duration(d.pauseLimit.Load())))
@@ -244,15 +286,22 @@ func (d *DgramNIC) write(frame []byte) bool {
 	switch {
 	case werr != nil:
 		if errors.Is(werr, os.ErrDeadlineExceeded) {
-			d.stalled = true
+			d.setState(true, true)
 		}
 		return false
 	case errors.Is(err, unix.EAGAIN):
 		return false // stalled, still full
 	case err != nil:
-		d.connected = false // QEMU gone (ECONNREFUSED): connect again next time
+		d.setState(false, stalled) // QEMU gone (ECONNREFUSED): connect again next time
 		return false
 	}
-	d.stalled = false
+	d.setState(true, false)
 	return true
+}
+
+// setState records whether the socket is connected and stalled.
+func (d *DgramNIC) setState(connected, stalled bool) {
+	d.mu.Lock()
+	d.connected, d.stalled = connected, stalled
+	d.mu.Unlock()
 }
