@@ -33,7 +33,7 @@ func checkCapture(t *testing.T, pcap, toolOutput string) {
 		"-E", "separator=/t", "-E", "occurrence=f",
 		"-e", "frame.protocols", "-e", "infiniband.bth.opcode", "-e", "infiniband.bth.destqp",
 		"-e", "infiniband.bth.psn", "-e", "roce_icrc.ok", "-e", "ip.src", "-e", "ip.dst",
-			"-e", "infiniband.cm.req.localqpn", "-e", "infiniband.cm.rep.localqpn", "-e", "udp.dstport")
+		"-e", "infiniband.cm.req.localqpn", "-e", "infiniband.cm.rep.localqpn", "-e", "udp.dstport")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
