@@ -160,8 +160,7 @@ type guestSpec struct {
 	accel      string
 	kernel     string
 	initrd     string
-	netSocket  string // this guest's end (QEMU binds it)
-	switchPath string // the switch's socket
+	netSocket  string // the guest's NIC on the segment: a unix stream socket QEMU connects to
 	devSocket  string // vfio-user socket; "" for none
 	reboot     bool   // a guest reboot restarts the machine instead of ending QEMU
 	cpus       int    // vCPUs (0 = 1)
@@ -248,7 +247,8 @@ func qemuArgs(g guestSpec) []string {
 		"-machine", "q35", "-accel", accel, "-cpu", cpu, "-smp", strconv.Itoa(cpus),
 		"-nodefaults", "-nographic", "-serial", "stdio", "-no-reboot",
 		"-kernel", g.kernel, "-initrd", g.initrd, "-append", kernelCmdline(g.index, g.net, g.shares, g.image != "", g.rxe),
-		"-netdev", fmt.Sprintf("dgram,id=net0,local.type=unix,local.path=%s,remote.type=unix,remote.path=%s", g.netSocket, g.switchPath),
+		// reconnect-ms: QEMU connects again if the connection ends.
+		"-netdev", fmt.Sprintf("stream,id=net0,server=off,addr.type=unix,addr.path=%s,reconnect-ms=100", g.netSocket),
 	}
 	if g.streamPath != "" {
 		netdev := fmt.Sprintf("stream,id=net0,server=off,addr.type=unix,addr.path=%s,reconnect-ms=100", g.streamPath)

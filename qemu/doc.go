@@ -33,8 +33,8 @@
 // bound at the same path), TCG unless a probe guest boots with KVM (or
 // HCAEMU_ACCEL says). All guests share one Ethernet segment, a fabric.Switch
 // in the calling process (the HCAs' too, when the caller gives its own),
-// each guest's NIC over a unix datagram socket of its own (QEMU -netdev
-// dgram), so nothing reaches any network. The guest init (init.sh, run by gosh) loads the
+// each guest's NIC over a unix stream socket of its own (QEMU -netdev
+// stream), so nothing reaches any network. The guest init (init.sh, run by gosh) loads the
 // modules in order, configures eth0 from the kernel command line, mounts
 // the virtio-9p shares, and runs /hcaemu/cmd.sh (from a small cpio appended
 // to the initramfs per run), framing it with markers on the serial console:

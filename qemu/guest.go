@@ -199,11 +199,8 @@ func (c *Cluster) GuestMAC(k int) [6]byte { return GuestMAC(c.GuestIP(k)) }
 // exists to measure the segment against QEMU's own link (scripts/perf.sh).
 const StreamNetEnv = "HCAEMU_NET"
 
-// netSocket is guest k's end of the segment (QEMU binds it); switchSocket
-// the segment's end, where the NIC listens.
+// netSocket is where guest k's NIC on the segment listens for its QEMU.
 func (c *Cluster) netSocket(k int) string { return filepath.Join(c.Dir, fmt.Sprintf("g%d.net", k)) }
-
-func (c *Cluster) switchSocket(k int) string { return filepath.Join(c.Dir, fmt.Sprintf("g%d.sw", k)) }
 
 // attachNICs puts the guests' NICs on the segment (a new one when the
 // caller gave none); detach takes them off.
@@ -212,15 +209,14 @@ func (c *Cluster) attachNICs() (detach func(), err error) {
 	if sw == nil {
 		sw = fabric.NewSwitch()
 	}
-	var nics []*fabric.DgramNIC
+	var nics []*fabric.StreamNIC
 	detach = func() {
 		for _, n := range nics {
 			n.Close()
 		}
 	}
 	for k := range c.Guests {
-		os.Remove(c.netSocket(k))
-		n, err := sw.ListenDgram(fmt.Sprintf("g%d", k), c.GuestMAC(k), c.switchSocket(k), c.netSocket(k))
+		n, err := sw.ListenNIC(fmt.Sprintf("g%d", k), c.GuestMAC(k), c.netSocket(k))
 		if err != nil {
 			detach()
 			return nil, fmt.Errorf("ethernet segment: %w", err)
@@ -456,7 +452,7 @@ func (c *Cluster) Run(ctx context.Context, script string) ([]GuestResult, error)
 	for k := range guests {
 		g := guestSpec{
 			index: k, net: c.guestNet(), memoryMiB: c.MemoryMiB, cpus: c.CPUs, accel: e.Accel, kernel: kernel, initrd: initrd,
-			netSocket: c.netSocket(k), switchPath: c.switchSocket(k), reboot: c.AllowReboot, image: c.Image,
+			netSocket: c.netSocket(k), reboot: c.AllowReboot, image: c.Image,
 		}
 		g.rxe = slices.Contains(c.SoftRoCE, k)
 		if stream {

@@ -87,13 +87,13 @@ func TestParseGuestNet(t *testing.T) {
 
 func TestQEMUArgs(t *testing.T) {
 	g := guestSpec{index: 1, net: DefaultGuestNet, memoryMiB: 1024, accel: "tcg", kernel: "/c/guest/vmlinuz", initrd: "/c/run/x/initrd.cpio",
-		netSocket: "/c/run/x/g1.net", switchPath: "/c/run/x/switch.net", devSocket: "/c/run/x/hca1.sock"}
+		netSocket: "/c/run/x/g1.net", devSocket: "/c/run/x/hca1.sock"}
 	want := []string{
 		"-machine", "q35", "-accel", "tcg", "-cpu", "max", "-smp", "1",
 		"-nodefaults", "-nographic", "-serial", "stdio", "-no-reboot",
 		"-kernel", "/c/guest/vmlinuz", "-initrd", "/c/run/x/initrd.cpio",
 		"-append", "console=ttyS0 panic=-1 quiet no_timer_check hcaemu.guest=1 hcaemu.ip=10.0.0.2/24 hcaemu.server=10.0.0.1",
-		"-netdev", "dgram,id=net0,local.type=unix,local.path=/c/run/x/g1.net,remote.type=unix,remote.path=/c/run/x/switch.net",
+		"-netdev", "stream,id=net0,server=off,addr.type=unix,addr.path=/c/run/x/g1.net,reconnect-ms=100",
 		"-m", "1024M",
 		"-object", "memory-backend-memfd,id=mem,size=1024M,share=on",
 		"-machine", "memory-backend=mem",

@@ -1,8 +1,10 @@
 package fabric
 
 import (
+	"bufio"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"path/filepath"
@@ -252,67 +254,81 @@ func TestSegmentCAMBounded(t *testing.T) {
 	}
 }
 
-// qemuEnd is a test's stand-in for QEMU's end of a DgramNIC.
+// qemuEnd is a test's stand-in for QEMU's end of a StreamNIC.
 type qemuEnd struct {
 	conn *net.UnixConn
-	sw   *net.UnixAddr
+	r    *bufio.Reader
 }
 
-func newQEMUEnd(t *testing.T, path, swPath string) *qemuEnd {
+// dialNIC connects to a NIC as QEMU does and waits until the NIC has
+// taken the connection.
+func dialNIC(t *testing.T, nic *StreamNIC) *qemuEnd {
 	t.Helper()
-	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	before := nic.accepted.Load()
+	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: nic.Path(), Net: "unix"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return &qemuEnd{conn: c, sw: &net.UnixAddr{Name: swPath, Net: "unixgram"}}
+	for nic.accepted.Load() == before {
+		time.Sleep(time.Millisecond)
+	}
+	return &qemuEnd{conn: c, r: bufio.NewReader(c)}
 }
 
 func (q *qemuEnd) send(t *testing.T, frame []byte) {
 	t.Helper()
-	if _, err := q.conn.WriteToUnix(frame, q.sw); err != nil {
+	if _, err := q.conn.Write(binary.BigEndian.AppendUint32(nil, uint32(len(frame)))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.conn.Write(frame); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func (q *qemuEnd) recv(t *testing.T) []byte {
 	t.Helper()
-	b := make([]byte, 65536)
-	n, _, err := q.conn.ReadFromUnix(b)
+	f, err := q.read()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return b[:n]
+	return f
 }
 
-// TestDgramNIC: QEMU's frames reach the segment and the segment's reach
-// QEMU, through a socket per NIC that takes datagrams from its QEMU only.
-func TestDgramNIC(t *testing.T) {
+func (q *qemuEnd) read() ([]byte, error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(q.r, hdr[:]); err != nil {
+		return nil, err
+	}
+	f := make([]byte, binary.BigEndian.Uint32(hdr[:]))
+	_, err := io.ReadFull(q.r, f)
+	return f, err
+}
+
+// TestStreamNIC: QEMU's frames reach the segment and the segment's reach
+// QEMU, length-prefixed on a stream socket per NIC; QEMU connecting again
+// (restarted) replaces its earlier connection.
+func TestStreamNIC(t *testing.T) {
 	dir := t.TempDir()
 	sw := NewSwitch()
-	var nics [2]*DgramNIC
+	var nics [2]*StreamNIC
 	var ends [2]*qemuEnd
 	for i := range 2 {
-		q := filepath.Join(dir, fmt.Sprintf("g%d.net", i))
-		ends[i] = newQEMUEnd(t, q, filepath.Join(dir, fmt.Sprintf("g%d.sw", i)))
-		n, err := sw.ListenDgram(fmt.Sprintf("g%d", i), stationMAC(byte(i)), filepath.Join(dir, fmt.Sprintf("g%d.sw", i)), q)
+		n, err := sw.ListenNIC(fmt.Sprintf("g%d", i), stationMAC(byte(i)), filepath.Join(dir, fmt.Sprintf("g%d.sw", i)))
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer n.Close()
 		nics[i] = n
+		ends[i] = dialNIC(t, n)
 	}
 	var hca recorder
 	h := sw.Attach("hca1", stationMAC(1), hca.rx)
 	h.SetAddrs([]netip.Addr{netip.MustParseAddr("10.0.0.2")})
-	if _, err := sw.ListenDgram("again", stationMAC(1), filepath.Join(dir, "x.sw"), filepath.Join(dir, "x.net")); err == nil {
+	if _, err := sw.ListenNIC("again", stationMAC(1), filepath.Join(dir, "x.sw")); err == nil {
 		t.Fatal("a second NIC with station 1's MAC")
 	}
 
-	// Before, the NIC reads and refuses them: only its QEMU's frames count.
-	// (The frame after it shows, in order, that the stranger's went nowhere.)
-	stranger := newQEMUEnd(t, filepath.Join(dir, "stranger"), nics[0].Path())
-	stranger.send(t, ether(bcast, stationMAC(9), 0x0806, make([]byte, 28)))
 	ends[0].send(t, ether(bcast, stationMAC(0), 0x0806, make([]byte, 28)))
 	if got := ends[1].recv(t); describe(got) != "arp" {
 		t.Fatalf("guest 1 got %q", describe(got))
@@ -323,13 +339,9 @@ func TestDgramNIC(t *testing.T) {
 	if got := ends[0].recv(t); len(got) != 9000 {
 		t.Fatalf("jumbo frame: %d bytes arrived", len(got))
 	}
-	// RoCE from guest 0 to guest 1's HCA address goes to the HCA.
+	// RoCE from guest 0 to guest 1's HCA address goes to the HCA; the
+	// frame after it shows, in order, that it went nowhere else.
 	ends[0].send(t, ipFrame(stationMAC(1), stationMAC(0), "10.0.0.1", "10.0.0.2", 4791))
-	// Once a NIC has written to its QEMU, its socket is connected and the
-	// kernel refuses anyone else's datagrams.
-	if _, err := stranger.conn.WriteToUnix(ether(bcast, stationMAC(9), 0x0806, nil), stranger.sw); err == nil {
-		t.Fatal("a stranger wrote to a connected NIC's socket")
-	}
 	ends[0].send(t, ipFrame(stationMAC(1), stationMAC(0), "10.0.0.1", "10.0.0.2", 0))
 	if got := ends[1].recv(t); describe(got) != "ip>10.0.0.2" {
 		t.Fatalf("guest 1 got %q", describe(got))
@@ -337,8 +349,23 @@ func TestDgramNIC(t *testing.T) {
 	if got := hca.take(); !slices.Equal(got, []string{"roce>10.0.0.2"}) {
 		t.Fatalf("HCA got %q", got)
 	}
-	if st := nics[0].Stats(); st.Refused != 1 || st.In != 3 {
+	// Guest 1's QEMU restarts: the new connection gets the frames.
+	ends[1].conn.Close()
+	again := dialNIC(t, nics[1])
+	ends[0].send(t, ether(stationMAC(1), stationMAC(0), 0x0806, make([]byte, 28)))
+	if got := again.recv(t); describe(got) != "arp" {
+		t.Fatalf("guest 1 after reconnecting got %q", describe(got))
+	}
+	if st := nics[0].Stats(); st.In != 4 || st.Out != 1 || st.Refused != 0 {
 		t.Fatalf("guest 0 NIC stats %+v", st)
+	}
+	// Not QEMU's framing: the connection ends.
+	again.conn.Write([]byte{0xff, 0xff, 0xff, 0xff})
+	if _, err := again.read(); err == nil {
+		t.Fatal("a frame of 4 GiB announced, the connection stays")
+	}
+	if st := nics[1].Stats(); st.Refused != 1 {
+		t.Fatalf("guest 1 NIC stats %+v", st)
 	}
 }
 
@@ -352,12 +379,12 @@ func seqFrame(seq uint32) []byte {
 
 func frameSeq(f []byte) uint32 { return binary.BigEndian.Uint32(f[len(f)-4:]) }
 
-// TestDgramNICLossless: the segment pauses instead of dropping. Towards a
+// TestStreamNICLossless: the segment pauses instead of dropping. Towards a
 // guest that does not read, frames queue and then the sender is refused
 // (backpressure); every frame taken arrives, in order, once the guest
 // reads. From a guest towards a full receiver, the NIC offers each frame
 // again until it is taken: all arrive, in order.
-func TestDgramNICLossless(t *testing.T) {
+func TestStreamNICLossless(t *testing.T) {
 	dir := t.TempDir()
 	sw := NewSwitch()
 	var mu sync.Mutex
@@ -377,12 +404,12 @@ func TestDgramNICLossless(t *testing.T) {
 		return true
 	})
 	hca.SetAddrs([]netip.Addr{netip.MustParseAddr("10.0.0.1")})
-	q := newQEMUEnd(t, filepath.Join(dir, "g1.net"), filepath.Join(dir, "g1.sw"))
-	nic, err := sw.ListenDgram("g1", stationMAC(1), filepath.Join(dir, "g1.sw"), filepath.Join(dir, "g1.net"))
+	nic, err := sw.ListenNIC("g1", stationMAC(1), filepath.Join(dir, "g1.sw"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nic.Close()
+	q := dialNIC(t, nic)
 	nic.SetPauseLimit(time.Hour) // no watchdog: a loaded machine must not turn pauses into drops here
 
 	// To the guest: it reads nothing until the HCA is refused.
@@ -407,7 +434,7 @@ func TestDgramNICLossless(t *testing.T) {
 	t.Logf("%d frames taken before the first pause", sent)
 
 	// From the guest to an HCA that refuses its first offers.
-	const n = 8 // within the kernel's queue of datagrams on our socket
+	const n = 8
 	back := func(seq uint32) []byte {
 		f := ipFrame(stationMAC(0), stationMAC(1), "10.0.0.2", "10.0.0.1", 4791)
 		return binary.BigEndian.AppendUint32(f, seq)
@@ -428,20 +455,20 @@ func TestDgramNICLossless(t *testing.T) {
 	}
 }
 
-// TestDgramNICWatchdog: a guest that stops reading for longer than the
+// TestStreamNICWatchdog: a guest that stops reading for longer than the
 // pause limit loses frames instead of stalling its senders for ever; when
 // it reads again, frames flow.
-func TestDgramNICWatchdog(t *testing.T) {
+func TestStreamNICWatchdog(t *testing.T) {
 	dir := t.TempDir()
 	sw := NewSwitch()
 	hca := sw.Attach("hca0", stationMAC(0), func(f []byte) bool { Release(f); return true })
 	hca.SetAddrs([]netip.Addr{netip.MustParseAddr("10.0.0.1")})
-	q := newQEMUEnd(t, filepath.Join(dir, "g1.net"), filepath.Join(dir, "g1.sw"))
-	nic, err := sw.ListenDgram("g1", stationMAC(1), filepath.Join(dir, "g1.sw"), filepath.Join(dir, "g1.net"))
+	nic, err := sw.ListenNIC("g1", stationMAC(1), filepath.Join(dir, "g1.sw"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nic.Close()
+	q := dialNIC(t, nic)
 	nic.SetPauseLimit(time.Millisecond)
 	seq := uint32(0)
 	for nic.Stats().Dropped == 0 {
@@ -460,12 +487,11 @@ func TestDgramNICWatchdog(t *testing.T) {
 		}
 		for {
 			q.conn.SetReadDeadline(time.Now().Add(time.Second))
-			b := make([]byte, 65536)
-			n, _, err := q.conn.ReadFromUnix(b)
+			f, err := q.read()
 			if err != nil {
 				break // this marker was lost: send another
 			}
-			if frameSeq(b[:n]) == marker {
+			if frameSeq(f) == marker {
 				return
 			}
 		}

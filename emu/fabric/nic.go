@@ -1,0 +1,329 @@
+package fabric
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// StreamNIC is a guest's NIC on the switch: QEMU's "-netdev stream" as a
+// client of a unix stream socket this NIC listens on (Path), each Ethernet
+// frame preceded by its length (4 bytes, big-endian), as QEMU frames them.
+// Each NIC has a socket of its own, so that a paused receiver pauses only
+// the traffic headed for it.
+//
+// Lossless both ways, as a PFC link is:
+//   - to the guest, frames wait while QEMU does not read (in the socket's
+//     buffer, then in a queue), and a full queue refuses frames, which
+//     pauses their sender (Port.Send returns false);
+//   - from the guest, a frame the switch refuses (its receiver is full) is
+//     offered again until taken; meanwhile this NIC reads nothing more, so
+//     QEMU's writes wait, it stops taking frames from the vmxnet3, and the
+//     guest's transmit ring fills.
+//
+// Like PFC's watchdog, a pause that lasts the pause limit (a guest stopped,
+// paused in a debugger, or gone) turns into drops for that receiver until
+// it reads again, so that one stuck guest cannot stall the segment.
+type StreamNIC struct {
+	port    *Port
+	ln      *net.UnixListener
+	path    string
+	closing chan struct{}
+	wg      sync.WaitGroup
+
+	pauseLimit atomic.Int64 // how long a frame waits for a paused receiver
+
+	// The frames for the guest, queued for the writer goroutine (wake
+	// tells it of new ones).
+	mu        sync.Mutex
+	conn      *net.UnixConn // QEMU's connection; nil until it connects
+	queue     [][]byte      // oldest first, at most nicQueue
+	busySince time.Time     // when the writer's current write began; zero when idle
+	wake      chan struct{}
+
+	in, out, paused, dropped, refused atomic.Uint64
+	accepted                          atomic.Uint64 // connections taken
+}
+
+// NICStats counts a NIC's frames.
+type NICStats struct {
+	// In and Out count frames from and to the guest.
+	In, Out uint64
+	// Paused counts the times a frame found its receiver full and waited.
+	Paused uint64
+	// Dropped counts frames lost: the guest not there yet or gone, or a
+	// pause past the pause limit.
+	Dropped uint64
+	// Refused counts connections from another user than this process's,
+	// and frames longer than maxNICFrame.
+	Refused uint64
+}
+
+// DefaultPauseLimit is how long a frame waits for a paused receiver before
+// it is dropped, unless SetPauseLimit says otherwise.
+const DefaultPauseLimit = 2 * time.Second
+
+// nicQueue is how many frames wait for a guest that does not read, beyond
+// what its socket holds.
+const nicQueue = 256
+
+// maxNICFrame is the longest frame a NIC takes: QEMU's largest (a 64 KiB
+// packet and its Ethernet header).
+const maxNICFrame = 65536 + 14
+
+// ListenNIC attaches a NIC called name with MAC mac to the switch,
+// listening on the unix stream socket path for its QEMU. A later
+// connection (QEMU started again) replaces the earlier one.
+func (s *Switch) ListenNIC(name string, mac [6]byte, path string) (*StreamNIC, error) {
+	os.Remove(path)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	d := &StreamNIC{ln: ln, path: path, wake: make(chan struct{}, 1), closing: make(chan struct{})}
+	d.pauseLimit.Store(int64(DefaultPauseLimit))
+	if d.port, err = s.AttachNIC(name, mac, d.receive); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	d.wg.Go(d.acceptLoop)
+	d.wg.Go(d.writeLoop)
+	return d, nil
+}
+
+// SetPauseLimit changes how long a frame waits for a paused receiver.
+func (d *StreamNIC) SetPauseLimit(limit time.Duration) { d.pauseLimit.Store(int64(limit)) }
+
+// Path is the NIC's socket (QEMU's addr.path).
+func (d *StreamNIC) Path() string { return d.path }
+
+// Port is the NIC's port on the switch.
+func (d *StreamNIC) Port() *Port { return d.port }
+
+// Stats returns the NIC's counters.
+func (d *StreamNIC) Stats() NICStats {
+	return NICStats{In: d.in.Load(), Out: d.out.Load(), Paused: d.paused.Load(),
+		Dropped: d.dropped.Load(), Refused: d.refused.Load()}
+}
+
+// Close detaches the NIC, ends its connection and removes its socket.
+func (d *StreamNIC) Close() error {
+	d.port.Detach()
+	close(d.closing)
+	err := d.ln.Close()
+	d.mu.Lock()
+	if d.conn != nil {
+		d.conn.Close()
+	}
+	d.mu.Unlock()
+	d.wg.Wait()
+	d.mu.Lock()
+	for _, f := range d.queue {
+		Release(f)
+	}
+	d.queue = nil
+	d.mu.Unlock()
+	os.Remove(d.path)
+	return err
+}
+
+// receive queues a frame for the guest. A full queue refuses it (pause);
+// a guest whose socket has been full for the pause limit, or that is not
+// connected, loses it.
+func (d *StreamNIC) receive(frame []byte) bool {
+	d.mu.Lock()
+	stuck := !d.busySince.IsZero() && time.Since(d.busySince) > time.Duration(d.pauseLimit.Load())
+	if d.conn == nil || stuck {
+		d.mu.Unlock()
+		d.dropped.Add(1)
+		Release(frame)
+		return true
+	}
+	if len(d.queue) >= nicQueue {
+		d.mu.Unlock()
+		d.paused.Add(1)
+		Release(frame)
+		return false
+	}
+	d.queue = append(d.queue, frame)
+	d.mu.Unlock()
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// acceptLoop takes QEMU's connections, one at a time.
+func (d *StreamNIC) acceptLoop() {
+	for {
+		conn, err := d.ln.AcceptUnix()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		if !sameUser(conn) {
+			d.refused.Add(1)
+			conn.Close()
+			continue
+		}
+		d.mu.Lock()
+		old := d.conn
+		d.conn = conn
+		d.mu.Unlock()
+		d.accepted.Add(1)
+		if old != nil {
+			old.Close() // its reader ends
+		}
+		d.wg.Go(func() { d.readLoop(conn) })
+	}
+}
+
+// sameUser reports whether the peer of conn runs as this process's user.
+func sameUser(conn *net.UnixConn) bool {
+	raw, err := conn.SyscallConn()
+	if err != nil {
+		return false
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil || cerr != nil {
+		return false
+	}
+	return int(cred.Uid) == os.Geteuid()
+}
+
+// readLoop takes the guest's frames to the switch until the connection
+// ends.
+func (d *StreamNIC) readLoop(conn *net.UnixConn) {
+	defer func() {
+		d.mu.Lock()
+		if d.conn == conn {
+			d.conn = nil
+		}
+		d.mu.Unlock()
+		conn.Close()
+	}()
+	r := bufio.NewReaderSize(conn, 256<<10)
+	buf := make([]byte, maxNICFrame)
+	var hdr [4]byte
+	for {
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			return
+		}
+		n := binary.BigEndian.Uint32(hdr[:])
+		if n > maxNICFrame {
+			d.refused.Add(1)
+			return // not QEMU's framing: the stream cannot be followed further
+		}
+		if _, err := io.ReadFull(r, buf[:n]); err != nil {
+			return
+		}
+		if n < 14 {
+			d.refused.Add(1)
+			continue
+		}
+		d.in.Add(1)
+		d.forward(buf[:n])
+	}
+}
+
+// forward offers the guest's frame to the switch until it is taken (or
+// the pause limit passes, or the NIC closes).
+func (d *StreamNIC) forward(b []byte) {
+	var deadline time.Time
+	var timer *time.Timer
+	wait := 20 * time.Microsecond
+	for {
+		var f []byte
+		if len(b) <= FrameSize {
+			f = NewFrame()[:len(b)]
+		} else {
+			f = make([]byte, len(b)) // a jumbo frame: not from the pool
+		}
+		copy(f, b)
+		if d.port.Send(f) {
+			return
+		}
+		d.paused.Add(1)
+		now := time.Now()
+		if deadline.IsZero() {
+			deadline = now.Add(time.Duration(d.pauseLimit.Load()))
+		} else if now.After(deadline) {
+			d.dropped.Add(1)
+			return
+		}
+		if timer == nil {
+			timer = time.NewTimer(wait)
+		} else {
+			timer.Reset(wait)
+		}
+		select {
+		case <-d.closing:
+			timer.Stop()
+			return
+		case <-timer.C:
+		}
+		wait = min(2*wait, 5*time.Millisecond)
+	}
+}
+
+// writeLoop writes the queued frames to the guest, all that are queued in
+// one write.
+func (d *StreamNIC) writeLoop() {
+	var hdrs []byte
+	for {
+		select {
+		case <-d.closing:
+			return
+		case <-d.wake:
+		}
+		for {
+			d.mu.Lock()
+			batch, conn := d.queue, d.conn
+			d.queue = nil
+			if len(batch) == 0 {
+				d.busySince = time.Time{}
+				d.mu.Unlock()
+				break
+			}
+			d.busySince = time.Now()
+			d.mu.Unlock()
+			if conn == nil {
+				d.dropped.Add(uint64(len(batch)))
+			} else {
+				hdrs = hdrs[:0]
+				bufs := make(net.Buffers, 0, 2*len(batch))
+				for _, f := range batch {
+					hdrs = binary.BigEndian.AppendUint32(hdrs, uint32(len(f)))
+				}
+				for i, f := range batch {
+					bufs = append(bufs, hdrs[4*i:4*i+4], f)
+				}
+				// Waits as long as QEMU does not read: the watchdog is
+				// receive's, which drops new frames meanwhile.
+				if _, err := bufs.WriteTo(conn); err != nil {
+					d.dropped.Add(uint64(len(batch)))
+					conn.Close() // its reader clears d.conn
+				} else {
+					d.out.Add(uint64(len(batch)))
+				}
+			}
+			for _, f := range batch {
+				Release(f)
+			}
+		}
+	}
+}
