@@ -100,7 +100,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	timeout := fs.Duration("timeout", 10*time.Minute, "time limit for boot and command")
 	memory := fs.String("memory", "1G", "RAM per guest (e.g. 1G, 1536M)")
 	cache := fs.String("cache", "", "cache directory (default $HCAEMU_CACHE, else /var/cache/hcaemu for root)")
-	pcap := fs.String("pcap", "", "write the emulated HCAs' fabric traffic to this pcap file")
+	pcap := fs.String("pcap", "", "write everything on the segment (the guests' IP traffic and RoCE) to this pcap file")
 	recordDir := fs.String("record", "", "record each HCA's boundary into this directory (hca0.rec.gz, ...) for replay tests")
 	logLevel := fs.String("log-level", "warn", "log level of the emulated HCAs (debug, info, warn, error)")
 	image := fs.String("image", "", "run the command in a Debian root file system (debian) instead of the u-root initramfs")

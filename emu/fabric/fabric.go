@@ -90,6 +90,7 @@ type Switch struct {
 	ports    map[*Port]struct{}
 	byIP     map[netip.Addr]*Port
 	stations map[[6]byte]*station // by the MAC they were attached with
+	uplinks  []*station           // trunks to other networks: no MAC of their own
 	link     Link
 
 	camMu sync.Mutex
@@ -127,11 +128,12 @@ type camEntry struct {
 }
 
 // station is one machine on the segment: its NIC and its HCAs (guarded by
-// the switch's mu).
+// the switch's mu); or an uplink, whose port is its nic.
 type station struct {
-	mac  [6]byte
-	nic  *Port
-	hcas []*Port
+	mac    [6]byte
+	nic    *Port
+	hcas   []*Port
+	uplink bool
 }
 
 // NewSwitch returns a switch whose ports' frames pass through the
@@ -187,6 +189,21 @@ func (s *Switch) AttachNIC(name string, mac [6]byte, rx Receiver) (*Port, error)
 	st.nic = p
 	s.ports[p] = struct{}{}
 	return p, nil
+}
+
+// AttachUplink connects a trunk to another network (a TAP device, a host
+// interface) called name, whose frames are delivered to rx. Its MACs are
+// learnt from its frames; it may not send from a MAC of this segment's
+// NICs, nor RoCEv2 from an address of this segment's HCAs.
+func (s *Switch) AttachUplink(name string, rx Receiver) *Port {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := &station{uplink: true}
+	p := &Port{sw: s, name: name, rx: rx, st: st, nic: true}
+	st.nic = p
+	s.uplinks = append(s.uplinks, st)
+	s.ports[p] = struct{}{}
+	return p
 }
 
 // station returns the station of mac, made if new (s.mu held).
@@ -363,7 +380,9 @@ func (p *Port) Detach() {
 		st.hcas = slices.DeleteFunc(st.hcas, func(h *Port) bool { return h == p })
 	}
 	empty := st.nic == nil && len(st.hcas) == 0
-	if empty && s.stations[st.mac] == st {
+	if empty && st.uplink {
+		s.uplinks = slices.DeleteFunc(s.uplinks, func(u *station) bool { return u == st })
+	} else if empty && s.stations[st.mac] == st {
 		delete(s.stations, st.mac)
 	}
 	s.mu.Unlock()
@@ -480,8 +499,8 @@ func (s *Switch) forward(from *Port, frame []byte) bool {
 	s.Flooded.Add(1)
 	s.mu.RLock()
 	var hca *Port // the HCA taking a flooded RoCE frame, if any: its answer is the sender's
-	outs := make([]*Port, 0, len(s.stations))
-	for _, st := range s.stations {
+	outs := make([]*Port, 0, len(s.stations)+len(s.uplinks))
+	add := func(st *station) {
 		// Not back to where it came from, but an HCA's frame to its own
 		// address loops back.
 		if to := s.target(st, from, frame); to != nil && (st != from.st || to == from) {
@@ -490,6 +509,12 @@ func (s *Switch) forward(from *Port, frame []byte) bool {
 			}
 			outs = append(outs, to)
 		}
+	}
+	for _, st := range s.stations {
+		add(st)
+	}
+	for _, st := range s.uplinks {
+		add(st)
 	}
 	s.mu.RUnlock()
 	ok := true

@@ -46,6 +46,7 @@ type StreamNIC struct {
 	mu        sync.Mutex
 	conn      *net.UnixConn // QEMU's connection; nil until it connects
 	queue     [][]byte      // oldest first, at most nicQueue
+	partial   []byte        // the rest of a frame written in part, before the queue
 	busySince time.Time     // when the writer's current write began; zero when idle
 	wake      chan struct{}
 
@@ -147,6 +148,29 @@ func (d *StreamNIC) receive(frame []byte) bool {
 		Release(frame)
 		return true
 	}
+	if len(d.queue) == 0 && d.partial == nil && d.busySince.IsZero() {
+		// Nothing waits: write now from the sender's goroutine, if the
+		// socket takes the whole frame at once; what it does not take
+		// goes first in the queue (the frame's remaining bytes).
+		n := d.writeNow(frame)
+		if n == 4+len(frame) {
+			d.mu.Unlock()
+			d.out.Add(1)
+			Release(frame)
+			return true
+		}
+		if n > 0 {
+			rest := make([]byte, 4+len(frame)-n)
+			copy(rest, binary.BigEndian.AppendUint32(nil, uint32(len(frame)))[min(n, 4):])
+			copy(rest[max(0, 4-n):], frame[max(0, n-4):])
+			Release(frame)
+			d.partial = rest
+			d.mu.Unlock()
+			d.out.Add(1)
+			d.kick()
+			return true
+		}
+	}
 	if len(d.queue) >= nicQueue {
 		d.mu.Unlock()
 		d.paused.Add(1)
@@ -155,11 +179,37 @@ func (d *StreamNIC) receive(frame []byte) bool {
 	}
 	d.queue = append(d.queue, frame)
 	d.mu.Unlock()
+	d.kick()
+	return true
+}
+
+// kick wakes the writer.
+func (d *StreamNIC) kick() {
 	select {
 	case d.wake <- struct{}{}:
 	default:
 	}
-	return true
+}
+
+// writeNow writes a frame's length and bytes to QEMU without waiting
+// (d.mu held): the number of bytes the socket took.
+func (d *StreamNIC) writeNow(frame []byte) int {
+	raw, err := d.conn.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	var hdr [4]byte
+	binary.BigEndian.PutUint32(hdr[:], uint32(len(frame)))
+	n := 0
+	raw.Write(func(fd uintptr) bool {
+		var werr error
+		n, werr = unix.SendmsgBuffers(int(fd), [][]byte{hdr[:], frame}, nil, nil, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+		if werr != nil {
+			n = 0
+		}
+		return true // never wait here
+	})
+	return n
 }
 
 // acceptLoop takes QEMU's connections, one at a time.
@@ -236,13 +286,14 @@ func (d *StreamNIC) readLoop(conn *net.UnixConn) {
 			continue
 		}
 		d.in.Add(1)
-		d.forward(buf[:n])
+		forwardFrame(d.port, buf[:n], d.closing, time.Duration(d.pauseLimit.Load()), &d.paused, &d.dropped)
 	}
 }
 
-// forward offers the guest's frame to the switch until it is taken (or
-// the pause limit passes, or the NIC closes).
-func (d *StreamNIC) forward(b []byte) {
+// forwardFrame offers a copy of b to the switch through port until it is
+// taken, the pause limit passes (counted in dropped) or closing closes;
+// each refusal counts in paused.
+func forwardFrame(port *Port, b []byte, closing <-chan struct{}, limit time.Duration, paused, dropped *atomic.Uint64) {
 	var deadline time.Time
 	var timer *time.Timer
 	wait := 20 * time.Microsecond
@@ -254,15 +305,15 @@ func (d *StreamNIC) forward(b []byte) {
 			f = make([]byte, len(b)) // a jumbo frame: not from the pool
 		}
 		copy(f, b)
-		if d.port.Send(f) {
+		if port.Send(f) {
 			return
 		}
-		d.paused.Add(1)
+		paused.Add(1)
 		now := time.Now()
 		if deadline.IsZero() {
-			deadline = now.Add(time.Duration(d.pauseLimit.Load()))
+			deadline = now.Add(limit)
 		} else if now.After(deadline) {
-			d.dropped.Add(1)
+			dropped.Add(1)
 			return
 		}
 		if timer == nil {
@@ -271,7 +322,7 @@ func (d *StreamNIC) forward(b []byte) {
 			timer.Reset(wait)
 		}
 		select {
-		case <-d.closing:
+		case <-closing:
 			timer.Stop()
 			return
 		case <-timer.C:
@@ -292,9 +343,9 @@ func (d *StreamNIC) writeLoop() {
 		}
 		for {
 			d.mu.Lock()
-			batch, conn := d.queue, d.conn
-			d.queue = nil
-			if len(batch) == 0 {
+			batch, conn, partial := d.queue, d.conn, d.partial
+			d.queue, d.partial = nil, nil
+			if len(batch) == 0 && partial == nil {
 				d.busySince = time.Time{}
 				d.mu.Unlock()
 				break
@@ -305,13 +356,17 @@ func (d *StreamNIC) writeLoop() {
 				d.dropped.Add(uint64(len(batch)))
 			} else {
 				hdrs = hdrs[:0]
-				bufs := make(net.Buffers, 0, 2*len(batch))
+				bufs := make(net.Buffers, 0, 2*len(batch)+1)
+				if partial != nil {
+					bufs = append(bufs, partial)
+				}
 				for _, f := range batch {
 					hdrs = binary.BigEndian.AppendUint32(hdrs, uint32(len(f)))
 				}
 				for i, f := range batch {
 					bufs = append(bufs, hdrs[4*i:4*i+4], f)
 				}
+				// (net.Buffers.WriteTo consumes bufs; the frames stay ours.)
 				// Waits as long as QEMU does not read: the watchdog is
 				// receive's, which drops new frames meanwhile.
 				if _, err := bufs.WriteTo(conn); err != nil {
