@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/qemu"
 )
 
@@ -26,7 +27,7 @@ const runUsage = `usage: hcaemu run [--guests N] [--ready started|listen|marker]
                   [--kernel bzImage] [--modules DIR] [--kernel-tree PATH] [--ulp MODULE,...] [--timeout D] [--memory M] [--cache DIR]
                   [--image debian [--packages PKG,...]] [--pcap FILE] [--record DIR] [--log-level L] [--reboots]
                   [--faults PLAN] [--faults-log FILE] [--faults-seed N] [--control SOCK] [--strict warn|off|fail]
-                  [--metrics ADDR] [--rxe K,...|all] [--guest-ip ADDR[/LEN]] -- COMMAND...
+                  [--metrics ADDR] [--rxe K,...|all] [--guest-ip ADDR[/LEN]] [--uplink tap:NAME|dev:IFACE] -- COMMAND...
 
 Provisions (cached) a QEMU with vfio-user, a guest kernel and initramfs, starts
 one emulated PVRDMA device per guest, boots N guests on one Ethernet segment
@@ -47,6 +48,9 @@ read-only and keep their writes in RAM.
 
 The HCAs' ports and the guests' NICs share the segment (--pcap captures all
 of it), which pauses senders instead of dropping frames, as PFC does.
+--uplink joins it to a network outside: a TAP device to bridge or route
+as you like, or an existing interface; guests of hcaemu on two hosts talk
+IP and RoCEv2 through it (give them different --guest-ip addresses).
 
 The frames between the HCAs, and the HCAs themselves, follow a fault plan
 (--faults, empty by default) whose control socket (--control, else a path
@@ -106,6 +110,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	image := fs.String("image", "", "run the command in a Debian root file system (debian) instead of the u-root initramfs")
 	packages := fs.String("packages", "", "PKG,...: Debian packages added to the --image (cached by package set)")
 	guestIP := fs.String("guest-ip", qemu.DefaultGuestNet.String(), "ADDR[/LEN]: guest 0's IPv4 address (guest k's is k above it) and prefix length; MACs follow the addresses")
+	uplink := fs.String("uplink", "", "tap:NAME or dev:IFACE: join the segment to a network through a TAP device or an interface (AF_PACKET), e.g. to guests of hcaemu on another host")
 	rxe := fs.String("rxe", "", "K,... or all: these guests use Linux soft-RoCE (rxe0 over eth0) instead of an emulated HCA")
 	reboots := fs.Bool("reboots", false, "let a guest reboot (the command runs again after each boot; $HCAEMU_BOOT counts boots from 1)")
 	faults := registerFaultFlags(fs)
@@ -136,6 +141,12 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "hcaemu run: --guest-ip: %v\n", err)
 		return 2
+	}
+	if *uplink != "" {
+		if _, _, err := fabric.ParseUplink(*uplink); err != nil {
+			fmt.Fprintf(stderr, "hcaemu run: --uplink: %v\n", err)
+			return 2
+		}
 	}
 	softRoCE, err := parseGuestList(*rxe, *guests)
 	if err != nil {
@@ -256,6 +267,14 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		cl.Switch = h.sw
+		if *uplink != "" {
+			up, err := h.sw.OpenUplink(*uplink)
+			if err != nil {
+				fmt.Fprintf(stderr, "hcaemu run: --uplink: %v\n", err)
+				return 1
+			}
+			defer up.Close()
+		}
 	}
 	// Served from now on (the devices exist), shut down before they go.
 	metrics.serve(stderr, func() *hcas { return runFabric }, runFaults)

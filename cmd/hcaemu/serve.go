@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/vfio"
 )
 
@@ -42,6 +43,7 @@ func serveMain(args []string) int {
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	pcap := fs.String("pcap", "", "write every RoCEv2 frame between the HCAs to this pcap file")
 	recordDir := fs.String("record", "", "record each HCA's boundary (region accesses, guest memory, MSI-X, frames) into this directory, one file per connection, for replay tests")
+	uplink := fs.String("uplink", "", "tap:NAME or dev:IFACE: join the HCAs' segment to a network through a TAP device or an interface (AF_PACKET)")
 	faults := registerFaultFlags(fs)
 	strict := registerStrictFlag(fs)
 	metricsAddr := registerMetricsFlag(fs)
@@ -55,6 +57,11 @@ func serveMain(args []string) int {
 	}
 	if fs.NArg() > 0 {
 		return fatalf("serve: unexpected argument %q", fs.Arg(0))
+	}
+	if *uplink != "" {
+		if _, _, err := fabric.ParseUplink(*uplink); err != nil {
+			return fatalf("serve: --uplink: %v", err)
+		}
 	}
 	if *printCaps {
 		json.NewEncoder(os.Stdout).Encode(map[string]any{
@@ -116,6 +123,13 @@ func serveMain(args []string) int {
 	}
 	h.faults = faultSet.hooks()
 	h.strict, h.latch = strict.mode, &strictLatch{stop: cancel}
+	if *uplink != "" {
+		up, err := h.sw.OpenUplink(*uplink)
+		if err != nil {
+			return fatalf("serve: --uplink: %v", err)
+		}
+		defer up.Close()
+	}
 	if faultSet != nil && faultSet.control != nil {
 		faultSet.control.SetInspector(h.inspect)
 		faultSet.control.SetTracer(h.trace.open)
