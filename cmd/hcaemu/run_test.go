@@ -53,6 +53,8 @@ func TestRunFlagErrors(t *testing.T) {
 		{[]string{"--guests", "2"}, "no command given"},
 		{[]string{"--guests", "2", "--rxe", "2", "--", "true"}, `--rxe: "2" is not a guest (0..1) nor all`},
 		{[]string{"--rxe", "one", "--", "true"}, `--rxe: "one" is not a guest`},
+		{[]string{"--uplink", "eth0", "--", "true"}, `--uplink: uplink "eth0": want tap:NAME or dev:IFACE`},
+		{[]string{"--guest-ip", "10.0.0.254/24", "--guests", "3", "--", "true"}, `--guest-ip: 10.0.0.254/24: guest 1's address 10.0.0.255 is not a host of 10.0.0.0/24`},
 		{[]string{"--rxe", "0,", "--", "true"}, `--rxe: "" is not a guest`},
 		{[]string{"--image", "ubuntu", "--", "true"}, `--image "ubuntu": the one image is debian`},
 		{[]string{"--packages", "qperf", "--", "true"}, "--packages needs --image debian"},

@@ -25,12 +25,13 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 const serveUsage = `usage: hcaemu serve --socket-path PATH [--socket-path PATH2 ...] [--fd N ...] [--pcap FILE] [--record DIR] [--log-level LEVEL]
                     [--faults PLAN] [--faults-log FILE] [--faults-seed N] [--control SOCK [--guest-control SOCK ...]]
-                    [--strict warn|off|fail]
+                    [--strict warn|off|fail] [--uplink tap:NAME|dev:IFACE]
        hcaemu serve --print-capabilities
 
 Serves one emulated PVRDMA HCA (PCI 15ad:0820) per vfio-user socket, for
 QEMU's vfio-user-pci device. The HCAs share one fabric: RoCEv2 traffic
-between them stays in this process (and in the --pcap file). Start it before QEMU; "hcaemu qemu-args" prints
+between them stays in this process (and in the --pcap file), or also goes to a
+network through --uplink (docs/hosts.md). Start it before QEMU; "hcaemu qemu-args" prints
 the QEMU arguments that attach a device.`
 
 func serveMain(args []string) int {
