@@ -79,6 +79,25 @@ const guestRetry = `run() {
 failed=0
 `
 
+// guestConnect defines connect ADDR CMD...: it runs CMD ADDR until it
+// exits 0 (at most $CONNECT_TRIES times, 240 unless set, every 0.5 s: a
+// server that does not listen yet refuses the connection) and returns its
+// last status.
+const guestConnect = `connect() {
+  addr=$1; shift
+  tries=0
+  while true; do
+    "$@" $addr
+    cst=$?
+    if [ $cst -eq 0 ]; then break; fi
+    tries=$((tries+1))
+    if [ $tries -ge ${CONNECT_TRIES:-240} ]; then break; fi
+    sleep 0.5
+  done
+  return $cst
+}
+`
+
 // hcaemuRun runs "hcaemu run" and returns its combined output and exit code.
 func hcaemuRun(t *testing.T, args ...string) (string, int) {
 	t.Helper()

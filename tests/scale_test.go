@@ -35,7 +35,9 @@ func allToAllScript(n int) string {
 			steps[p[1]] = append(steps[p[1]], fmt.Sprintf("c:%d:%d", p[0], port))
 		}
 	}
-	script := "me=$HCAEMU_GUEST\ncase $me in\n"
+	// A partner may still be booting (eight TCG guests on a loaded
+	// machine): up to 10 minutes of tries.
+	script := guestConnect + "CONNECT_TRIES=1200\nme=$HCAEMU_GUEST\ncase $me in\n"
 	for k, s := range steps {
 		script += fmt.Sprintf("%d) steps=%q ;;\n", k, strings.Join(s, " "))
 	}
@@ -47,15 +49,8 @@ for step in $steps; do
     ibv_rc_pingpong -g 1 -c -n 20 -s 1024 -p $port
     st=$?
   else
-    i=0
-    while true; do
-      ibv_rc_pingpong -g 1 -c -n 20 -s 1024 -p $port 10.0.0.$((peer+1))
-      st=$?
-      if [ $st -eq 0 ]; then break; fi
-      i=$((i+1))
-      if [ $i -ge 600 ]; then break; fi
-      sleep 0.5
-    done
+    connect 10.0.0.$((peer+1)) ibv_rc_pingpong -g 1 -c -n 20 -s 1024 -p $port
+    st=$?
   fi
   echo "PAIR $me $peer $role $st"
   if [ $st -ne 0 ]; then failed=1; fi

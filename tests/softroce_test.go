@@ -33,7 +33,7 @@ var softRoCESteps = []string{
 // and guest 1 connects, then the other way round. The client retries
 // (bounded) until its server listens.
 func softRoCEScript() string {
-	script := `me=$HCAEMU_GUEST
+	script := guestConnect + `me=$HCAEMU_GUEST
 dev=$HCAEMU_RDMA_DEV
 echo "DEVICE $dev"
 failed=0
@@ -42,18 +42,10 @@ run() {
   srv=$1; shift
   if [ "$me" = "$srv" ]; then
     "$@"
-    st=$?
   else
-    i=0
-    while true; do
-      "$@" 10.0.0.$((srv+1))
-      st=$?
-      if [ $st -eq 0 ]; then break; fi
-      i=$((i+1))
-      if [ $i -ge 240 ]; then break; fi
-      sleep 0.5
-    done
+    connect 10.0.0.$((srv+1)) "$@"
   fi
+  st=$?
   echo "RESULT $st $srv $*"
   if [ $st -ne 0 ]; then failed=1; fi
 }

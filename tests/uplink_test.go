@@ -42,13 +42,8 @@ func TestE2EUplink(t *testing.T) {
 	server := `ibv_rc_pingpong -g 1 -c -n 50 -s 4096; echo "RESULT $? rc_pingpong"
 ib_write_bw -x 1 -F -n 500; echo "RESULT $? write_bw"
 `
-	client := `run() {
-  i=0
-  until "$@" 10.0.0.1; do
-    i=$((i+1))
-    if [ $i -ge 240 ]; then break; fi
-    sleep 0.5
-  done
+	client := guestConnect + `run() {
+  connect 10.0.0.1 "$@"
   echo "RESULT $? $1"
 }
 run ibv_rc_pingpong -g 1 -c -n 50 -s 4096

@@ -62,7 +62,17 @@ func TestCapture(t *testing.T) {
 		}
 	}
 	w.Close()
-	_, _, _, recs := readPcap(t, buf.Bytes())
+	recs := checkRecords(t, buf.Bytes(), want)
+	if sw.Spoofed.Load() != 1 {
+		t.Errorf("spoofed %d, want 1", sw.Spoofed.Load())
+	}
+}
+
+// checkRecords reads a pcap and checks that its records are the frames
+// want, in order.
+func checkRecords(t *testing.T, pcap []byte, want [][]byte) []pcapRecord {
+	t.Helper()
+	_, _, _, recs := readPcap(t, pcap)
 	if len(recs) != len(want) {
 		t.Fatalf("%d frames captured, want %d", len(recs), len(want))
 	}
@@ -71,9 +81,7 @@ func TestCapture(t *testing.T) {
 			t.Errorf("record %d differs", i)
 		}
 	}
-	if sw.Spoofed.Load() != 1 {
-		t.Errorf("spoofed %d, want 1", sw.Spoofed.Load())
-	}
+	return recs
 }
 
 // TestCaptureSegment: the capture holds everything on the segment, the
@@ -111,15 +119,7 @@ func TestCaptureSegment(t *testing.T) {
 		from.Send(fabric.Clone(f))
 	}
 	w.Close()
-	_, _, _, recs := readPcap(t, buf.Bytes())
-	if len(recs) != len(want) {
-		t.Fatalf("%d frames captured, want %d", len(recs), len(want))
-	}
-	for i := range want {
-		if !bytes.Equal(recs[i].data, want[i]) {
-			t.Errorf("record %d differs", i)
-		}
-	}
+	recs := checkRecords(t, buf.Bytes(), want)
 	if !fabric.IsRoCE(recs[2].data) || fabric.IsRoCE(recs[1].data) {
 		t.Error("the capture's RoCE frame is not the third")
 	}
