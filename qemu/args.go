@@ -154,20 +154,20 @@ func Args(a DeviceArgs) []string {
 
 // guestSpec is one guest of a cluster.
 type guestSpec struct {
-	index      int
-	net        netip.Prefix // guest 0's address and the prefix length
-	memoryMiB  int
-	accel      string
-	kernel     string
-	initrd     string
-	netSocket  string // the guest's NIC on the segment: a unix stream socket QEMU connects to
-	devSocket  string // vfio-user socket; "" for none
-	reboot     bool   // a guest reboot restarts the machine instead of ending QEMU
-	cpus       int    // vCPUs (0 = 1)
-	shares     []guestShare
-	image      string // a root file system disk image attached read-only; "" for none
-	faults     string // unix socket of the virtio-serial port FaultsPortName; "" for none
-	rxe        bool   // soft-RoCE (rxe0 over eth0) instead of an emulated HCA
+	index     int
+	net       netip.Prefix // guest 0's address and the prefix length
+	memoryMiB int
+	accel     string
+	kernel    string
+	initrd    string
+	netSocket string // the guest's NIC on the segment: a unix stream socket QEMU connects to
+	devSocket string // vfio-user socket; "" for none
+	reboot    bool   // a guest reboot restarts the machine instead of ending QEMU
+	cpus      int    // vCPUs (0 = 1)
+	shares    []guestShare
+	image     string // a root file system disk image attached read-only; "" for none
+	faults    string // unix socket of the virtio-serial port FaultsPortName; "" for none
+	rxe       bool   // soft-RoCE (rxe0 over eth0) instead of an emulated HCA
 	// streamPath, when set, joins the NIC to one other guest over a QEMU
 	// stream netdev at this unix socket (a measurement's reference, see
 	// StreamNetEnv) instead of the segment; streamServer listens there.

@@ -62,7 +62,7 @@ func TestCapture(t *testing.T) {
 		}
 	}
 	w.Close()
-	recs := checkRecords(t, buf.Bytes(), want)
+	checkRecords(t, buf.Bytes(), want)
 	if sw.Spoofed.Load() != 1 {
 		t.Errorf("spoofed %d, want 1", sw.Spoofed.Load())
 	}
