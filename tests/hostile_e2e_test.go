@@ -1,7 +1,10 @@
 package tests
 
 import (
+	"io"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -61,6 +64,22 @@ import (
 // client once the attacker is armed, the attacker reads the victim's QPN
 // and PSNs once guest 0 printed both, guest 0 stays up until the attacker
 // is done.
+// scrapeRun reads the metrics of the run whose output is out ("" when it
+// has not printed their address, or they cannot be read).
+func scrapeRun(out string) string {
+	m := regexp.MustCompile(`hcaemu: metrics at (http://\S+/metrics)`).FindStringSubmatch(out)
+	if m == nil {
+		return ""
+	}
+	rsp, err := http.Get(m[1])
+	if err != nil {
+		return ""
+	}
+	defer rsp.Body.Close()
+	b, _ := io.ReadAll(rsp.Body)
+	return string(b)
+}
+
 func TestE2EHostileGuest(t *testing.T) {
 	needE2E(t)
 	share := shared(t, filepath.Join("hostile", "attack.py"))
@@ -101,23 +120,57 @@ case "$HCAEMU_GUEST" in
 esac
 `
 	t0 := time.Now()
-	out, code := hcaemuRun(t, "--guests", "3", "--image", "debian", "--packages", conformancePackages,
-		"--share", share+":/x", "--faults", planPath, "--faults-log", logPath, "--timeout", "8m", "--", script)
-	t.Logf("hcaemu run took %s", time.Since(t0).Round(time.Second))
-	if code != 0 {
-		t.Errorf("hcaemu run exited %d", code)
+	// The attacker asks the host to read the segment's counters (g2.scrape)
+	// and waits for host.scraped: read while the run is up.
+	var out lockedBuffer
+	cmd := exec.Command(hcaemuBin, "run", "--guests", "3", "--image", "debian", "--packages", conformancePackages,
+		"--share", share+":/x", "--faults", planPath, "--faults-log", logPath, "--metrics", "127.0.0.1:0", "--timeout", "8m", "--", script)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
 	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var counters string
+	var runErr error
+	for ended := false; !ended; {
+		select {
+		case runErr = <-done:
+			ended = true
+		case <-time.After(100 * time.Millisecond):
+			if _, err := os.Stat(filepath.Join(share, "g2.scrape")); err == nil && counters == "" {
+				counters = scrapeRun(out.String())
+				os.WriteFile(filepath.Join(share, "host.scraped"), nil, 0o644)
+			}
+		}
+	}
+	t.Logf("hcaemu run took %s:\n%s", time.Since(t0).Round(time.Second), out.String())
+	if runErr != nil {
+		t.Errorf("hcaemu run: %v", runErr)
+	}
+	// (d) The raw frames: the spoofed ones (guest 1's address, with the
+	// attacker's MAC and with guest 1's) dropped at the attacker's port, the
+	// control ones (the attacker's own address) delivered to the victim's
+	// QP and refused there for their source.
+	spoofed := metricValue(counters, `hcaemu_segment_frames_total{outcome="spoofed"}`)
+	refused := metricValue(counters, `hcaemu_port_dropped_frames_total{device="hca0",reason="address"}`)
+	t.Logf("segment: %v spoofed frames dropped; hca0: %v refused for their source", spoofed, refused)
+	if spoofed < 512 || refused < 256 {
+		t.Errorf("spoofed %v (want ≥ 512: the raw frames from guest 1's address), refused by the victim's QP %v (want ≥ 256: the control frames)", spoofed, refused)
+	}
+	text := out.String()
 	for k := 0; k < 2; k++ {
-		mustContain(t, out, k, `(?m)^VICTIM-EXIT 0$`, iters+` iters in [0-9.]+ seconds`)
-		if g := strings.Join(guestLines(out, k), "\n"); strings.Contains(g, "invalid data") {
+		mustContain(t, text, k, `(?m)^VICTIM-EXIT 0$`, iters+` iters in [0-9.]+ seconds`)
+		if g := strings.Join(guestLines(text, k), "\n"); strings.Contains(g, "invalid data") {
 			t.Errorf("guest %d: the victim saw invalid data", k)
 		}
 	}
-	mustContain(t, out, 2,
+	mustContain(t, text, 2,
 		`ATTACK gid-takeover failed 10\.0\.0\.2 control 10\.0\.0\.99 present`,
+		`ATTACK raw spoofed-ip 256 spoofed-mac 256 control 256`,
 		`ATTACK dereg rounds 3 buffer unchanged after-writes-failed 12 `,
 		`ATTACK END`, `ATTACK-EXIT 0`)
-	g2 := strings.Join(guestLines(out, 2), "\n")
+	g2 := strings.Join(guestLines(text, 2), "\n")
 	m := regexp.MustCompile(`ATTACK injected sends (\d+) writes (\d+) success (\d+) statuses (\S+) victim-finished-before-end (\w+)`).FindStringSubmatch(g2)
 	if m == nil {
 		t.Fatalf("the attacker did not report its injections")

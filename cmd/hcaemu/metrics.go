@@ -94,6 +94,7 @@ var (
 	descPortDropped = prometheus.NewDesc("hcaemu_port_dropped_frames_total", "Frames dropped before a QP took them (or lost to a port held down), by reason.", []string{"device", "reason"}, nil)
 	descCommands    = prometheus.NewDesc("hcaemu_commands_total", "Commands of the driver's command channel, by command and errno (0: success).", []string{"device", "command", "errno"}, nil)
 	descFindings    = prometheus.NewDesc("hcaemu_strict_findings_total", "Strict-mode findings (driver mistakes) by kind.", []string{"device", "kind"}, nil)
+	descSegment     = prometheus.NewDesc("hcaemu_segment_frames_total", "Frames on the Ethernet segment (guests' NICs, HCAs' ports, uplink) by outcome: forwarded, flooded, dropped (nobody took it, or a full receiver refused it), spoofed (another station's MAC or HCA address as source), cam_full (source MAC not learnt).", []string{"outcome"}, nil)
 	descFaultMatch  = prometheus.NewDesc("hcaemu_fault_matched_total", "Events a fault rule matched.", []string{"rule"}, nil)
 	descFaultFired  = prometheus.NewDesc("hcaemu_fault_fired_total", "Times a fault rule fired.", []string{"rule"}, nil)
 
@@ -135,6 +136,14 @@ func (c *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
 	if h := c.hcas(); h != nil {
+		sw := h.sw
+		for _, o := range []struct {
+			outcome string
+			n       uint64
+		}{{"forwarded", sw.Forwarded.Load()}, {"flooded", sw.Flooded.Load()}, {"dropped", sw.Dropped.Load()},
+			{"spoofed", sw.Spoofed.Load()}, {"cam_full", sw.CAMFull.Load()}} {
+			counter(descSegment, o.n, o.outcome)
+		}
 		for _, dev := range h.live() {
 			name := dev.Name()
 			st, qps := dev.Stats()

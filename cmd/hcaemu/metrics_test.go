@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/hcaemu/hcaemu/emu/emutest"
+	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/fault"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
 )
@@ -52,6 +53,16 @@ func TestMetrics(t *testing.T) {
 	}
 	if out := scrape(); !strings.Contains(out, `hcaemu_fault_fired_total{rule="loss"} 0`) || strings.Contains(out, "hcaemu_port_frames_total") {
 		t.Errorf("before any device:\n%s", out)
+	}
+
+	// A guest's NIC sending from another guest's MAC: refused, counted.
+	drop := func(f []byte) bool { fabric.Release(f); return true }
+	mac8, mac9 := [6]byte{0x52, 0x54, 0, 0, 0, 8}, [6]byte{0x52, 0x54, 0, 0, 0, 9}
+	nic9, _ := h.sw.AttachNIC("g9", mac9, drop)
+	h.sw.AttachNIC("g8", mac8, drop)
+	nic9.Send(fabric.Clone(append(append([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, mac8[:]...), 0x08, 0x06)))
+	if out := scrape(); !strings.Contains(out, `hcaemu_segment_frames_total{outcome="spoofed"} 1`) {
+		t.Errorf("after a spoofed frame:\n%s", out)
 	}
 
 	drv, dev := probed(t, h, "hca0")

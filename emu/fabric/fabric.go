@@ -80,7 +80,10 @@ type Decorator func(next Link) Link
 // address the station's HCA owns goes to the HCA when it is RoCEv2 (UDP
 // 4791), everything else to the NIC, the way a converged NIC steers RoCE
 // to its RDMA engine; a station without a NIC gives its HCA every IP frame
-// for its addresses.
+// for its addresses. RoCEv2 for an HCA's address goes to that HCA even
+// when its MAC says otherwise, and no NIC may speak for another station's
+// HCA address (RoCEv2 from it, ARP for it): a guest that poisons the
+// others' neighbour caches gets no RDMA traffic that is not its own.
 //
 // Lossless: a receiver whose queue is full refuses a frame and the sender
 // backs off and sends again (Send returns false), the way PFC pauses a link;
@@ -105,8 +108,8 @@ type Switch struct {
 	// Spoofed counts frames dropped as they entered the fabric, before any
 	// decorator saw them: an HCA's frame from an IP source address it does
 	// not own (or without an IP header); a NIC's RoCEv2 frame from an
-	// address another station's HCA owns; any frame from a MAC that is
-	// another station's NIC's.
+	// address another station's HCA owns, or ARP speaking for one; any
+	// frame from a MAC that is another station's NIC's.
 	Spoofed atomic.Uint64
 	// CAMFull counts source MACs not learnt because the table was full.
 	CAMFull atomic.Uint64
@@ -313,7 +316,7 @@ func (p *Port) admit(frame []byte) bool {
 		if src, ok := SrcIP(frame); !ok || !p.Owns(src) {
 			return false
 		}
-	} else if src, ok := SrcIP(frame); ok && IsRoCE(frame) {
+	} else if src, ok := claimedIP(frame); ok {
 		s.mu.RLock()
 		o := s.byIP[src.Unmap()]
 		s.mu.RUnlock()
@@ -322,6 +325,22 @@ func (p *Port) admit(frame []byte) bool {
 		}
 	}
 	return s.learn([6]byte(frame[6:12]), p.st)
+}
+
+// claimedIP is the address a NIC's frame speaks for, where another
+// station's HCA owning it makes the frame a lie: the source of RoCEv2, the
+// sender of ARP (a poisoned neighbour cache would send a guest's traffic,
+// and its kernel's RDMA address resolution, to the liar).
+func claimedIP(frame []byte) (netip.Addr, bool) {
+	if IsRoCE(frame) {
+		return SrcIP(frame)
+	}
+	// ARP for IPv4 over Ethernet: the sender's protocol address.
+	if len(frame) >= 14+28 && binary.BigEndian.Uint16(frame[12:]) == 0x0806 &&
+		binary.BigEndian.Uint16(frame[16:]) == 0x0800 && frame[19] == 4 {
+		return netip.AddrFrom4([4]byte(frame[28:32])), true
+	}
+	return netip.Addr{}, false
 }
 
 // learn records that mac was seen at station st, within the table's bound:
@@ -487,6 +506,19 @@ func (s *Switch) lookup(mac [6]byte) *station {
 // forward delivers a frame to its destination station's port, or floods it
 // to every station; a frame nobody takes is dropped (released).
 func (s *Switch) forward(from *Port, frame []byte) bool {
+	// RoCEv2 for an HCA's address goes to that HCA whatever the MAC says:
+	// the address is the HCA's for sure (SetAddrs), a MAC only as sure as
+	// the sender's neighbour cache.
+	if IsRoCE(frame) {
+		if dst, ok := DstIP(frame); ok {
+			s.mu.RLock()
+			h := s.byIP[dst.Unmap()]
+			s.mu.RUnlock()
+			if h != nil && !h.gone.Load() {
+				return s.deliver(h, frame)
+			}
+		}
+	}
 	dst := [6]byte(frame[0:6])
 	if dst[0]&1 == 0 && dst != ([6]byte{}) {
 		if st := s.lookup(dst); st != nil {

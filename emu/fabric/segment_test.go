@@ -47,6 +47,15 @@ func ipFrame(dst, src [6]byte, srcIP, dstIP string, dport uint16) []byte {
 
 var bcast = [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
 
+// arpFor is an ARP reply body saying that ip is at mac.
+func arpFor(ip string, mac [6]byte) []byte {
+	a := []byte{0, 1, 8, 0, 6, 4, 0, 2}
+	a = append(a, mac[:]...)
+	a4 := netip.MustParseAddr(ip).As4()
+	a = append(a, a4[:]...)
+	return append(a, make([]byte, 10)...)
+}
+
 func stationMAC(i byte) [6]byte { return [6]byte{0x52, 0x54, 0, 0, 0, i} }
 
 // recorder is a port's receiver that keeps what it got.
@@ -119,6 +128,8 @@ func TestSegmentForwarding(t *testing.T) {
 	}{
 		{"ARP broadcast floods to the other NICs", nicPorts[0], ether(bcast, stationMAC(0), 0x0806, make([]byte, 28)),
 			[6][]string{nil, {"arp"}, {"arp"}}},
+		{"ARP for the station's own HCA address", nicPorts[0], ether(bcast, stationMAC(0), 0x0806, arpFor("10.0.0.1", stationMAC(0))),
+			[6][]string{nil, {"arp"}, {"arp"}}},
 		{"unicast to a station's MAC: its NIC", nicPorts[1], ether(stationMAC(0), stationMAC(1), 0x0806, make([]byte, 28)),
 			[6][]string{{"arp"}}},
 		{"TCP to the HCA's address goes to the NIC", nicPorts[0], ipFrame(stationMAC(1), stationMAC(0), "10.0.0.1", "10.0.0.2", 0),
@@ -137,10 +148,12 @@ func TestSegmentForwarding(t *testing.T) {
 			[6][]string{3: {"roce>10.0.0.1"}}},
 		{"RoCE loopback inside a station", hcaPorts[0], ipFrame(stationMAC(0), stationMAC(0), "10.0.0.1", "10.0.0.1", 4791),
 			[6][]string{3: {"roce>10.0.0.1"}}},
-		{"RoCE to the wrong station's MAC: that NIC", hcaPorts[0], ipFrame(stationMAC(2), stationMAC(0), "10.0.0.1", "10.0.0.2", 4791),
-			[6][]string{2: {"roce>10.0.0.2"}}},
-		{"unknown unicast RoCE floods: the owning HCA takes it", hcaPorts[0], ipFrame([6]byte{0x02, 9, 9, 9, 9, 9}, stationMAC(0), "10.0.0.1", "10.0.0.2", 4791),
-			[6][]string{nil, nil, {"roce>10.0.0.2"}, nil, {"roce>10.0.0.2"}}},
+		{"RoCE for an HCA's address to another station's MAC (a poisoned neighbour cache): still that HCA", hcaPorts[0], ipFrame(stationMAC(2), stationMAC(0), "10.0.0.1", "10.0.0.2", 4791),
+			[6][]string{4: {"roce>10.0.0.2"}}},
+		{"RoCE for an HCA's address to an unknown MAC: that HCA, no flood", hcaPorts[0], ipFrame([6]byte{0x02, 9, 9, 9, 9, 9}, stationMAC(0), "10.0.0.1", "10.0.0.2", 4791),
+			[6][]string{4: {"roce>10.0.0.2"}}},
+		{"unknown unicast RoCE for nobody's HCA floods to the NICs", hcaPorts[0], ipFrame([6]byte{0x02, 9, 9, 9, 9, 9}, stationMAC(0), "10.0.0.1", "10.0.0.9", 4791),
+			[6][]string{nil, {"roce>10.0.0.9"}, {"roce>10.0.0.9"}}},
 		{"a new source MAC is learnt (this frame floods)", nicPorts[2], ether(bcast, learnt, 0x0806, make([]byte, 28)),
 			[6][]string{{"arp"}, {"arp"}}},
 		{"then frames to it are switched to its station", nicPorts[0], ipFrame(learnt, stationMAC(0), "10.0.0.1", "10.0.0.9", 0),
@@ -183,6 +196,7 @@ func TestSegmentSpoofing(t *testing.T) {
 		{"NIC sends RoCE from the other HCA's IPv4", "nic1", ipFrame(stationMAC(0), stationMAC(1), "10.0.0.1", "10.0.0.1", 4791)},
 		{"NIC sends RoCE from the other HCA's IPv6", "nic1", ipFrame(stationMAC(0), stationMAC(1), "fe80::1", "fe80::1", 4791)},
 		{"NIC sends from the other NIC's MAC", "nic1", ether(bcast, stationMAC(0), 0x0806, make([]byte, 28))},
+		{"NIC sends ARP speaking for the other HCA's address", "nic1", ether(bcast, stationMAC(1), 0x0806, arpFor("10.0.0.1", stationMAC(1)))},
 		{"HCA sends from the other NIC's MAC", "hca1", ipFrame(stationMAC(0), stationMAC(0), "10.0.0.2", "10.0.0.1", 4791)},
 		{"HCA sends from the other HCA's address", "hca1", ipFrame(stationMAC(0), stationMAC(1), "10.0.0.1", "10.0.0.1", 4791)},
 		{"HCA sends ARP", "hca1", ether(bcast, stationMAC(1), 0x0806, make([]byte, 28))},

@@ -1,7 +1,7 @@
 # The hostile guest of TestE2EHostileGuest (guest 2): pyverbs, Python 3.
 # Prints ATTACK lines the Go test asserts on. Reads the victim's addresses
 # from the share ($1: the share's guest path).
-import ctypes, glob, ipaddress, mmap, os, re, subprocess, sys, time
+import ctypes, glob, ipaddress, mmap, os, re, socket, struct, subprocess, sys, time, zlib
 import pyverbs.enums as e
 from pyverbs.addr import AHAttr, GID, GlobalRoute
 from pyverbs.cq import CQ
@@ -145,6 +145,49 @@ vgid = found['local'].group(4)
 epsn = int(found['remote'].group(3), 16)  # guest 1's first PSN: what guest 0 expects
 say('victim', hex(vqpn), 'gid', vgid, 'epsn', hex(epsn))
 
+# (d) Raw frames through our own NIC (AF_PACKET on eth0): RoCEv2 SEND_ONLY
+# packets to the victim's QP at PSNs from what it expects on, valid to the
+# last bit (ICRC included), sent as guest 1 would send them: from guest 1's
+# address with our MAC, and from guest 1's address and MAC. The segment
+# must drop both at our port (counted as spoofed) before any HCA sees them.
+# The same packets from our own address are the control: they pass the
+# segment, reach the victim's HCA and QP, and are dropped there by the QP's
+# address check (counted per device as "address"): the spoofed ones were
+# good enough to be accepted but for where they came from.
+def mac_bytes(m):
+    return bytes(int(x, 16) for x in m.split(':'))
+
+
+def roce_frame(dmac, smac, sip, dip, qpn, psn, payload):
+    bth = struct.pack('>BBHBBHBBH', 0x04, 0x00, 0xffff, 0, qpn >> 16, qpn & 0xffff, 0x80, psn >> 16, psn & 0xffff)
+    udp_len = 8 + len(bth) + len(payload) + 4
+    udp = struct.pack('>HHHH', 0xc000 | (psn & 0x3fff), 4791, udp_len, 0)
+    ip = bytearray(struct.pack('>BBHHHBBH4s4s', 0x45, 0, 20 + udp_len, 0, 0x4000, 64, 17, 0,
+                               socket.inet_aton(sip), socket.inet_aton(dip)))
+    csum = sum(struct.unpack('>10H', bytes(ip)))
+    csum = (csum & 0xffff) + (csum >> 16)
+    csum = (csum & 0xffff) + (csum >> 16)
+    ip[10:12] = struct.pack('>H', ~csum & 0xffff)
+    masked_ip = bytearray(ip); masked_ip[1] = 0xff; masked_ip[8] = 0xff; masked_ip[10:12] = b'\xff\xff'
+    masked_udp = bytearray(udp); masked_udp[6:8] = b'\xff\xff'
+    masked_bth = bytearray(bth); masked_bth[4] = 0xff
+    icrc = zlib.crc32(b'\xff' * 8 + bytes(masked_ip) + bytes(masked_udp) + bytes(masked_bth) + payload) & 0xffffffff
+    return dmac + smac + b'\x08\x00' + bytes(ip) + udp + bth + payload + struct.pack('<I', icrc)
+
+
+raw = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+raw.bind(('eth0', 0))
+with open('/sys/class/net/eth0/address') as f:
+    own_mac = mac_bytes(f.read().strip())
+g0_mac, g1_mac = mac_bytes('52:54:0a:00:00:01'), mac_bytes('52:54:0a:00:00:02')
+own_ip = '10.0.0.3'
+per_kind = 256
+for smac, sip in ((own_mac, '10.0.0.2'), (g1_mac, '10.0.0.2'), (own_mac, own_ip)):
+    for k in range(per_kind):
+        raw.send(roce_frame(g0_mac, smac, sip, '10.0.0.1', vqpn, (epsn + k) & 0xffffff, bytes([0xee]) * 64))
+raw.close()
+say('raw', 'spoofed-ip', per_kind, 'spoofed-mac', per_kind, 'control', per_kind)
+
 size = 4096
 local, laddr = mapped(size)
 lmr = MR(pd, size, e.IBV_ACCESS_LOCAL_WRITE, address=laddr)
@@ -236,4 +279,7 @@ for rnd in range(3):
 say('dereg', 'rounds', 3, 'buffer', 'CHANGED' if changed else 'unchanged',
     'after-writes-failed', after_errors, 'completions',
     ','.join(f'{k[0]}/{k[1]}:{v}' for k, v in sorted(in_flight.items())))
+# The host reads the segment's counters now, while the run is up.
+open(os.path.join(share, 'g2.scrape'), 'w').close()
+wait_for(lambda: os.path.exists(os.path.join(share, 'host.scraped')), 'the host to read the counters')
 say('END')
