@@ -57,6 +57,10 @@ func TestE2EReadmeExamples(t *testing.T) {
 			[]string{`900000 bytes in [0-9.]+ seconds`, `50 iters in [0-9.]+ seconds`}},
 		{[]string{"--guests", "2", "--", "ib_write_bw -x 1 -F $HCAEMU_SERVER_IP"},
 			[]string{`#bytes\s+#iterations\s+BW peak`, `65536\s+5000\s+[0-9.]+`}},
+		// "Against a second implementation: soft-RoCE".
+		{[]string{"--guests", "2", "--rxe", "1", "--pcap", filepath.Join(t.TempDir(), "mixed.pcap"), "--",
+			"ibv_rc_pingpong -d $HCAEMU_RDMA_DEV -g 1 -c -n 50 $HCAEMU_SERVER_IP"},
+			[]string{`409600 bytes in [0-9.]+ seconds`, `50 iters in [0-9.]+ seconds`}},
 	}
 	n := repeats(t)
 	failures := 0
