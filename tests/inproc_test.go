@@ -61,6 +61,39 @@ func (v *viaVFIO) collect() {
 	}
 }
 
+// attachVFIO connects to an HCA's vfio-user socket as QEMU does: the
+// version handshake, guest RAM (the memfd ramFD of size bytes) mapped for
+// DMA at I/O address 0, an eventfd per MSI-X vector. The caller closes the
+// client and the eventfds.
+func attachVFIO(t *testing.T, path string, ramFD, size int) *viaVFIO {
+	t.Helper()
+	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := vfiotest.NewClient(conn)
+	if _, _, _, err := c.Version(vfiotest.QEMUVersionJSON); err != nil {
+		t.Fatal(err)
+	}
+	dup, _ := unix.Dup(ramFD)
+	if err := c.DMAMap(0, uint64(size), 0, dup, 3); err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(dup)
+	v := &viaVFIO{c: c}
+	for range emu.Vectors {
+		efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v.efd = append(v.efd, efd)
+	}
+	if err := c.SetIRQs(2, 0x24, 0, emu.Vectors, v.efd...); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
 func openFDs(t *testing.T) int {
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
@@ -107,30 +140,8 @@ func TestProbeOverVFIOUser(t *testing.T) {
 	go func() { served <- srv.Serve(ctx, l) }()
 
 	for round := 0; round < 2; round++ {
-		conn, err := net.DialUnix("unix", nil, l.Addr().(*net.UnixAddr))
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := vfiotest.NewClient(conn)
-		if _, _, _, err := c.Version(vfiotest.QEMUVersionJSON); err != nil {
-			t.Fatal(err)
-		}
-		dup, _ := unix.Dup(ramFD)
-		if err := c.DMAMap(0, size, 0, dup, 3); err != nil {
-			t.Fatal(err)
-		}
-		unix.Close(dup)
-		v := &viaVFIO{c: c}
-		for i := 0; i < emu.Vectors; i++ {
-			efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
-			if err != nil {
-				t.Fatal(err)
-			}
-			v.efd = append(v.efd, efd)
-		}
-		if err := c.SetIRQs(2, 0x24, 0, emu.Vectors, v.efd...); err != nil {
-			t.Fatal(err)
-		}
+		v := attachVFIO(t, l.Addr().String(), ramFD, size)
+		c := v.c
 		clear(ram.Mem)
 		drv := emutest.NewWithRAM(ram)
 		v.irq = drv.IRQ

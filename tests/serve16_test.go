@@ -15,11 +15,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/hcaemu/hcaemu/emu"
 	"github.com/hcaemu/hcaemu/emu/emutest"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/uverbs"
-	"github.com/hcaemu/hcaemu/vfio/vfiotest"
 )
 
 // rssKiB is a process's resident set.
@@ -46,36 +44,13 @@ func probeOverSocket(t *testing.T, path string, ip netip.Addr) *emutest.Driver {
 	t.Helper()
 	const size = 8 << 20
 	ramFD, ram := guestRAM(t, size)
-	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := vfiotest.NewClient(conn)
-	t.Cleanup(func() { c.Close() })
-	if _, _, _, err := c.Version(vfiotest.QEMUVersionJSON); err != nil {
-		t.Fatal(err)
-	}
-	dup, _ := unix.Dup(ramFD)
-	if err := c.DMAMap(0, size, 0, dup, 3); err != nil {
-		t.Fatal(err)
-	}
-	unix.Close(dup)
-	v := &viaVFIO{c: c}
-	for range emu.Vectors {
-		efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
-		if err != nil {
-			t.Fatal(err)
-		}
-		v.efd = append(v.efd, efd)
-	}
+	v := attachVFIO(t, path, ramFD, size)
 	t.Cleanup(func() {
+		v.c.Close()
 		for _, fd := range v.efd {
 			unix.Close(fd)
 		}
 	})
-	if err := c.SetIRQs(2, 0x24, 0, emu.Vectors, v.efd...); err != nil {
-		t.Fatal(err)
-	}
 	drv := emutest.NewWithRAM(ram)
 	v.irq = drv.IRQ
 	drv.Dev = v
