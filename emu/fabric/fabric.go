@@ -74,16 +74,15 @@ type Decorator func(next Link) Link
 //
 // Ports belong to stations: a station is one machine's attachment, the
 // guest's NIC (AttachNIC) and the HCA paired with it (Attach), under one MAC.
-// Frames go to a station by destination MAC (the station's own MAC, or one
-// learnt from the source MACs of its frames); unknown and broadcast
-// destinations flood to every station. Inside a station, a frame for an IP
-// address the station's HCA owns goes to the HCA when it is RoCEv2 (UDP
-// 4791), everything else to the NIC, the way a converged NIC steers RoCE
-// to its RDMA engine; a station without a NIC gives its HCA every IP frame
-// for its addresses. RoCEv2 for an HCA's address goes to that HCA even
-// when its MAC says otherwise, and no NIC may speak for another station's
-// HCA address (RoCEv2 from it, ARP for it): a guest that poisons the
-// others' neighbour caches gets no RDMA traffic that is not its own.
+// An HCA takes the frames for its addresses that are RoCEv2 (UDP 4791),
+// or every IP frame for them when its station has no NIC (hcaemu serve),
+// looked up by address whatever their MAC says, the way a converged NIC
+// steers RoCE to its RDMA engine. Every other frame goes to a station's
+// NIC by destination MAC (the station's own MAC, or one learnt from the
+// source MACs of its frames); unknown and broadcast destinations flood to
+// every other station. No NIC may speak for another station's HCA address
+// (RoCEv2 from it, ARP for it): a guest that poisons the others' neighbour
+// caches gets no RDMA traffic that is not its own.
 //
 // Lossless: a receiver whose queue is full refuses a frame and the sender
 // backs off and sends again (Send returns false), the way PFC pauses a link;
@@ -472,14 +471,29 @@ func IsRoCE(frame []byte) bool {
 	return len(frame) >= udp+8 && binary.BigEndian.Uint16(frame[udp+2:]) == RoCEPort
 }
 
-// target is the port of station st that takes frame from port from, nil
-// for none (s.mu held for reading).
-func (s *Switch) target(st *station, from *Port, frame []byte) *Port {
-	if dst, ok := DstIP(frame); ok {
-		if h := s.byIP[dst.Unmap()]; h != nil && h.st == st && !h.gone.Load() && (st.nic == nil || IsRoCE(frame)) {
-			return h
-		}
+// hcaFor is the HCA that takes frame, nil for none: the one owning its
+// destination address when the frame is RoCEv2, or any IP frame when that
+// HCA's station has no NIC (hcaemu serve). It goes there whatever its MAC
+// says: the address is the HCA's for sure (SetAddrs), a MAC only as sure
+// as the sender's neighbour cache.
+func (s *Switch) hcaFor(frame []byte) *Port {
+	dst, ok := DstIP(frame)
+	if !ok {
+		return nil
 	}
+	s.mu.RLock()
+	h := s.byIP[dst.Unmap()]
+	hasNIC := h != nil && h.st.nic != nil
+	s.mu.RUnlock()
+	if h == nil || h.gone.Load() || (hasNIC && !IsRoCE(frame)) {
+		return nil
+	}
+	return h
+}
+
+// nicOf is the NIC (or uplink) port of station st, unless that is where
+// the frame comes from (s.mu held for reading).
+func nicOf(st *station, from *Port) *Port {
 	if st.nic != nil && st.nic != from && !st.nic.gone.Load() {
 		return st.nic
 	}
@@ -503,42 +517,28 @@ func (s *Switch) lookup(mac [6]byte) *station {
 	return e.st
 }
 
-// forward delivers a frame to its destination station's port, or floods it
-// to every station; a frame nobody takes is dropped (released).
+// forward delivers a frame to the HCA owning its destination, else to the
+// station its destination MAC is at, else floods it to every other
+// station; a frame nobody takes is dropped (released).
 func (s *Switch) forward(from *Port, frame []byte) bool {
-	// RoCEv2 for an HCA's address goes to that HCA whatever the MAC says:
-	// the address is the HCA's for sure (SetAddrs), a MAC only as sure as
-	// the sender's neighbour cache.
-	if IsRoCE(frame) {
-		if dst, ok := DstIP(frame); ok {
-			s.mu.RLock()
-			h := s.byIP[dst.Unmap()]
-			s.mu.RUnlock()
-			if h != nil && !h.gone.Load() {
-				return s.deliver(h, frame)
-			}
-		}
+	if h := s.hcaFor(frame); h != nil {
+		return s.deliver(h, frame)
 	}
 	dst := [6]byte(frame[0:6])
 	if dst[0]&1 == 0 && dst != ([6]byte{}) {
 		if st := s.lookup(dst); st != nil {
 			s.mu.RLock()
-			to := s.target(st, from, frame)
+			to := nicOf(st, from)
 			s.mu.RUnlock()
 			return s.deliver(to, frame)
 		}
 	}
+	// Flooded: to every other station's NIC and the uplinks, best effort.
 	s.Flooded.Add(1)
 	s.mu.RLock()
-	var hca *Port // the HCA taking a flooded RoCE frame, if any: its answer is the sender's
 	outs := make([]*Port, 0, len(s.stations)+len(s.uplinks))
 	add := func(st *station) {
-		// Not back to where it came from, but an HCA's frame to its own
-		// address loops back.
-		if to := s.target(st, from, frame); to != nil && (st != from.st || to == from) {
-			if !to.nic {
-				hca = to
-			}
+		if to := nicOf(st, from); to != nil && st != from.st {
 			outs = append(outs, to)
 		}
 	}
@@ -549,21 +549,27 @@ func (s *Switch) forward(from *Port, frame []byte) bool {
 		add(st)
 	}
 	s.mu.RUnlock()
-	ok := true
-	for i, to := range outs {
-		f := frame
-		if i < len(outs)-1 {
-			f = Clone(frame)
-		}
-		if !s.deliver(to, f) && to == hca {
-			ok = false
-		}
-	}
 	if len(outs) == 0 {
 		s.Dropped.Add(1)
 		Release(frame)
 	}
-	return ok
+	for i, to := range outs {
+		f := frame
+		if i < len(outs)-1 {
+			f = copyFrame(frame)
+		}
+		s.deliver(to, f)
+	}
+	return true
+}
+
+// copyFrame is a copy of frame for one more receiver: from the pool, or of
+// its own when longer than a pool buffer (a guest's jumbo frame).
+func copyFrame(frame []byte) []byte {
+	if len(frame) <= FrameSize {
+		return Clone(frame)
+	}
+	return append([]byte(nil), frame...)
 }
 
 // deliver hands a frame to port to (nil: nobody; dropped).

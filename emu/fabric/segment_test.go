@@ -353,6 +353,16 @@ func TestStreamNIC(t *testing.T) {
 	if got := ends[0].recv(t); len(got) != 9000 {
 		t.Fatalf("jumbo frame: %d bytes arrived", len(got))
 	}
+	// A jumbo broadcast reaches every other NIC whole (a flood copies it).
+	thirdGot := make(chan int, 1)
+	sw.AttachNIC("g2", stationMAC(2), func(f []byte) bool { thirdGot <- len(f); Release(f); return true })
+	ends[0].send(t, ether(bcast, stationMAC(0), 0x88b5, make([]byte, 9000-14)))
+	if got := ends[1].recv(t); len(got) != 9000 {
+		t.Fatalf("jumbo broadcast: %d bytes arrived at guest 1", len(got))
+	}
+	if n := <-thirdGot; n != 9000 {
+		t.Fatalf("jumbo broadcast: %d bytes arrived at the third NIC", n)
+	}
 	// RoCE from guest 0 to guest 1's HCA address goes to the HCA; the
 	// frame after it shows, in order, that it went nowhere else.
 	ends[0].send(t, ipFrame(stationMAC(1), stationMAC(0), "10.0.0.1", "10.0.0.2", 4791))
@@ -370,7 +380,7 @@ func TestStreamNIC(t *testing.T) {
 	if got := again.recv(t); describe(got) != "arp" {
 		t.Fatalf("guest 1 after reconnecting got %q", describe(got))
 	}
-	if st := nics[0].Stats(); st.In != 4 || st.Out != 1 || st.Refused != 0 {
+	if st := nics[0].Stats(); st.In != 5 || st.Out != 1 || st.Refused != 0 {
 		t.Fatalf("guest 0 NIC stats %+v", st)
 	}
 	// Not QEMU's framing: the connection ends.
