@@ -3,6 +3,7 @@ package qemu
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -46,11 +47,14 @@ func lastAddr(p netip.Prefix) netip.Addr {
 	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 }
 
-// GuestIP is guest k's IPv4 address: guest 0's (first) plus k.
+// GuestIP is guest k's IPv4 address: guest 0's (first) plus k (k is a
+// guest number: small).
 func GuestIP(first netip.Prefix, k int) netip.Addr {
-	a := first.Addr().As4()
-	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3]) + uint32(k)
-	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+	a := first.Addr()
+	for range k {
+		a = a.Next()
+	}
+	return a
 }
 
 // GuestMAC is the MAC of the vmxnet3 of the guest whose IPv4 address is ip:
@@ -59,11 +63,6 @@ func GuestIP(first netip.Prefix, k int) netip.Addr {
 func GuestMAC(ip netip.Addr) [6]byte {
 	a := ip.As4()
 	return [6]byte{0x52, 0x54, a[0], a[1], a[2], a[3]}
-}
-
-// macString formats a MAC as QEMU takes it.
-func macString(mac [6]byte) string {
-	return fmt.Sprintf("%02x:%02x:%02x:%02x:%02x:%02x", mac[0], mac[1], mac[2], mac[3], mac[4], mac[5])
 }
 
 // ParseMemory parses a memory size: "1G", "1536M", "2g", or a number of MiB.
@@ -260,7 +259,8 @@ func qemuArgs(g guestSpec) []string {
 	if g.reboot {
 		args = slices.DeleteFunc(args, func(a string) bool { return a == "-no-reboot" })
 	}
-	dev := Args(DeviceArgs{SocketPath: g.devSocket, MemoryMiB: mem, NetdevID: "net0", MAC: macString(GuestMAC(GuestIP(g.net, g.index)))})
+	mac := GuestMAC(GuestIP(g.net, g.index))
+	dev := Args(DeviceArgs{SocketPath: g.devSocket, MemoryMiB: mem, NetdevID: "net0", MAC: net.HardwareAddr(mac[:]).String()})
 	// No iPXE option ROM: the guests boot with -kernel, and it saves boot time.
 	dev[7] = strings.Replace(dev[7], ",addr=", ",romfile=,addr=", 1)
 	if g.devSocket == "" {

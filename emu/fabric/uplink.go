@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -206,8 +207,9 @@ func (u *Uplink) readLoop() {
 		var err error
 		rerr := u.raw.Read(func(fd uintptr) bool {
 			if u.packet {
+				// MSG_TRUNC: n is the frame's length even when buf was short.
 				var from unix.Sockaddr
-				n, from, err = unix.Recvfrom(int(fd), buf, 0)
+				n, from, err = unix.Recvfrom(int(fd), buf, unix.MSG_TRUNC)
 				if ll, ok := from.(*unix.SockaddrLinklayer); ok && ll.Pkttype == unix.PACKET_OUTGOING {
 					outgoing = true
 				}
@@ -223,6 +225,17 @@ func (u *Uplink) readLoop() {
 			if errors.Is(err, unix.EBADF) {
 				return
 			}
+			// The interface went down (ENETDOWN) or the like: read again
+			// in a while, not in a loop that spins on the error.
+			select {
+			case <-u.closing:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			continue
+		}
+		if n > len(buf) {
+			u.dropped.Add(1) // longer than any frame QEMU takes: cut, not forwarded
 			continue
 		}
 		if outgoing || n < 14 {
