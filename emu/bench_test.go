@@ -50,8 +50,15 @@ type benchHost struct {
 
 func newBenchHost(tb testing.TB, sw *fabric.Switch, k int) *benchHost {
 	tb.Helper()
+	return newBenchHostWith(tb, sw, k, 64<<20, nil)
+}
+
+// newBenchHostWith is newBenchHost with ramSize bytes of guest RAM and, when
+// caps is not nil, those capabilities.
+func newBenchHostWith(tb testing.TB, sw *fabric.Switch, k, ramSize int, caps *pvrdma.DeviceCaps) *benchHost {
+	tb.Helper()
 	mac := [6]byte{0x00, 0x50, 0x56, 0, 0, byte(k)}
-	drv := emutest.New(64 << 20)
+	drv := emutest.New(ramSize)
 	irq := make(chan struct{}, 1)
 	msix := func(v int) {
 		drv.IRQ.Raise(v)
@@ -63,7 +70,7 @@ func newBenchHost(tb testing.TB, sw *fabric.Switch, k int) *benchHost {
 		}
 	}
 	dev := emu.New(emu.Config{Name: fmt.Sprintf("hca%d", k), Mem: drv.RAM, MSIX: msix,
-		Log: slog.New(slog.DiscardHandler), MAC: mac, Attach: attachTo(sw, "hca", mac)})
+		Log: slog.New(slog.DiscardHandler), MAC: mac, Attach: attachTo(sw, "hca", mac), Caps: caps})
 	tb.Cleanup(dev.Close)
 	drv.Dev = dev
 	h := &host{rig: &rig{Driver: drv, dev: dev}, mac: mac, ip: netip.AddrFrom4([4]byte{10, 0, 0, byte(k)})}
@@ -111,9 +118,15 @@ func (h *benchHost) buffer(tb testing.TB, n int) (addr uint64, lkey, rkey uint32
 // perftest: PMTU 1024, timeout 14, retry 7, RNR retry 7).
 func benchPair(tb testing.TB, a, b *benchHost) (qa, qb *emutest.QP) {
 	tb.Helper()
+	return benchPairWR(tb, a, b, benchSQ, benchRQ)
+}
+
+// benchPairWR is benchPair with sendWR and recvWR entries in the queues.
+func benchPairWR(tb testing.TB, a, b *benchHost, sendWR, recvWR uint32) (qa, qb *emutest.QP) {
+	tb.Helper()
 	mk := func(h *benchHost) *emutest.QP {
 		q, err := h.CreateQP(emutest.QPSpec{PD: h.pd, SendCQ: h.cq, RecvCQ: h.cq, Type: pvrdma.QPTypeRC,
-			SendWR: benchSQ, RecvWR: benchRQ, SendSGE: 1, RecvSGE: 1})
+			SendWR: sendWR, RecvWR: recvWR, SendSGE: 1, RecvSGE: 1})
 		if err != nil {
 			tb.Fatal(err)
 		}

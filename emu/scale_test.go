@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/hcaemu/hcaemu/emu"
@@ -121,6 +122,36 @@ func BenchmarkIdleMemory(b *testing.B) {
 			for _, q := range qps {
 				if err := q.Modify(pvrdma.AttrState, pvrdma.QPAttr{State: pvrdma.QPStateReset}); err != nil {
 					b.Fatal(err)
+				}
+			}
+		}
+	})	// The most QPs a device can advertise (--max-qp 65535): every handle
+	// taken on each of two HCAs by connected RC QPs in RTS (one send and one
+	// receive WQE each, the least a QP has), and the next CREATE_QP refused
+	// with ENOMEM. -short makes 2048 pairs (the CI smoke run).
+	b.Run("RC-QP-64K", func(b *testing.B) {
+		caps := emu.DefaultCaps()
+		caps.MaxQP = 65535
+		pairs := int(caps.MaxQP) - 2 // handles 1..65534, the GSI QP's kept
+		if testing.Short() {
+			pairs = 2048
+		}
+		const pagesPerQP = 5 // ring state, SQ, RQ, page directory and table
+		ram := (pairs*pagesPerQP + 64) * 4096
+		for b.Loop() {
+			sw := fabric.NewSwitch()
+			ha, hb := newBenchHostWith(b, sw, 1, ram, &caps), newBenchHostWith(b, sw, 2, ram, &caps)
+			g0, h0 := runtime.NumGoroutine(), heapAfterGC()
+			for range pairs {
+				benchPairWR(b, ha, hb, 1, 1)
+			}
+			h1, g1 := heapAfterGC(), runtime.NumGoroutine()
+			b.ReportMetric(float64(h1-h0)/float64(2*pairs), "heap-B/QP")
+			b.ReportMetric(float64(g1-g0)/float64(2*pairs), "goroutines/QP")
+			if !testing.Short() {
+				_, err := ha.CreateQP(emutest.QPSpec{PD: ha.pd, SendCQ: ha.cq, RecvCQ: ha.cq, Type: pvrdma.QPTypeRC, SendWR: 1, RecvWR: 1, SendSGE: 1, RecvSGE: 1})
+				if err == nil || !strings.HasSuffix(err.Error(), " 12") {
+					b.Fatalf("QP %d on a device advertising max_qp %d: %v, want ENOMEM (12)", pairs+2, caps.MaxQP, err)
 				}
 			}
 		}

@@ -42,6 +42,7 @@ func allToAllScript(n int) string {
 		script += fmt.Sprintf("%d) steps=%q ;;\n", k, strings.Join(s, " "))
 	}
 	return script + `esac
+echo "CAPS $(ibv_devinfo -v | grep max_qp:)"
 failed=0
 for step in $steps; do
   role=${step%%:*}; rest=${step#*:}; peer=${rest%%:*}; port=${rest#*:}
@@ -81,11 +82,14 @@ func TestAllToAllRounds(t *testing.T) {
 
 // TestE2EGuests8: eight guests on one segment, each with its HCA, run
 // ibv_rc_pingpong -c with every other guest (28 pairs, four at a time).
+// The HCAs advertise the most QPs the stock driver and rdma-core's provider
+// take (--max-qp 65535: QP handles of 16 bits, QPNs with 8 random bits).
 func TestE2EGuests8(t *testing.T) {
 	needE2E(t)
 	const n = 8
-	out, code := hcaemuRun(t, "--guests", fmt.Sprint(n), "--ready", "started", "--timeout", "25m", "--", allToAllScript(n))
+	out, code := hcaemuRun(t, "--guests", fmt.Sprint(n), "--max-qp", "65535", "--ready", "started", "--timeout", "25m", "--", allToAllScript(n))
 	for k := range n {
+		mustContain(t, out, k, `CAPS\s+max_qp:\s+65535\b`)
 		for j := range n {
 			if j == k {
 				continue

@@ -14,6 +14,7 @@ import (
 	"github.com/hcaemu/hcaemu/emu"
 	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/fabric/capture"
+	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/vfio"
 	"github.com/hcaemu/hcaemu/vfio/record"
 )
@@ -41,6 +42,8 @@ type hcas struct {
 	// first finding in fail mode.
 	strict emu.StrictMode
 	latch  *strictLatch
+	// caps, when set, replaces the HCAs' default capabilities (--max-qp).
+	caps *pvrdma.DeviceCaps
 
 	// devices are the live devices by name (one connection each), for
 	// hcaemu inspect.
@@ -128,6 +131,7 @@ func (h *hcas) factory(name string, mac [6]byte) vfio.NewDevice {
 		cfg := emu.Config{Name: name, Mem: host.Mem, MSIX: host.MSIX, MAC: mac, Log: h.log, Faults: hook,
 			Attach:    func(rx func([]byte) bool) emu.Port { return h.sw.Attach(name, mac, rx) },
 			Strict:    h.strict,
+			Caps:      h.caps,
 			OnFinding: h.onFinding()}
 		if rec != nil {
 			host = rec.Host(host)

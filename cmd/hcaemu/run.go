@@ -27,7 +27,7 @@ const runUsage = `usage: hcaemu run [--guests N] [--ready started|listen|marker]
                   [--kernel bzImage] [--modules DIR] [--kernel-tree PATH] [--ulp MODULE,...] [--timeout D] [--memory M] [--cache DIR]
                   [--image debian [--packages PKG,...]] [--pcap FILE] [--record DIR] [--log-level L] [--reboots]
                   [--faults PLAN] [--faults-log FILE] [--faults-seed N] [--control SOCK] [--strict warn|off|fail]
-                  [--metrics ADDR] [--rxe K,...|all] [--guest-ip ADDR[/LEN]] [--uplink tap:NAME|dev:IFACE] -- COMMAND...
+                  [--metrics ADDR] [--rxe K,...|all] [--guest-ip ADDR[/LEN]] [--uplink tap:NAME|dev:IFACE] [--max-qp N] -- COMMAND...
 
 Provisions (cached) a QEMU with vfio-user, a guest kernel and initramfs, starts
 one emulated PVRDMA device per guest, boots N guests on one Ethernet segment
@@ -115,6 +115,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	reboots := fs.Bool("reboots", false, "let a guest reboot (the command runs again after each boot; $HCAEMU_BOOT counts boots from 1)")
 	faults := registerFaultFlags(fs)
 	strict := registerStrictFlag(fs)
+	maxQP := registerMaxQPFlag(fs)
 	metricsAddr := registerMetricsFlag(fs)
 	var workload workloadFlags
 	workload.register(fs)
@@ -240,7 +241,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer stopRun()
 	latch := &strictLatch{stop: stopRun}
 	runOptions.pcap, runOptions.record, runOptions.logLevel = *pcap, *recordDir, *logLevel
-	runOptions.strict, runOptions.latch = strict.mode, latch
+	runOptions.strict, runOptions.latch, runOptions.maxQP = strict.mode, latch, maxQP
 	defer closeRunFabric()
 	if startDevice != nil {
 		cl.Devices = true

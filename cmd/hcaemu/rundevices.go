@@ -19,6 +19,7 @@ var (
 		logLevel string
 		strict   emu.StrictMode
 		latch    *strictLatch
+		maxQP    *maxQPFlag
 	}{logLevel: "warn"}
 )
 
@@ -42,6 +43,7 @@ func runHCAs() (*hcas, error) {
 	}
 	h.faults = runFaults.hooks()
 	h.strict, h.latch = runOptions.strict, runOptions.latch
+	h.caps = runOptions.maxQP.caps()
 	if runFaults != nil && runFaults.control != nil {
 		runFaults.control.SetInspector(h.inspect)
 		runFaults.control.SetTracer(h.trace.open)

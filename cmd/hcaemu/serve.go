@@ -25,7 +25,7 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 const serveUsage = `usage: hcaemu serve --socket-path PATH [--socket-path PATH2 ...] [--fd N ...] [--pcap FILE] [--record DIR] [--log-level LEVEL]
                     [--faults PLAN] [--faults-log FILE] [--faults-seed N] [--control SOCK [--guest-control SOCK ...]]
-                    [--strict warn|off|fail] [--uplink tap:NAME|dev:IFACE]
+                    [--strict warn|off|fail] [--uplink tap:NAME|dev:IFACE] [--max-qp N]
        hcaemu serve --print-capabilities
 
 Serves one emulated PVRDMA HCA (PCI 15ad:0820) per vfio-user socket, for
@@ -47,6 +47,7 @@ func serveMain(args []string) int {
 	uplink := fs.String("uplink", "", "tap:NAME or dev:IFACE: join the HCAs' segment to a network through a TAP device or an interface (AF_PACKET)")
 	faults := registerFaultFlags(fs)
 	strict := registerStrictFlag(fs)
+	maxQP := registerMaxQPFlag(fs)
 	metricsAddr := registerMetricsFlag(fs)
 	var guestControls multiFlag
 	fs.Var(&guestControls, "guest-control", "unix socket a VM's virtio-serial port org.hcaemu.faults connects to, for hcaemu-faults in the guest (repeatable: one per VM; needs --control)")
@@ -124,6 +125,7 @@ func serveMain(args []string) int {
 	}
 	h.faults = faultSet.hooks()
 	h.strict, h.latch = strict.mode, &strictLatch{stop: cancel}
+	h.caps = maxQP.caps()
 	if *uplink != "" {
 		up, err := h.sw.OpenUplink(*uplink)
 		if err != nil {
