@@ -37,6 +37,26 @@ func rssKiB(t *testing.T, pid int) int {
 	return 0
 }
 
+// cpuTime is a process's CPU time (user and system, all its threads).
+func cpuTime(t *testing.T, pid int) time.Duration {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Fields after the command (which may hold spaces) in parentheses:
+	// utime and stime are the 14th and 15th of the line, in clock ticks.
+	i := bytes.LastIndexByte(b, ')')
+	f := strings.Fields(string(b[i+1:]))
+	if i < 0 || len(f) < 13 {
+		t.Fatalf("/proc/%d/stat: %q", pid, b)
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	const hz = 100 // USER_HZ on Linux
+	return time.Duration(utime+stime) * time.Second / hz
+}
+
 // probeOverSocket connects to an HCA's vfio-user socket as QEMU does (a
 // memfd of guest RAM, the MSI-X eventfds) and probes it with the fake
 // driver, which then binds the IPv4 GID ::ffff:ip at index 1.
@@ -69,7 +89,8 @@ func probeOverSocket(t *testing.T, path string, ip netip.Addr) *emutest.Driver {
 // sockets), each probed over vfio-user by the fake driver as a guest's
 // would be; the first and the last then run an RC SEND through the
 // serve's segment, whose bytes arrive. The process's resident memory per
-// idle probed device is measured (RSS before and after the sixteen).
+// idle probed device is measured (RSS before and after the sixteen), and
+// its CPU time over five idle seconds.
 func TestE2EServe16(t *testing.T) {
 	needE2E(t)
 	const n = 16
@@ -112,6 +133,18 @@ func TestE2EServe16(t *testing.T) {
 	}
 	after := rssKiB(t, cmd.Process.Pid)
 	t.Logf("hcaemu serve: RSS %d KiB with no device, %d KiB with %d probed: %d KiB per idle device", before, after, n, (after-before)/n)
+
+	// Idle, the process sleeps: its CPU time over a few seconds with the
+	// sixteen devices probed and nothing to do (no busy polling). A
+	// measurement, logged; it fails only at a fifth of a core, which no
+	// machine's load can cause (load takes CPU from it, it adds none).
+	cpu0, wall0 := cpuTime(t, cmd.Process.Pid), time.Now()
+	time.Sleep(5 * time.Second)
+	used, wall := cpuTime(t, cmd.Process.Pid)-cpu0, time.Since(wall0)
+	t.Logf("hcaemu serve with %d idle devices: %v of CPU in %v (%.3f %% of a core)", n, used, wall.Round(time.Millisecond), 100*used.Seconds()/wall.Seconds())
+	if used > wall/5 {
+		t.Errorf("hcaemu serve used %v of CPU in %v with %d idle devices", used, wall, n)
+	}
 
 	// An RC SEND from the first HCA to the last, through the segment.
 	a, b := drvs[0], drvs[n-1]
