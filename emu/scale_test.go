@@ -125,7 +125,7 @@ func BenchmarkIdleMemory(b *testing.B) {
 				}
 			}
 		}
-	})	// The most QPs a device can advertise (--max-qp 65535): every handle
+	}) // The most QPs a device can advertise (--max-qp 65535): every handle
 	// taken on each of two HCAs by connected RC QPs in RTS (one send and one
 	// receive WQE each, the least a QP has), and the next CREATE_QP refused
 	// with ENOMEM. -short makes 2048 pairs (the CI smoke run).

@@ -1,12 +1,11 @@
 package fabric
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
-	"io"
 	"net"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,6 +39,8 @@ type StreamNIC struct {
 	wg      sync.WaitGroup
 
 	pauseLimit atomic.Int64 // how long a frame waits for a paused receiver
+	normal     atomic.Bool  // readers keep the normal scheduling policy (SetRealtime(false))
+	realtime   atomic.Bool  // the current reader's thread got a real-time priority
 
 	// The frames for the guest, queued for the writer goroutine (wake
 	// tells it of new ones).
@@ -66,6 +67,9 @@ type NICStats struct {
 	// Refused counts connections from another user than this process's,
 	// and frames longer than maxNICFrame.
 	Refused uint64
+	// Realtime says whether the reader of the guest's frames runs at a
+	// real-time priority (readLoop).
+	Realtime bool
 }
 
 // DefaultPauseLimit is how long a frame waits for a paused receiver before
@@ -103,6 +107,11 @@ func (s *Switch) ListenNIC(name string, mac [6]byte, path string) (*StreamNIC, e
 // SetPauseLimit changes how long a frame waits for a paused receiver.
 func (d *StreamNIC) SetPauseLimit(limit time.Duration) { d.pauseLimit.Store(int64(limit)) }
 
+// SetRealtime says whether the readers of the guest's frames, from the
+// next connection on, try for a real-time priority (the default) or keep
+// the normal scheduling policy (to measure the difference).
+func (d *StreamNIC) SetRealtime(on bool) { d.normal.Store(!on) }
+
 // Path is the NIC's socket (QEMU's addr.path).
 func (d *StreamNIC) Path() string { return d.path }
 
@@ -112,7 +121,7 @@ func (d *StreamNIC) Port() *Port { return d.port }
 // Stats returns the NIC's counters.
 func (d *StreamNIC) Stats() NICStats {
 	return NICStats{In: d.in.Load(), Out: d.out.Load(), Paused: d.paused.Load(),
-		Dropped: d.dropped.Load(), Refused: d.refused.Load()}
+		Dropped: d.dropped.Load(), Refused: d.refused.Load(), Realtime: d.realtime.Load()}
 }
 
 // Close detaches the NIC, ends its connection and removes its socket.
@@ -122,7 +131,7 @@ func (d *StreamNIC) Close() error {
 	err := d.ln.Close()
 	d.mu.Lock()
 	if d.conn != nil {
-		d.conn.Close()
+		hangUp(d.conn)
 	}
 	d.mu.Unlock()
 	d.wg.Wait()
@@ -233,7 +242,7 @@ func (d *StreamNIC) acceptLoop() {
 		d.mu.Unlock()
 		d.accepted.Add(1)
 		if old != nil {
-			old.Close() // its reader ends
+			hangUp(old) // its reader ends
 		}
 		d.wg.Go(func() { d.readLoop(conn) })
 	}
@@ -256,7 +265,16 @@ func sameUser(conn *net.UnixConn) bool {
 }
 
 // readLoop takes the guest's frames to the switch until the connection
-// ends.
+// ends. It runs in a thread of its own that sleeps in poll(2) on the
+// socket, so that a frame from the guest wakes this thread and no other
+// (the Go scheduler's netpoller is not on the path), and, where the
+// process may (root, or CAP_SYS_NICE), that thread has a real-time
+// priority: a frame is relayed as soon as it arrives instead of waiting
+// for a busy vCPU's time slice to end, so that a hop through the switch
+// costs about what a direct link between two QEMUs costs
+// (docs/performance.md, 2b). The work per wakeup is bounded (the frames
+// read at once, each offered to the switch) and it sleeps again when the
+// socket is empty.
 func (d *StreamNIC) readLoop(conn *net.UnixConn) {
 	defer func() {
 		d.mu.Lock()
@@ -266,28 +284,84 @@ func (d *StreamNIC) readLoop(conn *net.UnixConn) {
 		d.mu.Unlock()
 		conn.Close()
 	}()
-	r := bufio.NewReaderSize(conn, 256<<10)
-	buf := make([]byte, maxNICFrame)
-	var hdr [4]byte
-	for {
-		if _, err := io.ReadFull(r, hdr[:]); err != nil {
-			return
-		}
-		n := binary.BigEndian.Uint32(hdr[:])
-		if n > maxNICFrame {
-			d.refused.Add(1)
-			return // not QEMU's framing: the stream cannot be followed further
-		}
-		if _, err := io.ReadFull(r, buf[:n]); err != nil {
-			return
-		}
-		if n < 14 {
-			d.refused.Add(1)
-			continue
-		}
-		d.in.Add(1)
-		forwardFrame(d.port, buf[:n], d.closing, time.Duration(d.pauseLimit.Load()), &d.paused, &d.dropped)
+	raw, err := conn.SyscallConn()
+	if err != nil {
+		return
 	}
+	// Locked and never unlocked: the thread ends with this goroutine, its
+	// scheduling policy with it.
+	runtime.LockOSThread()
+	d.realtime.Store(!d.normal.Load() && setRealtime())
+	buf := make([]byte, 256<<10) // holds the longest frame and its length
+	have := 0
+	for {
+		var n int
+		var rerr error
+		if err := raw.Read(func(fd uintptr) bool {
+			n, rerr = readWait(int(fd), buf[have:])
+			return true
+		}); err != nil || rerr != nil || n == 0 {
+			return // closed, hung up (hangUp), or an error
+		}
+		have += n
+		off := 0
+		for have-off >= 4 {
+			size := int(binary.BigEndian.Uint32(buf[off:]))
+			if size > maxNICFrame {
+				d.refused.Add(1)
+				return // not QEMU's framing: the stream cannot be followed further
+			}
+			if have-off-4 < size {
+				break
+			}
+			frame := buf[off+4 : off+4+size]
+			off += 4 + size
+			if size < 14 {
+				d.refused.Add(1)
+				continue
+			}
+			d.in.Add(1)
+			forwardFrame(d.port, frame, d.closing, time.Duration(d.pauseLimit.Load()), &d.paused, &d.dropped)
+		}
+		have = copy(buf, buf[off:have])
+	}
+}
+
+// setRealtime gives the calling thread the lowest real-time priority
+// (SCHED_FIFO 1, not inherited by threads or processes it starts), if the
+// process may: it reports whether it did. The kernel's real-time
+// throttling (sched_rt_runtime_us) still leaves the other threads their
+// share should this one ever spin.
+func setRealtime() bool {
+	return unix.SchedSetAttr(0, &unix.SchedAttr{Policy: unix.SCHED_FIFO, Priority: 1, Flags: unix.SCHED_FLAG_RESET_ON_FORK}, 0) == nil
+}
+
+// readWait reads what the nonblocking socket fd holds into b, sleeping in
+// poll(2) while it holds nothing: the count, 0 at the end of the stream.
+func readWait(fd int, b []byte) (int, error) {
+	for {
+		n, err := unix.Read(fd, b)
+		switch err {
+		case nil:
+			return n, nil
+		case unix.EINTR:
+		case unix.EAGAIN:
+			pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			if _, err := unix.Poll(pfd, -1); err != nil && err != unix.EINTR {
+				return 0, err
+			}
+		default:
+			return 0, err
+		}
+	}
+}
+
+// hangUp ends a connection whose reader may be asleep in poll(2): the
+// shutdown wakes it (the read returns 0), and only then does Close, which
+// waits for the reader, go on.
+func hangUp(conn *net.UnixConn) {
+	conn.CloseRead()
+	conn.Close()
 }
 
 // forwardFrame offers a copy of b to the switch through port until it is
@@ -371,7 +445,7 @@ func (d *StreamNIC) writeLoop() {
 				// receive's, which drops new frames meanwhile.
 				if _, err := bufs.WriteTo(conn); err != nil {
 					d.dropped.Add(uint64(len(batch)))
-					conn.Close() // its reader clears d.conn
+					hangUp(conn) // its reader clears d.conn
 				} else {
 					d.out.Add(uint64(len(batch)))
 				}

@@ -2,12 +2,14 @@ package fabric
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
 	"net/netip"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -373,6 +375,23 @@ func TestStreamNIC(t *testing.T) {
 	if got := hca.take(); !slices.Equal(got, []string{"roce>10.0.0.2"}) {
 		t.Fatalf("HCA got %q", got)
 	}
+	// A frame written a byte at a time (the reader's reads end anywhere in
+	// it) arrives whole.
+	trickle := ipFrame(stationMAC(1), stationMAC(0), "10.0.0.1", "10.0.0.2", 0)
+	for _, b := range binary.BigEndian.AppendUint32(nil, uint32(len(trickle))) {
+		ends[0].conn.Write([]byte{b})
+	}
+	for _, b := range trickle {
+		ends[0].conn.Write([]byte{b})
+	}
+	if got := ends[1].recv(t); !bytes.Equal(got, trickle) {
+		t.Fatalf("a frame written a byte at a time: %q arrived", describe(got))
+	}
+	// The readers run at a real-time priority where this process may set
+	// one (root, CAP_SYS_NICE).
+	if st, want := nics[0].Stats(), mayRealtime(); st.Realtime != want {
+		t.Errorf("reader real-time: %v, the process may: %v", st.Realtime, want)
+	}
 	// Guest 1's QEMU restarts: the new connection gets the frames.
 	ends[1].conn.Close()
 	again := dialNIC(t, nics[1])
@@ -380,7 +399,7 @@ func TestStreamNIC(t *testing.T) {
 	if got := again.recv(t); describe(got) != "arp" {
 		t.Fatalf("guest 1 after reconnecting got %q", describe(got))
 	}
-	if st := nics[0].Stats(); st.In != 5 || st.Out != 1 || st.Refused != 0 {
+	if st := nics[0].Stats(); st.In != 6 || st.Out != 1 || st.Refused != 0 {
 		t.Fatalf("guest 0 NIC stats %+v", st)
 	}
 	// Not QEMU's framing: the connection ends.
@@ -391,6 +410,17 @@ func TestStreamNIC(t *testing.T) {
 	if st := nics[1].Stats(); st.Refused != 1 {
 		t.Fatalf("guest 1 NIC stats %+v", st)
 	}
+}
+
+// mayRealtime reports whether a thread of this process can take a
+// real-time priority (tried on a thread that is then discarded).
+func mayRealtime() bool {
+	ok := make(chan bool)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		ok <- setRealtime()
+	}()
+	return <-ok
 }
 
 // seqFrame is RoCE frame number seq from 10.0.0.1 (station 0) to 10.0.0.2
