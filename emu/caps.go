@@ -49,3 +49,27 @@ func DefaultCaps() pvrdma.DeviceCaps {
 func EUI64(mac [6]byte) [8]byte {
 	return [8]byte{mac[0] ^ 2, mac[1], mac[2], 0xFF, 0xFE, mac[3], mac[4], mac[5]}
 }
+
+// roceOverhead is what a RoCEv2 packet adds to its payload inside an
+// Ethernet MTU at most: an IPv6 header (the larger IP header), UDP, BTH, the
+// largest extension headers (XRC's and AtomicETH's, as Linux counts them)
+// and the ICRC: the rule Linux applies to a RoCE port's netdev
+// (iboe_get_mtu), so that an emulated port and soft-RoCE on the same
+// segment agree on the active MTU.
+const roceOverhead = 40 + 8 + 12 + 4 + 28 + 4
+
+// ActiveMTU is the active IB MTU (enum pvrdma_mtu) of a port on an
+// Ethernet segment of MTU bytes (0: 1500): the largest IB MTU whose packets
+// fit. 1500 gives 1024; 9000 gives 4096.
+func ActiveMTU(mtu int) uint32 {
+	if mtu == 0 {
+		mtu = 1500
+	}
+	payload := mtu - roceOverhead
+	for m := uint32(pvrdma.MTU4096); m > pvrdma.MTU256; m-- {
+		if payload >= 128<<m {
+			return m
+		}
+	}
+	return pvrdma.MTU256
+}

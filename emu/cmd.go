@@ -191,7 +191,7 @@ func (d *Device) cmdQueryPort(req *pvrdma.CmdQueryPort) (pvrdma.Response, *cmdEr
 	return &pvrdma.CmdQueryPortResp{Attrs: pvrdma.PortAttr{
 		State:        state,
 		MaxMTU:       pvrdma.MTU4096,
-		ActiveMTU:    pvrdma.MTU1024, // 1500-byte Ethernet: largest IB MTU that fits
+		ActiveMTU:    d.activeMTU,
 		GIDTblLen:    d.caps.GIDTblLen,
 		MaxMsgSz:     0x80000000,
 		QKeyViolCntr: d.res.qkeyViolations,

@@ -50,6 +50,10 @@ type Config struct {
 	MAC [6]byte
 	// Caps overrides DefaultCaps when non-nil (tests).
 	Caps *pvrdma.DeviceCaps
+	// MTU is the Ethernet MTU of the segment the port is on (the paired
+	// vmxnet3's): the port's active MTU is the largest IB MTU whose
+	// packets fit in it (ActiveMTU). Zero means 1500.
+	MTU int
 	// Attach connects the HCA's port to a fabric; nil leaves it on an
 	// empty wire.
 	Attach Attach
@@ -74,11 +78,13 @@ type Device struct {
 	name string
 	log  *slog.Logger
 	caps pvrdma.DeviceCaps
-	mac  [6]byte // configured: node GUID, MACL/MACH
-	msix func(int)
-	pci  *mmio.Config
-	mem  busMem
-	port Port
+	// activeMTU is the port's active IB MTU (an enum pvrdma_mtu value).
+	activeMTU uint32
+	mac       [6]byte // configured: node GUID, MACL/MACH
+	msix      func(int)
+	pci       *mmio.Config
+	mem       busMem
+	port      Port
 
 	eng engine
 
@@ -142,13 +148,14 @@ func New(cfg Config) *Device {
 		msix = func(int) {}
 	}
 	d := &Device{
-		name:   cfg.Name,
-		log:    log,
-		caps:   caps,
-		mac:    cfg.MAC,
-		msix:   msix,
-		faults: cfg.Faults,
-		strict: findings{mode: cfg.Strict, report: cfg.OnFinding},
+		name:      cfg.Name,
+		log:       log,
+		caps:      caps,
+		activeMTU: ActiveMTU(cfg.MTU),
+		mac:       cfg.MAC,
+		msix:      msix,
+		faults:    cfg.Faults,
+		strict:    findings{mode: cfg.Strict, report: cfg.OnFinding},
 		pci: mmio.NewConfig(mmio.Identity{
 			Vendor: VendorVMware, Device: DevicePVRDMA,
 			SubVendor: VendorVMware, SubDevice: DevicePVRDMA,

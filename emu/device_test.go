@@ -71,6 +71,35 @@ func probed(t *testing.T, caps *pvrdma.DeviceCaps) *rig {
 	return r
 }
 
+// TestActiveMTU: the port's active MTU is the largest IB MTU whose RoCEv2
+// packets fit in the segment's Ethernet MTU, as Linux reckons it for
+// soft-RoCE (iboe_get_mtu: 96 bytes of headers at most); QUERY_PORT
+// answers it.
+func TestActiveMTU(t *testing.T) {
+	for _, tc := range []struct {
+		mtu  int
+		want uint32
+	}{
+		{0, pvrdma.MTU1024}, {1500, pvrdma.MTU1024}, {1119, pvrdma.MTU512}, {1120, pvrdma.MTU1024},
+		{2143, pvrdma.MTU1024}, {2144, pvrdma.MTU2048}, {4191, pvrdma.MTU2048}, {4192, pvrdma.MTU4096},
+		{9000, pvrdma.MTU4096}, {65535, pvrdma.MTU4096}, {576, pvrdma.MTU256}, {68, pvrdma.MTU256},
+	} {
+		if got := emu.ActiveMTU(tc.mtu); got != tc.want {
+			t.Errorf("ActiveMTU(%d) = %d, want %d", tc.mtu, got, tc.want)
+		}
+	}
+	drv := emutest.New(16 << 20)
+	dev := emu.New(emu.Config{Name: "t", Mem: drv.RAM, MSIX: drv.IRQ.Raise, Log: testLog(t), MTU: 9000})
+	t.Cleanup(dev.Close)
+	drv.Dev = dev
+	if err := drv.Probe(); err != nil {
+		t.Fatal(err)
+	}
+	if port, err := drv.QueryPort(1); err != nil || port.ActiveMTU != pvrdma.MTU4096 {
+		t.Fatalf("QUERY_PORT on 9000-byte Ethernet: %v, active_mtu %d", err, port.ActiveMTU)
+	}
+}
+
 // TestProbe runs the kernel's probe sequence: caps, activation, the IB
 // core's registration commands and the MAD layer's GSI QP.
 func TestProbe(t *testing.T) {
@@ -92,6 +121,9 @@ func TestProbe(t *testing.T) {
 	}
 	if st, gl, pk := port.State, port.GIDTblLen, port.PKeyTblLen; st != 4 || gl != caps.GIDTblLen || pk != 1 {
 		t.Errorf("QUERY_PORT state %d gid_tbl_len %d pkey_tbl_len %d", st, gl, pk)
+	}
+	if port.ActiveMTU != pvrdma.MTU1024 || port.MaxMTU != pvrdma.MTU4096 {
+		t.Errorf("QUERY_PORT active_mtu %d max_mtu %d on 1500-byte Ethernet", port.ActiveMTU, port.MaxMTU)
 	}
 	var pkey pvrdma.CmdQueryPKeyResp
 	err = r.MustCmd(&pvrdma.CmdQueryPKey{PortNum: 1}, &pkey)

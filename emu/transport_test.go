@@ -3,6 +3,7 @@ package emu_test
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"net/netip"
 	"sync"
 	"testing"
@@ -120,6 +121,7 @@ type rcOpts struct {
 	rnrRetry, retryCnt, timeout, minRNR uint8
 	access                              uint32
 	destQPN                             uint32
+	pathMTU                             uint32 // enum pvrdma_mtu; 0: 1024 (3)
 }
 
 func defaultRC() rcOpts {
@@ -142,7 +144,11 @@ func connect(t *testing.T, h *host, q *emutest.QP, p *host, peer *emutest.QP, o 
 		pvrdma.QPAttr{State: pvrdma.QPStateInit, PortNum: 1, AccessFlags: o.access}); err != nil {
 		t.Fatal(err)
 	}
-	rtr := pvrdma.QPAttr{State: pvrdma.QPStateRTR, PathMTU: 3, DestQPN: dest, RQPSN: 0x100 + peer.QPN, MaxDestRdAtomic: 16, MinRNRTimer: o.minRNR}
+	pmtu := o.pathMTU
+	if pmtu == 0 {
+		pmtu = pvrdma.MTU1024
+	}
+	rtr := pvrdma.QPAttr{State: pvrdma.QPStateRTR, PathMTU: pmtu, DestQPN: dest, RQPSN: 0x100 + peer.QPN, MaxDestRdAtomic: 16, MinRNRTimer: o.minRNR}
 	rtr.AH.DGID = p.ip.As16()
 	rtr.AH.DGID[10], rtr.AH.DGID[11] = 0xff, 0xff
 	rtr.AH.SGIDIndex, rtr.AH.HopLimit, rtr.AH.AHFlags, rtr.AH.PortNum, rtr.AH.DMAC = 1, 64, 1, 1, p.mac
@@ -582,6 +588,59 @@ func TestRCLargeMessages(t *testing.T) {
 	}
 	if !bytes.Equal(a.RAM.Mem[bufA:bufA+n], b.RAM.Mem[bufB:bufB+n]) {
 		t.Fatal("12 MiB WRITE data differs")
+	}
+}
+
+// TestRCPathMTU: every path MTU from 256 to 4096 (4096 being what a port on
+// a jumbo-frame segment advertises, hcaemu run --mtu 9000) moves SEND,
+// WRITE and READ messages in packets of that size: the bytes arrive, and
+// the requester's frames number one per PMTU of payload.
+func TestRCPathMTU(t *testing.T) {
+	checkGoroutines(t)
+	for pmtu := uint32(pvrdma.MTU256); pmtu <= pvrdma.MTU4096; pmtu++ {
+		size := 128 << pmtu
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			sw := fabric.NewSwitch()
+			a, b := newHost(t, sw, 1), newHost(t, sw, 2)
+			o := defaultRC()
+			o.pathMTU = pmtu
+			qa, qb := pairRC(t, a, b, o, o)
+			const n = 40000 // not a multiple of any PMTU: a short last packet
+			src, lkA, _ := a.mr(t, n, allAccess)
+			dst, lkB, rkB := b.mr(t, n, allAccess)
+			packets := uint64((n + size - 1) / size)
+			for i, op := range []uint32{uverbs.OpSend, uverbs.OpRDMAWrite, uverbs.OpRDMARead} {
+				fill(a.RAM.Mem[src:src+n], byte(i+1))
+				fill(b.RAM.Mem[dst:dst+n], byte(i+101))
+				before, _ := a.dev.Stats()
+				w := send(op, uint64(i), 0, uverbs.SGE{Addr: src, Length: n, LKey: lkA})
+				if op == uverbs.OpSend {
+					qb.PostRecv(uverbs.RecvWQE{WRID: 9, SGE: []uverbs.SGE{{Addr: dst, Length: n, LKey: lkB}}})
+				} else {
+					w.SetRDMA(dst, rkB)
+				}
+				qa.PostSend(w)
+				if e := poll(t, a.cq, a, b); e.Status != uverbs.WCSuccess || e.WRID != uint64(i) {
+					t.Fatalf("op %d: %+v", op, e)
+				}
+				if op == uverbs.OpSend {
+					if e := poll(t, b.cq, a, b); e.Status != uverbs.WCSuccess || e.ByteLen != n {
+						t.Fatalf("receive: %+v", e)
+					}
+				}
+				if !bytes.Equal(a.RAM.Mem[src:src+n], b.RAM.Mem[dst:dst+n]) {
+					t.Fatalf("op %d: the bytes differ", op)
+				}
+				after, _ := a.dev.Stats()
+				want := packets // the requests; a READ's request is one packet, its responses come back
+				if op == uverbs.OpRDMARead {
+					want = 1
+				}
+				if sent := after.Port.FramesOut - before.Port.FramesOut; sent < want || sent > want+2 {
+					t.Errorf("op %d at PMTU %d: %d frames sent, want %d (and an ACK or two)", op, size, sent, want)
+				}
+			}
+		})
 	}
 }
 

@@ -13,6 +13,13 @@ import (
 // DefaultMemoryMiB is the guest RAM size.
 const DefaultMemoryMiB = 1024
 
+// MinMTU and MaxMTU bound the MTU of the guests' vmxnet3s (Cluster.MTU):
+// IPv4's least and the most the vmxnet3 driver takes (VMXNET3_MAX_MTU).
+const (
+	MinMTU = 576
+	MaxMTU = 9000
+)
+
 // DefaultGuestNet numbers the guests 10.0.0.1/24, 10.0.0.2/24, ...
 var DefaultGuestNet = netip.MustParsePrefix("10.0.0.1/24")
 
@@ -167,6 +174,7 @@ type guestSpec struct {
 	image     string // a root file system disk image attached read-only; "" for none
 	faults    string // unix socket of the virtio-serial port FaultsPortName; "" for none
 	rxe       bool   // soft-RoCE (rxe0 over eth0) instead of an emulated HCA
+	mtu       int    // the vmxnet3's MTU (0: the default, 1500)
 	// streamPath, when set, joins the NIC to one other guest over a QEMU
 	// stream netdev at this unix socket (a measurement's reference, see
 	// StreamNetEnv) instead of the segment; streamServer listens there.
@@ -203,7 +211,7 @@ const imageSlot = 0x11
 
 // kernelCmdline is guest k's kernel command line (guest 0's address is
 // first).
-func kernelCmdline(k int, first netip.Prefix, shares []guestShare, image, rxe bool) string {
+func kernelCmdline(k int, first netip.Prefix, shares []guestShare, image, rxe bool, mtu int) string {
 	// no_timer_check: under TCG on a loaded host the boot-time check of
 	// the IO-APIC timer can miss its ticks and panic the kernel ("IO-APIC
 	// + timer doesn't work!"); virtual machines skip it.
@@ -220,6 +228,9 @@ func kernelCmdline(k int, first netip.Prefix, shares []guestShare, image, rxe bo
 	}
 	if rxe {
 		parts = append(parts, "hcaemu.rxe=1")
+	}
+	if mtu != 0 {
+		parts = append(parts, "hcaemu.mtu="+strconv.Itoa(mtu))
 	}
 	return strings.Join(parts, " ")
 }
@@ -245,7 +256,7 @@ func qemuArgs(g guestSpec) []string {
 	args := []string{
 		"-machine", "q35", "-accel", accel, "-cpu", cpu, "-smp", strconv.Itoa(cpus),
 		"-nodefaults", "-nographic", "-serial", "stdio", "-no-reboot",
-		"-kernel", g.kernel, "-initrd", g.initrd, "-append", kernelCmdline(g.index, g.net, g.shares, g.image != "", g.rxe),
+		"-kernel", g.kernel, "-initrd", g.initrd, "-append", kernelCmdline(g.index, g.net, g.shares, g.image != "", g.rxe, g.mtu),
 		// reconnect-ms: QEMU connects again if the connection ends.
 		"-netdev", fmt.Sprintf("stream,id=net0,server=off,addr.type=unix,addr.path=%s,reconnect-ms=100", g.netSocket),
 	}

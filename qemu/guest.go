@@ -76,6 +76,10 @@ type Cluster struct {
 	// vmxnet3) instead of an emulated HCA: they get no PVRDMA function
 	// even with Devices.
 	SoftRoCE []int
+	// MTU is the MTU of the guests' vmxnet3s (0: 1500), up to MaxMTU for a
+	// segment of jumbo frames. The emulated HCAs must be told the same
+	// (emu.Config.MTU): their ports' active MTU follows from it.
+	MTU int
 	// FaultPorts gives guest k a virtio-serial port FaultsPortName
 	// connected to the unix socket FaultsSocketPath(k) (a server must
 	// listen there before Run): the guest's hcaemu-faults command.
@@ -455,6 +459,7 @@ func (c *Cluster) Run(ctx context.Context, script string) ([]GuestResult, error)
 			netSocket: c.netSocket(k), reboot: c.AllowReboot, image: c.Image,
 		}
 		g.rxe = slices.Contains(c.SoftRoCE, k)
+		g.mtu = c.MTU
 		if stream {
 			g.streamPath, g.streamServer = filepath.Join(c.Dir, "stream.net"), k == 0
 		}

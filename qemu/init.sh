@@ -3,6 +3,7 @@
 #   hcaemu.share=TAG:DIR (repeatable: a virtio-9p share to mount)
 #   hcaemu.image=1 (a root file system on /dev/vda: the command runs in it)
 #   hcaemu.rxe=1 (Linux soft-RoCE: rxe0 over eth0, the guest's RDMA device)
+#   hcaemu.mtu=N (eth0's MTU, e.g. 9000 for jumbo frames)
 # The command is /hcaemu/cmd.sh (from a per-run cpio appended to the initramfs).
 # Markers on the console (one per line): HCAEMU-FAIL <what>, HCAEMU-WAIT, then,
 # after the host's go line "HCAEMU-GO <nonce> <boot> <ready>",
@@ -17,6 +18,7 @@ server=""
 shares=""
 image=""
 rxe=""
+mtu=""
 for w in $(cat /proc/cmdline); do
 	case "$w" in
 	hcaemu.guest=*) guest="${w#hcaemu.guest=}" ;;
@@ -25,6 +27,7 @@ for w in $(cat /proc/cmdline); do
 	hcaemu.share=*) shares="$shares ${w#hcaemu.share=}" ;;
 	hcaemu.image=1) image=/image/root ;;
 	hcaemu.rxe=1) rxe=1 ;;
+	hcaemu.mtu=*) mtu="${w#hcaemu.mtu=}" ;;
 	esac
 done
 
@@ -62,6 +65,10 @@ if [ -n "$ip" ]; then
 	if ! ip addr add "$ip" dev eth0; then
 		echo "HCAEMU-FAIL ip addr add $ip dev eth0"
 		ip link
+		finish 125
+	fi
+	if [ -n "$mtu" ] && ! ip link set dev eth0 mtu "$mtu"; then
+		echo "HCAEMU-FAIL ip link set dev eth0 mtu $mtu"
 		finish 125
 	fi
 	if ! ip link set dev eth0 up; then

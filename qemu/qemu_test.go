@@ -165,6 +165,11 @@ func TestQEMUArgs(t *testing.T) {
 	if joined = strings.Join(qemuArgs(g), " "); !strings.Contains(joined, " hcaemu.image=1 hcaemu.rxe=1 ") {
 		t.Errorf("soft-RoCE guest's cmdline: %s", joined)
 	}
+	// Jumbo frames: the guest init sets eth0's MTU.
+	g.mtu = 9000
+	if joined = strings.Join(qemuArgs(g), " "); !strings.Contains(joined, " hcaemu.rxe=1 hcaemu.mtu=9000 ") {
+		t.Errorf("jumbo-frame guest's cmdline: %s", joined)
+	}
 }
 
 func TestVFIOUserDeviceJSON(t *testing.T) {

@@ -44,6 +44,8 @@ type hcas struct {
 	latch  *strictLatch
 	// caps, when set, replaces the HCAs' default capabilities (--max-qp).
 	caps *pvrdma.DeviceCaps
+	// mtu is the segment's Ethernet MTU (--mtu; 0: 1500).
+	mtu int
 
 	// devices are the live devices by name (one connection each), for
 	// hcaemu inspect.
@@ -132,6 +134,7 @@ func (h *hcas) factory(name string, mac [6]byte) vfio.NewDevice {
 			Attach:    func(rx func([]byte) bool) emu.Port { return h.sw.Attach(name, mac, rx) },
 			Strict:    h.strict,
 			Caps:      h.caps,
+			MTU:       h.mtu,
 			OnFinding: h.onFinding()}
 		if rec != nil {
 			host = rec.Host(host)

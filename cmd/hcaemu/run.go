@@ -27,7 +27,7 @@ const runUsage = `usage: hcaemu run [--guests N] [--ready started|listen|marker]
                   [--kernel bzImage] [--modules DIR] [--kernel-tree PATH] [--ulp MODULE,...] [--timeout D] [--memory M] [--cache DIR]
                   [--image debian [--packages PKG,...]] [--pcap FILE] [--record DIR] [--log-level L] [--reboots]
                   [--faults PLAN] [--faults-log FILE] [--faults-seed N] [--control SOCK] [--strict warn|off|fail]
-                  [--metrics ADDR] [--rxe K,...|all] [--guest-ip ADDR[/LEN]] [--uplink tap:NAME|dev:IFACE] [--max-qp N] -- COMMAND...
+                  [--metrics ADDR] [--rxe K,...|all] [--guest-ip ADDR[/LEN]] [--uplink tap:NAME|dev:IFACE] [--max-qp N] [--mtu N] -- COMMAND...
 
 Provisions (cached) a QEMU with vfio-user, a guest kernel and initramfs, starts
 one emulated PVRDMA device per guest, boots N guests on one Ethernet segment
@@ -116,6 +116,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	faults := registerFaultFlags(fs)
 	strict := registerStrictFlag(fs)
 	maxQP := registerMaxQPFlag(fs)
+	mtu := registerMTUFlag(fs, "the guests' vmxnet3s (9000: jumbo frames)")
 	metricsAddr := registerMetricsFlag(fs)
 	var workload workloadFlags
 	workload.register(fs)
@@ -136,6 +137,10 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if *guests < 1 || *guests > 8 {
 		fmt.Fprintf(stderr, "hcaemu run: --guests must be between 1 and 8, not %d\n", *guests)
+		return 2
+	}
+	if err := checkMTU(*mtu); err != nil {
+		fmt.Fprintf(stderr, "hcaemu run: %v\n", err)
 		return 2
 	}
 	guestNet, err := qemu.ParseGuestNet(*guestIP, *guests)
@@ -226,6 +231,9 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cl.MemoryMiB, cl.Timeout, cl.Stdout, cl.Stderr = mem, *timeout, stdout, stderr
 	cl.AllowReboot = *reboots
 	cl.SoftRoCE, cl.Net = softRoCE, guestNet
+	if *mtu != 1500 {
+		cl.MTU = *mtu
+	}
 	if err := runFaults.listenGuests(cl); err != nil {
 		fmt.Fprintf(stderr, "hcaemu run: %v\n", err)
 		return 1
@@ -241,7 +249,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer stopRun()
 	latch := &strictLatch{stop: stopRun}
 	runOptions.pcap, runOptions.record, runOptions.logLevel = *pcap, *recordDir, *logLevel
-	runOptions.strict, runOptions.latch, runOptions.maxQP = strict.mode, latch, maxQP
+	runOptions.strict, runOptions.latch, runOptions.maxQP, runOptions.mtu = strict.mode, latch, maxQP, *mtu
 	defer closeRunFabric()
 	if startDevice != nil {
 		cl.Devices = true

@@ -20,6 +20,7 @@ var (
 		strict   emu.StrictMode
 		latch    *strictLatch
 		maxQP    *maxQPFlag
+		mtu      int
 	}{logLevel: "warn"}
 )
 
@@ -43,7 +44,7 @@ func runHCAs() (*hcas, error) {
 	}
 	h.faults = runFaults.hooks()
 	h.strict, h.latch = runOptions.strict, runOptions.latch
-	h.caps = runOptions.maxQP.caps()
+	h.caps, h.mtu = runOptions.maxQP.caps(), runOptions.mtu
 	if runFaults != nil && runFaults.control != nil {
 		runFaults.control.SetInspector(h.inspect)
 		runFaults.control.SetTracer(h.trace.open)

@@ -25,7 +25,7 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 const serveUsage = `usage: hcaemu serve --socket-path PATH [--socket-path PATH2 ...] [--fd N ...] [--pcap FILE] [--record DIR] [--log-level LEVEL]
                     [--faults PLAN] [--faults-log FILE] [--faults-seed N] [--control SOCK [--guest-control SOCK ...]]
-                    [--strict warn|off|fail] [--uplink tap:NAME|dev:IFACE] [--max-qp N]
+                    [--strict warn|off|fail] [--uplink tap:NAME|dev:IFACE] [--max-qp N] [--mtu N]
        hcaemu serve --print-capabilities
 
 Serves one emulated PVRDMA HCA (PCI 15ad:0820) per vfio-user socket, for
@@ -48,6 +48,7 @@ func serveMain(args []string) int {
 	faults := registerFaultFlags(fs)
 	strict := registerStrictFlag(fs)
 	maxQP := registerMaxQPFlag(fs)
+	mtu := registerMTUFlag(fs, "set the guests' vmxnet3s to the same (ip link set dev eth0 mtu N)")
 	metricsAddr := registerMetricsFlag(fs)
 	var guestControls multiFlag
 	fs.Var(&guestControls, "guest-control", "unix socket a VM's virtio-serial port org.hcaemu.faults connects to, for hcaemu-faults in the guest (repeatable: one per VM; needs --control)")
@@ -64,6 +65,9 @@ func serveMain(args []string) int {
 		if _, _, err := fabric.ParseUplink(*uplink); err != nil {
 			return fatalf("serve: --uplink: %v", err)
 		}
+	}
+	if err := checkMTU(*mtu); err != nil {
+		return fatalf("serve: %v", err)
 	}
 	if *printCaps {
 		json.NewEncoder(os.Stdout).Encode(map[string]any{
@@ -125,7 +129,7 @@ func serveMain(args []string) int {
 	}
 	h.faults = faultSet.hooks()
 	h.strict, h.latch = strict.mode, &strictLatch{stop: cancel}
-	h.caps = maxQP.caps()
+	h.caps, h.mtu = maxQP.caps(), *mtu
 	if *uplink != "" {
 		up, err := h.sw.OpenUplink(*uplink)
 		if err != nil {

@@ -24,3 +24,11 @@ func TestMaxQPFlag(t *testing.T) {
 		t.Error("an unset --max-qp changes the capabilities")
 	}
 }
+
+func TestCheckMTU(t *testing.T) {
+	for mtu, ok := range map[int]bool{576: true, 1500: true, 9000: true, 575: false, 9001: false, 0: false, -1: false} {
+		if err := checkMTU(mtu); (err == nil) != ok {
+			t.Errorf("checkMTU(%d): %v", mtu, err)
+		}
+	}
+}

@@ -7,7 +7,10 @@ import (
 
 	"github.com/hcaemu/hcaemu/emu"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
+	"github.com/hcaemu/hcaemu/qemu"
 )
+
+// Device settings of run and serve: --max-qp and --mtu.
 
 // maxQPLimit is the most QPs a PVRDMA device can advertise: rdma-core's
 // vmw_pvrdma provider sizes its QP table from the ucontext response's
@@ -49,4 +52,18 @@ func (f *maxQPFlag) caps() *pvrdma.DeviceCaps {
 	caps := emu.DefaultCaps()
 	caps.MaxQP = f.n
 	return &caps
+}
+
+// registerMTUFlag is --mtu: the Ethernet MTU of the segment (the guests'
+// vmxnet3s), from which the HCAs' ports take their active MTU.
+func registerMTUFlag(fs *flag.FlagSet, what string) *int {
+	return fs.Int("mtu", 1500, fmt.Sprintf("Ethernet MTU of the segment, %d..%d: %s; the HCAs' ports take the largest IB MTU that fits (1500: 1024, 9000: 4096)", qemu.MinMTU, qemu.MaxMTU, what))
+}
+
+// checkMTU is the one-line complaint about a bad --mtu, or nil.
+func checkMTU(mtu int) error {
+	if mtu < qemu.MinMTU || mtu > qemu.MaxMTU {
+		return fmt.Errorf("--mtu %d: not in %d..%d", mtu, qemu.MinMTU, qemu.MaxMTU)
+	}
+	return nil
 }
