@@ -9,6 +9,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -352,6 +353,33 @@ func (m *Map) Access(gpa, n uint64, write bool, fn func(b []byte)) error {
 	}
 	defer w.unpin()
 	return guard(gpa, n, func() { fn(b) })
+}
+
+// Load32 implements WordAccess.
+func (m *Map) Load32(gpa uint64) (v uint32, err error) {
+	if gpa&3 != 0 {
+		return 0, Fault(gpa, 4, "unaligned 32-bit load")
+	}
+	w, b, err := m.pin(gpa, 4, false)
+	if err != nil {
+		return 0, err
+	}
+	defer w.unpin()
+	err = guard(gpa, 4, func() { v = atomic.LoadUint32((*uint32)(unsafe.Pointer(&b[0]))) })
+	return v, err
+}
+
+// Store32 implements WordAccess.
+func (m *Map) Store32(gpa uint64, v uint32) error {
+	if gpa&3 != 0 {
+		return Fault(gpa, 4, "unaligned 32-bit store")
+	}
+	w, b, err := m.pin(gpa, 4, true)
+	if err != nil {
+		return err
+	}
+	defer w.unpin()
+	return guard(gpa, 4, func() { atomic.StoreUint32((*uint32)(unsafe.Pointer(&b[0])), v) })
 }
 
 // guard runs f, turning a memory fault into ErrFault.

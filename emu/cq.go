@@ -93,10 +93,10 @@ func (d *Device) post(c *cq, cqe *uverbs.CQE, solicited bool) bool {
 	case c.ring.Full(c.prod, cons):
 		d.find(FindingCQOverrun, "CQ_ERR, the CQ takes no more", "cq %d: full (%d entries, prod_tail=%d, cons_head=%d): the consumer did not poll, or the CQ is smaller than its queues", c.handle, c.ring.N, c.prod, cons)
 	default:
-		var b [uverbs.CQESize]byte
-		cqe.Encode(b[:])
+		b := d.cqeBuf[:] // (a local array would escape through dma.Memory: one allocation per CQE)
+		cqe.Encode(b)
 		off := dma.PageSize + uint64(c.ring.Slot(c.prod))*uverbs.CQESize
-		if err := c.pages.WriteAt(d.mem, b[:], off); err != nil {
+		if err := c.pages.WriteAt(d.mem, b, off); err != nil {
 			d.find(FindingPageDir, "CQ_ERR, the CQ takes no more", "cq %d CQE slot %d: %v", c.handle, c.ring.Slot(c.prod), err)
 			break
 		}

@@ -25,6 +25,7 @@ import (
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/ratelog"
 	"github.com/hcaemu/hcaemu/mmio"
+	"github.com/hcaemu/hcaemu/uverbs"
 )
 
 // PCI identity and layout.
@@ -80,11 +81,17 @@ type Device struct {
 	caps pvrdma.DeviceCaps
 	// activeMTU is the port's active IB MTU (an enum pvrdma_mtu value).
 	activeMTU uint32
-	mac       [6]byte // configured: node GUID, MACL/MACH
-	msix      func(int)
-	pci       *mmio.Config
-	mem       busMem
-	port      Port
+	// timerGens numbers the arming of QP timers, device-wide, so that a
+	// late expiry never matches a later QP's arming (d.mu held).
+	timerGens uint64
+	// cqeBuf is where post encodes a CQE before writing it to the ring
+	// (d.mu held).
+	cqeBuf [uverbs.CQESize]byte
+	mac    [6]byte // configured: node GUID, MACL/MACH
+	msix   func(int)
+	pci    *mmio.Config
+	mem    *busMem // a pointer: a struct in a dma.Memory would be boxed, an allocation per access
+	port   Port
 
 	eng engine
 
@@ -166,7 +173,7 @@ func New(cfg Config) *Device {
 			{Size: uint64(caps.MaxUAR) * 4096},
 		}, &mmio.MSIX{Vectors: Vectors, TableBAR: 0, TableOff: 0, PBABAR: 0, PBAOff: PBAOff}),
 	}
-	d.mem = busMem{m: cfg.Mem, pci: d.pci}
+	d.mem = &busMem{m: cfg.Mem, pci: d.pci}
 	d.qpns = newQPNSource(cfg.SequentialQPNs)
 	d.powerOn()
 	d.eng.start(d)
@@ -205,7 +212,7 @@ type busMem struct {
 	pci *mmio.Config
 }
 
-func (b busMem) ok(gpa, n uint64) error {
+func (b *busMem) ok(gpa, n uint64) error {
 	if b.m == nil {
 		return dma.Fault(gpa, n, "no guest memory")
 	}
@@ -215,25 +222,45 @@ func (b busMem) ok(gpa, n uint64) error {
 	return nil
 }
 
-func (b busMem) ReadAt(p []byte, gpa uint64) error {
+func (b *busMem) ReadAt(p []byte, gpa uint64) error {
 	if err := b.ok(gpa, uint64(len(p))); err != nil {
 		return err
 	}
 	return b.m.ReadAt(p, gpa)
 }
 
-func (b busMem) WriteAt(p []byte, gpa uint64) error {
+func (b *busMem) WriteAt(p []byte, gpa uint64) error {
 	if err := b.ok(gpa, uint64(len(p))); err != nil {
 		return err
 	}
 	return b.m.WriteAt(p, gpa)
 }
 
-func (b busMem) Access(gpa, n uint64, write bool, fn func([]byte)) error {
+func (b *busMem) Access(gpa, n uint64, write bool, fn func([]byte)) error {
 	if err := b.ok(gpa, n); err != nil {
 		return err
 	}
 	return b.m.Access(gpa, n, write, fn)
+}
+
+func (b *busMem) Load32(gpa uint64) (uint32, error) {
+	if err := b.ok(gpa, 4); err != nil {
+		return 0, err
+	}
+	return dma.LoadUint32(b.m, gpa)
+}
+
+func (b *busMem) Store32(gpa uint64, v uint32) error {
+	if err := b.ok(gpa, 4); err != nil {
+		return err
+	}
+	return dma.StoreUint32(b.m, gpa, v)
+}
+
+// nextTimerGen is a new QP timer generation (d.mu held).
+func (d *Device) nextTimerGen() uint64 {
+	d.timerGens++
+	return d.timerGens
 }
 
 // RegionSize implements vfio.Device.

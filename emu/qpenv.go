@@ -2,6 +2,7 @@ package emu
 
 import (
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/hcaemu/hcaemu/dma"
@@ -22,13 +23,23 @@ import (
 
 // qpEnv is a QP's transport.Env.
 type qpEnv struct {
-	d        *Device
-	qp       *qp
-	mem      mr.Space
+	d   *Device
+	qp  *qp
+	mem mr.Space
+	// The QP's timer, made at its first arming and reset after (no
+	// allocation per arming). timerGen names the current arming (device
+	// lock); armed says whether it runs. The timer goroutine reads
+	// fireGen and deadline, set before each reset, to tell its own expiry
+	// from an earlier one's late run (fire).
 	timer    *time.Timer
 	timerGen uint64
-	wqe      []byte   // one SQ slot, reused
-	sges     []mr.SGE // the SGE list being validated, reused
+	armed    bool
+	fireGen  atomic.Uint64
+	deadline atomic.Int64 // of the current arming, on monoClock
+	wqe      []byte       // one SQ slot, reused
+	wqeSGEs  []uverbs.SGE // the SGEs of the WQE being taken, reused
+	udSegs   []mr.Seg     // a UD send's segments, reused (sent at once)
+	sges     []mr.SGE     // the SGE list being validated, reused
 }
 
 // Region implements mr.Table: the MR table.
@@ -69,7 +80,7 @@ func (d *Device) configureTransport(qp *qp) {
 			Responder: qp.env.responder(),
 		})
 	case qp.ud != nil:
-		qp.ud.Configure(ud.Config{QPN: qp.qpn, QKey: a.QKey, GSI: qp.typ == pvrdma.QPTypeGSI})
+		qp.ud.Configure(ud.Config{QPN: qp.qpn, QKey: a.QKey, GSI: qp.typ == pvrdma.QPTypeGSI, MTU: 128 << d.activeMTU})
 	}
 }
 
@@ -84,10 +95,10 @@ func (d *Device) resetTransport(qp *qp) {
 // qpTimer handles QP x's expired timer of generation gen.
 func (d *Device) qpTimer(qp *qp, gen uint64) {
 	env := qp.env
-	if qp.rc == nil || env == nil || gen != env.timerGen || env.timer == nil {
+	if qp.rc == nil || env == nil || gen != env.timerGen || !env.armed {
 		return
 	}
-	env.timer = nil
+	env.armed = false
 	qp.rc.Timeout()
 }
 
@@ -102,7 +113,7 @@ func (env *qpEnv) PendingSends() (uint32, bool) {
 	return n, true
 }
 
-func (env *qpEnv) TakeSend() (transport.SendWR, bool) {
+func (env *qpEnv) TakeSend(segs []mr.Seg) (transport.SendWR, bool) {
 	d, qp := env.d, env.qp
 	if uint32(len(env.wqe)) != qp.sq.stride {
 		env.wqe = make([]byte, qp.sq.stride)
@@ -112,8 +123,11 @@ func (env *qpEnv) TakeSend() (transport.SendWR, bool) {
 		d.qpError(qp, pvrdma.EventQPFatal)
 		return transport.SendWR{}, false
 	}
-	w, err := uverbs.DecodeSendWQE(env.wqe, qp.sq.maxSGE)
-	wr := env.sendWR(&w, err, slot)
+	w, err := uverbs.DecodeSendWQEInto(env.wqe, qp.sq.maxSGE, env.wqeSGEs)
+	if err == nil {
+		env.wqeSGEs = w.SGE[:0] // (sendWR keeps none of them)
+	}
+	wr := env.sendWR(&w, err, slot, segs)
 	if d.tracer != nil {
 		d.traceWQE(qp, &wr)
 	}
@@ -139,7 +153,7 @@ func opcodeOf(op uint32) transport.Opcode {
 
 // sendWR turns a decoded send WQE into a work request: its variant as the
 // QP type reads it, and its SGEs validated against the QP's PD.
-func (env *qpEnv) sendWR(w *uverbs.SendWQE, decodeErr error, slot uint32) transport.SendWR {
+func (env *qpEnv) sendWR(w *uverbs.SendWQE, decodeErr error, slot uint32, segs []mr.Seg) transport.SendWR {
 	qp := env.qp
 	wr := transport.SendWR{
 		ID: w.WRID, Opcode: opcodeOf(w.Opcode),
@@ -181,19 +195,19 @@ func (env *qpEnv) sendWR(w *uverbs.SendWQE, decodeErr error, slot uint32) transp
 			wr.Status = transport.StatusLocProtErr
 			return wr
 		}
-		wr.Segs, wr.Length, wr.Status = env.segs(w.SGE, wr.Opcode.WritesLocal())
+		wr.Segs, wr.Length, wr.Status = env.segs(w.SGE, wr.Opcode.WritesLocal(), segs)
 	}
 	return wr
 }
 
 // segs validates an SGE list against the QP's PD (write: the device writes
 // into it).
-func (env *qpEnv) segs(sges []uverbs.SGE, write bool) ([]mr.Seg, uint32, transport.Status) {
+func (env *qpEnv) segs(sges []uverbs.SGE, write bool, dst []mr.Seg) ([]mr.Seg, uint32, transport.Status) {
 	env.sges = env.sges[:0]
 	for _, sge := range sges {
 		env.sges = append(env.sges, mr.SGE(sge))
 	}
-	segs, n, err := env.mem.Segs(env.qp.pd, env.sges, write)
+	segs, n, err := env.mem.SegsInto(dst, env.qp.pd, env.sges, write)
 	switch {
 	case errors.Is(err, mr.ErrLength):
 		return nil, 0, transport.StatusLocLenErr
@@ -303,20 +317,42 @@ func (env *qpEnv) LocalOp(wr *transport.SendWR) transport.Status {
 }
 
 func (env *qpEnv) ArmTimer(dur time.Duration) {
-	if env.timer != nil {
-		env.timer.Stop()
+	env.timerGen = env.d.nextTimerGen()
+	env.armed = true
+	// The deadline before the generation: fire reads them the other way.
+	env.deadline.Store(int64(monoClock() + dur))
+	env.fireGen.Store(env.timerGen)
+	if env.timer == nil {
+		env.timer = time.AfterFunc(dur, env.fire)
+	} else {
+		env.timer.Reset(dur)
 	}
-	env.timerGen++
-	gen, h, eng := env.timerGen, env.qp.handle, &env.d.eng
-	env.timer = time.AfterFunc(dur, func() { eng.kickTimer(h, gen) })
 }
+
+// fire is the timer's function (timer goroutine). An expiry whose run
+// starts after the timer was armed again reads the new arming's deadline,
+// still ahead, and does nothing (the reset timer fires again); one that
+// reads the old generation is stale to the engine, which drops it.
+func (env *qpEnv) fire() {
+	gen := env.fireGen.Load()
+	if monoClock() < time.Duration(env.deadline.Load()) {
+		return
+	}
+	env.d.eng.kickTimer(env.qp.handle, gen)
+}
+
+// monoEpoch is where monoClock counts from.
+var monoEpoch = time.Now()
+
+// monoClock is the monotonic time since monoEpoch.
+func monoClock() time.Duration { return time.Since(monoEpoch) }
 
 func (env *qpEnv) StopTimer() {
 	if env.timer != nil {
 		env.timer.Stop()
-		env.timer = nil
 	}
-	env.timerGen++
+	env.armed = false
+	env.timerGen = env.d.nextTimerGen()
 }
 
 func (env *qpEnv) Kick(work transport.Work, later bool) {

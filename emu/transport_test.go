@@ -539,6 +539,49 @@ func TestUDAndGSI(t *testing.T) {
 	}
 }
 
+// TestUDJumbo: on a jumbo-frame segment (Config.MTU 9000, active MTU 4096)
+// a UD datagram carries up to 4096 bytes, as the port advertises; one byte
+// more completes unsent (as on a 1500-byte segment past 1024).
+func TestUDJumbo(t *testing.T) {
+	checkGoroutines(t)
+	sw := fabric.NewSwitch()
+	jumbo := func(cfg *emu.Config) { cfg.MTU = 9000 }
+	a, b := newHostConfig(t, sw, 1, 64<<20, jumbo), newHostConfig(t, sw, 2, 64<<20, jumbo)
+	const n = 4096
+	srcA, lkA, _ := a.mr(t, n+1, allAccess)
+	dstB, lkB, _ := b.mr(t, 40+n+1, allAccess)
+	fill(a.RAM.Mem[srcA:srcA+n+1], 9)
+	ud := func(h *host) *emutest.QP {
+		q := h.qp(t, pvrdma.QPTypeUD, 16)
+		if err := q.Modify(pvrdma.AttrState|pvrdma.AttrPKeyIndex|pvrdma.AttrPort|pvrdma.AttrQKey, pvrdma.QPAttr{State: 1, PortNum: 1, QKey: 7}); err != nil {
+			t.Fatal(err)
+		}
+		q.Modify(pvrdma.AttrState, pvrdma.QPAttr{State: 2})
+		q.Modify(pvrdma.AttrState|pvrdma.AttrSQPSN, pvrdma.QPAttr{State: 3})
+		return q
+	}
+	qa, qb := ud(a), ud(b)
+	av := uverbs.AV{PortPD: 1<<24 | a.pd, GIDIndex: 1, HopLimit: 64, DMAC: b.mac}
+	av.DGID = b.ip.As16()
+	av.DGID[10], av.DGID[11] = 0xff, 0xff
+	for _, size := range []uint32{n, n + 1} {
+		qb.PostRecv(uverbs.RecvWQE{WRID: uint64(size), SGE: []uverbs.SGE{{Addr: dstB, Length: 40 + n + 1, LKey: lkB}}})
+		w := send(uverbs.OpSend, uint64(size), 0, uverbs.SGE{Addr: srcA, Length: size, LKey: lkA})
+		w.SetUD(qb.QPN, 7, av)
+		qa.PostSend(w)
+		if e := poll(t, a.cq, a, b); e.Status != 0 {
+			t.Fatalf("UD send of %d: %+v", size, e)
+		}
+	}
+	if r := poll(t, b.cq, a, b); r.Status != 0 || r.ByteLen != 40+n || r.WRID != n {
+		t.Fatalf("UD recv %+v", r)
+	}
+	if !bytes.Equal(b.RAM.Mem[dstB+40:dstB+40+n], a.RAM.Mem[srcA:srcA+n]) {
+		t.Fatal("UD payload differs")
+	}
+	noCQE(t, b.cq, a, b) // the 4097-byte datagram was not sent
+}
+
 func TestLoopback(t *testing.T) {
 	checkGoroutines(t)
 	sw := fabric.NewSwitch()

@@ -64,7 +64,7 @@ func (d *Device) processSQ(qp *qp) {
 			d.qpError(qp, pvrdma.EventQPFatal)
 			return
 		}
-		w, err := uverbs.DecodeSendWQE(buf, qp.sq.maxSGE)
+		w, err := uverbs.DecodeSendWQEInto(buf, qp.sq.maxSGE, qp.env.wqeSGEs)
 		if err != nil {
 			d.findSendWQE(qp, slot, &w)
 			cqe := uverbs.CQE{WRID: w.WRID, Opcode: sendWCOpcode(w.Opcode), Status: uverbs.WCLocLenErr}
@@ -72,7 +72,11 @@ func (d *Device) processSQ(qp *qp) {
 			d.qpError(qp, pvrdma.EventQPReqErr)
 			return
 		}
-		wr := qp.env.sendWR(&w, nil, slot)
+		qp.env.wqeSGEs = w.SGE[:0]
+		// A UD request is sent and completed here: the next reuses its
+		// segment list.
+		wr := qp.env.sendWR(&w, nil, slot, qp.env.udSegs)
+		qp.env.udSegs = wr.Segs[:0]
 		if d.tracer != nil {
 			d.traceWQE(qp, &wr)
 		}
@@ -173,7 +177,7 @@ func (d *Device) peekRecv(env *qpEnv) (wr transport.RecvWR, status transport.Sta
 		d.find(FindingWQE, "completed with LOC_LEN_ERR", "%s[%d] pvrdma_rq_wqe_hdr.num_sge=%d > max_recv_sge=%d", queue, slot, wqe.NumSGE, w.maxSGE)
 		return wr, transport.StatusLocLenErr, true
 	}
-	wr.Segs, wr.Cap, status = env.segs(wqe.SGE, true)
+	wr.Segs, wr.Cap, status = env.segs(wqe.SGE, true, nil)
 	return wr, status, true
 }
 

@@ -164,6 +164,13 @@ var ErrWQE = errors.New("malformed WQE")
 // maxSGE is the queue's SGE limit from CREATE_QP. On ErrWQE the header fields
 // are still filled in (for the error completion).
 func DecodeSendWQE(b []byte, maxSGE uint32) (SendWQE, error) {
+	return DecodeSendWQEInto(b, maxSGE, nil)
+}
+
+// DecodeSendWQEInto is DecodeSendWQE with the SGEs decoded into sges's
+// storage when it holds them (the caller's buffer, reused from WQE to WQE:
+// no allocation); the WQE's SGE list is valid until that buffer is reused.
+func DecodeSendWQEInto(b []byte, maxSGE uint32, sges []SGE) (SendWQE, error) {
 	var w SendWQE
 	if len(b) < SendWQEHdrSize {
 		return w, ErrWQE
@@ -174,7 +181,7 @@ func DecodeSendWQE(b []byte, maxSGE uint32) (SendWQE, error) {
 	w.SendFlags = le.Uint32(b[20:])
 	copy(w.Ex[:], b[24:28])
 	copy(w.WR[:], b[32:80])
-	sges, err := decodeSGEs(b[SendWQEHdrSize:], w.NumSGE, maxSGE)
+	sges, err := decodeSGEs(b[SendWQEHdrSize:], w.NumSGE, maxSGE, sges[:0])
 	w.SGE = sges
 	return w, err
 }
@@ -239,21 +246,25 @@ func DecodeRecvWQE(b []byte, maxSGE uint32) (RecvWQE, error) {
 	}
 	w.WRID = le.Uint64(b[0:])
 	w.NumSGE = le.Uint32(b[8:])
-	sges, err := decodeSGEs(b[RecvWQEHdrSize:], w.NumSGE, maxSGE)
+	sges, err := decodeSGEs(b[RecvWQEHdrSize:], w.NumSGE, maxSGE, nil)
 	w.SGE = sges
 	return w, err
 }
 
-func decodeSGEs(b []byte, n, maxSGE uint32) ([]SGE, error) {
+// decodeSGEs decodes n SGEs from b, appended to dst (empty; a new slice
+// when its capacity is short).
+func decodeSGEs(b []byte, n, maxSGE uint32, dst []SGE) ([]SGE, error) {
 	if n > maxSGE || uint64(n)*SGESize > uint64(len(b)) {
 		return nil, ErrWQE
 	}
-	s := make([]SGE, n)
-	for i := range s {
-		e := b[i*SGESize:]
-		s[i] = SGE{Addr: le.Uint64(e[0:]), Length: le.Uint32(e[8:]), LKey: le.Uint32(e[12:])}
+	if uint32(cap(dst)) < n {
+		dst = make([]SGE, 0, n)
 	}
-	return s, nil
+	for i := range int(n) {
+		e := b[i*SGESize:]
+		dst = append(dst, SGE{Addr: le.Uint64(e[0:]), Length: le.Uint32(e[8:]), LKey: le.Uint32(e[12:])})
+	}
+	return dst, nil
 }
 
 // Completion opcodes (pvrdma_wc_opcode).

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 func TestRing(t *testing.T) {
@@ -101,6 +102,14 @@ func FuzzDecodeSendWQE(f *testing.F) {
 		clear(want[28:32]) // reserved
 		if diff := cmp.Diff(want, out); diff != "" {
 			t.Fatalf("re-encode differs:\n%s", diff)
+		}
+		// Into a reused buffer (stale SGEs in it, or too small): the same.
+		stale := []SGE{{Addr: 1, Length: 2, LKey: 3}, {Addr: 4, Length: 5, LKey: 6}}
+		for _, buf := range [][]SGE{stale[:0], stale[:1], nil} {
+			into, err := DecodeSendWQEInto(b, maxSGE, buf)
+			if err != nil || !cmp.Equal(into, w, cmpopts.EquateEmpty()) {
+				t.Fatalf("DecodeSendWQEInto (buffer of %d): %+v, %v; DecodeSendWQE: %+v", cap(buf), into, err, w)
+			}
 		}
 	})
 }

@@ -189,7 +189,16 @@ type Space struct {
 // into it, and each [addr, addr+len) must lie inside the region; the total
 // must fit 31 bits. It returns the segments and their total length.
 func (s Space) Segs(pd uint32, sges []SGE, write bool) ([]Seg, uint32, error) {
-	segs := make([]Seg, 0, len(sges))
+	return s.SegsInto(nil, pd, sges, write)
+}
+
+// SegsInto is Segs with the segments in dst's storage when it holds them
+// (a finished request's, reused: no allocation).
+func (s Space) SegsInto(dst []Seg, pd uint32, sges []SGE, write bool) ([]Seg, uint32, error) {
+	segs := dst[:0]
+	if cap(segs) < len(sges) {
+		segs = make([]Seg, 0, len(sges))
+	}
 	var total uint64
 	for _, sge := range sges {
 		region := Lookup(s.Regions, sge.LKey, false)

@@ -230,8 +230,9 @@ type Env interface {
 	// moved the QP to ERR.
 	PendingSends() (n uint32, ok bool)
 	// TakeSend takes the next send request off the send queue; ok=false as
-	// for PendingSends.
-	TakeSend() (wr SendWR, ok bool)
+	// for PendingSends. The request's Segs may use segs's storage (a
+	// finished request's, handed back for reuse; nil for none).
+	TakeSend(segs []mr.Seg) (wr SendWR, ok bool)
 	// PeekRecv returns the next receive request without consuming it;
 	// ok=false: none posted. A request that fails validation comes back
 	// with status != StatusSuccess.

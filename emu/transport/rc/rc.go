@@ -155,6 +155,7 @@ type QP struct {
 
 	// Requester.
 	reqs       []*request
+	spare      []*request // completed requests, reused by take (at most SQDepth)
 	nextPSN    uint32 // PSN of the next new request
 	unacked    uint32 // oldest unacknowledged PSN
 	sentEnd    uint32 // one past the newest PSN sent (a READ's last response PSN)
@@ -282,11 +283,20 @@ func (qp *QP) take() {
 		return
 	}
 	for ; n > 0 && uint32(len(qp.reqs)) < qp.cfg.SQDepth; n-- {
-		wr, ok := qp.env.TakeSend()
+		var req *request
+		if n := len(qp.spare); n > 0 {
+			req = qp.spare[n-1]
+		} else {
+			req = new(request)
+		}
+		wr, ok := qp.env.TakeSend(req.wr.Segs)
 		if !ok {
 			return
 		}
-		req := &request{wr: wr, status: wr.Status, length: wr.Length}
+		if n := len(qp.spare); n > 0 {
+			qp.spare = qp.spare[:n-1]
+		}
+		*req = request{wr: wr, status: wr.Status, length: wr.Length}
 		if req.status == transport.StatusSuccess {
 			qp.prepare(req)
 		}
@@ -667,6 +677,12 @@ func (qp *QP) complete() {
 		}
 		qp.reqs = qp.reqs[1:]
 		qp.completeSend(&req.wr, transport.StatusSuccess, req.length)
+		// Nothing refers to a completed request any more: take reuses it,
+		// and the storage of its segment list.
+		if uint32(len(qp.spare)) < qp.cfg.SQDepth {
+			*req = request{wr: transport.SendWR{Segs: req.wr.Segs[:0]}}
+			qp.spare = append(qp.spare, req)
+		}
 	}
 	if len(qp.reqs) == 0 {
 		qp.stopTimer()
@@ -999,7 +1015,11 @@ func (qp *QP) Receive(pkt *roce.Packet) {
 // out its answer; true: the packet is answered and not executed.
 func (qp *QP) injected(pkt *roce.Packet) bool {
 	psn := pkt.BTH.PSN()
-	f := qp.cfg.Responder(pkt)
+	// The hook gets a copy: a func value may keep its argument, and the
+	// received packet must not escape to the heap (one allocation per
+	// packet) for the sake of a hook that is seldom set.
+	hooked := *pkt
+	f := qp.cfg.Responder(&hooked)
 	switch f.Kind {
 	case FaultNAK:
 		switch f.NAK {

@@ -16,8 +16,9 @@ import (
 	"github.com/hcaemu/hcaemu/emu/transport"
 )
 
-// MTU is the largest UD payload: the port's active MTU.
-const MTU = 1024
+// DefaultMTU is the largest UD payload when Config.MTU is zero: the
+// active MTU of a port on a 1500-byte Ethernet.
+const DefaultMTU = 1024
 
 // GRHSize is the GRH area at the start of every UD receive buffer.
 const GRHSize = 40
@@ -27,6 +28,9 @@ type Config struct {
 	QPN  uint32
 	QKey uint32
 	GSI  bool // the GSI QP: always the well-known Q_Key
+	// MTU is the largest payload of a datagram: the port's active MTU in
+	// bytes (0: DefaultMTU).
+	MTU uint32
 }
 
 // QP is the Unreliable Datagram transport of one UD or GSI QP.
@@ -81,7 +85,11 @@ func (qp *QP) Send(wr *transport.SendWR) {
 		qp.fail(wr, transport.StatusLocQPOpErr, transport.EventQPRequestErr)
 		return
 	}
-	if wr.Length > MTU {
+	mtu := qp.cfg.MTU
+	if mtu == 0 {
+		mtu = DefaultMTU
+	}
+	if wr.Length > mtu {
 		// IBTA C10-93.1.1, as rxe: complete without sending.
 		qp.complete(wr, transport.StatusSuccess, wr.Length)
 		return

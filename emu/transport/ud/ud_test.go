@@ -35,7 +35,7 @@ func TestUDSend(t *testing.T) {
 		{"send", false, transport.OpSend, 0x99, 100, false, transport.StatusSuccess, 0x99, 0},
 		{"Q_Key from the QP", false, transport.OpSend, 0x80000000, 100, false, transport.StatusSuccess, 0x1234, 0},
 		{"GSI uses the GSI Q_Key", true, transport.OpSendImm, 0x99, 100, false, transport.StatusSuccess, roce.GSIQKey, 0},
-		{"larger than the MTU: completes unsent", false, transport.OpSend, 0x99, MTU + 1, false, transport.StatusSuccess, 0, 0},
+		{"larger than the MTU: completes unsent", false, transport.OpSend, 0x99, DefaultMTU + 1, false, transport.StatusSuccess, 0, 0},
 		{"not a SEND", false, transport.OpWrite, 0x99, 100, false, transport.StatusLocQPOpErr, 0, 1},
 		{"no path", false, transport.OpSend, 0x99, 100, true, transport.StatusLocQPOpErr, 0, 1},
 	}
