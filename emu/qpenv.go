@@ -39,6 +39,9 @@ type qpEnv struct {
 	wqe      []byte       // one SQ slot, reused
 	wqeSGEs  []uverbs.SGE // the SGEs of the WQE being taken, reused
 	udSegs   []mr.Seg     // a UD send's segments, reused (sent at once)
+	rwqe     []byte       // the receive WQE being peeked, reused
+	rwqeSGEs []uverbs.SGE // its SGEs, reused
+	recvSegs []mr.Seg     // its segments, reused (see peekRecv)
 	sges     []mr.SGE     // the SGE list being validated, reused
 }
 

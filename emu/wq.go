@@ -161,13 +161,19 @@ func (d *Device) peekRecv(env *qpEnv) (wr transport.RecvWR, status transport.Sta
 	if n == 0 {
 		return wr, 0, false
 	}
-	buf := make([]byte, w.stride)
+	// The WQE, its SGEs and its segments in the QP's buffers, reused: the
+	// responder holds one receive request at a time (the SEND in
+	// progress), and peeks the next only once that one is done.
+	if uint32(cap(env.rwqe)) < w.stride {
+		env.rwqe = make([]byte, w.stride)
+	}
+	buf := env.rwqe[:w.stride]
 	slot := w.ring.Slot(w.cons)
 	off := w.base + uint64(slot)*uint64(w.stride)
 	if err := pages.ReadAt(d.mem, buf, off); err != nil {
 		return wr, transport.StatusLocProtErr, true
 	}
-	wqe, err := uverbs.DecodeRecvWQE(buf, w.maxSGE)
+	wqe, err := uverbs.DecodeRecvWQEInto(buf, w.maxSGE, env.rwqeSGEs)
 	wr.ID = wqe.WRID
 	if err != nil {
 		queue := fmt.Sprintf("qp %d rq", qp.handle)
@@ -177,7 +183,9 @@ func (d *Device) peekRecv(env *qpEnv) (wr transport.RecvWR, status transport.Sta
 		d.find(FindingWQE, "completed with LOC_LEN_ERR", "%s[%d] pvrdma_rq_wqe_hdr.num_sge=%d > max_recv_sge=%d", queue, slot, wqe.NumSGE, w.maxSGE)
 		return wr, transport.StatusLocLenErr, true
 	}
-	wr.Segs, wr.Cap, status = env.segs(wqe.SGE, true, nil)
+	env.rwqeSGEs = wqe.SGE[:0]
+	wr.Segs, wr.Cap, status = env.segs(wqe.SGE, true, env.recvSegs)
+	env.recvSegs = wr.Segs[:0]
 	return wr, status, true
 }
 

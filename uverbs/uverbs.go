@@ -240,13 +240,19 @@ type RecvWQE struct {
 
 // DecodeRecvWQE decodes a receive WQE from one stride-sized copy.
 func DecodeRecvWQE(b []byte, maxSGE uint32) (RecvWQE, error) {
+	return DecodeRecvWQEInto(b, maxSGE, nil)
+}
+
+// DecodeRecvWQEInto is DecodeRecvWQE with the SGEs in sges's storage when
+// it holds them (as DecodeSendWQEInto).
+func DecodeRecvWQEInto(b []byte, maxSGE uint32, sges []SGE) (RecvWQE, error) {
 	var w RecvWQE
 	if len(b) < RecvWQEHdrSize {
 		return w, ErrWQE
 	}
 	w.WRID = le.Uint64(b[0:])
 	w.NumSGE = le.Uint32(b[8:])
-	sges, err := decodeSGEs(b[RecvWQEHdrSize:], w.NumSGE, maxSGE, nil)
+	sges, err := decodeSGEs(b[RecvWQEHdrSize:], w.NumSGE, maxSGE, sges[:0])
 	w.SGE = sges
 	return w, err
 }

@@ -126,6 +126,13 @@ func FuzzDecodeRecvWQE(f *testing.F) {
 		if uint32(len(w.SGE)) > maxSGE || RecvWQEHdrSize+SGESize*len(w.SGE) > len(b) {
 			t.Fatalf("%d SGEs from %d bytes", len(w.SGE), len(b))
 		}
+		stale := []SGE{{Addr: 1, Length: 2, LKey: 3}, {Addr: 4, Length: 5, LKey: 6}}
+		for _, buf := range [][]SGE{stale[:0], stale[:1], nil} {
+			into, err := DecodeRecvWQEInto(b, maxSGE, buf)
+			if err != nil || !cmp.Equal(into, w, cmpopts.EquateEmpty()) {
+				t.Fatalf("DecodeRecvWQEInto (buffer of %d): %+v, %v; DecodeRecvWQE: %+v", cap(buf), into, err, w)
+			}
+		}
 		out := make([]byte, RecvWQEHdrSize+SGESize*len(w.SGE))
 		w.Encode(out)
 		want := append([]byte(nil), b[:len(out)]...)

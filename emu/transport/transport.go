@@ -235,7 +235,8 @@ type Env interface {
 	TakeSend(segs []mr.Seg) (wr SendWR, ok bool)
 	// PeekRecv returns the next receive request without consuming it;
 	// ok=false: none posted. A request that fails validation comes back
-	// with status != StatusSuccess.
+	// with status != StatusSuccess. Its Segs may live in the Env's own
+	// storage until the next PeekRecv: the responder holds one at a time.
 	PeekRecv() (wr RecvWR, status Status, ok bool)
 	// PopRecv consumes the request PeekRecv returned.
 	PopRecv()

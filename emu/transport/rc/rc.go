@@ -156,9 +156,9 @@ type QP struct {
 	// Requester.
 	reqs       []*request
 	spare      []*request // completed requests, reused by take (at most SQDepth)
-	nextPSN    uint32 // PSN of the next new request
-	unacked    uint32 // oldest unacknowledged PSN
-	sentEnd    uint32 // one past the newest PSN sent (a READ's last response PSN)
+	nextPSN    uint32     // PSN of the next new request
+	unacked    uint32     // oldest unacknowledged PSN
+	sentEnd    uint32     // one past the newest PSN sent (a READ's last response PSN)
 	retries    uint8
 	rnrRetries uint8
 	rnrWait    bool
@@ -174,7 +174,8 @@ type QP struct {
 	suppressAck bool
 	inSend      bool
 	inWrite     bool
-	recv        *transport.RecvWR // the receive request of the SEND in progress
+	recv        *transport.RecvWR // the receive request of the SEND in progress (&recvHeld)
+	recvHeld    transport.RecvWR
 	recvOff     uint64
 	writeRef    mr.Ref // the region of the WRITE in progress
 	writeVA     uint64
@@ -184,7 +185,8 @@ type QP struct {
 	resNext     int
 	// out holds responses waiting behind a READ response stream, in PSN
 	// order.
-	out []respItem
+	out      []respItem
+	outStore []respItem // the storage out starts in when it starts empty (no allocation per response)
 
 	stats Stats
 }
@@ -1070,8 +1072,12 @@ func (qp *QP) respond(item respItem) {
 	case len(out) >= maxQueuedResponses:
 		return
 	}
+	if len(out) == 0 {
+		out = qp.outStore[:0] // the queue's storage, kept from its last use
+	}
 	qp.out = append(out, item)
 	if len(qp.out) == 1 {
+		qp.outStore = qp.out[:0]
 		qp.FlushResponses()
 	}
 }
@@ -1217,8 +1223,8 @@ func (qp *QP) execute(pkt *roce.Packet) {
 	case isSendOp(op):
 		if first {
 			qp.env.PopRecv()
-			held := recv
-			qp.recv, qp.recvOff, qp.inSend = &held, 0, true
+			qp.recvHeld = recv
+			qp.recv, qp.recvOff, qp.inSend = &qp.recvHeld, 0, true
 		}
 		cur := qp.recv
 		if qp.recvOff+uint64(len(payload)) > uint64(cur.Cap) {
