@@ -51,6 +51,9 @@ type Config struct {
 	MAC [6]byte
 	// Caps overrides DefaultCaps when non-nil (tests).
 	Caps *pvrdma.DeviceCaps
+	// MaxQP, when not zero, is the number of QPs the device holds and
+	// advertises (max_qp) instead of the capabilities' (hcaemu --max-qp).
+	MaxQP uint32
 	// MTU is the Ethernet MTU of the segment the port is on (the paired
 	// vmxnet3's): the port's active MTU is the largest IB MTU whose
 	// packets fit in it (ActiveMTU). Zero means 1500.
@@ -136,6 +139,9 @@ func New(cfg Config) *Device {
 	caps := DefaultCaps()
 	if cfg.Caps != nil {
 		caps = *cfg.Caps
+	}
+	if cfg.MaxQP != 0 {
+		caps.MaxQP = cfg.MaxQP
 	}
 	if cfg.MAC != ([6]byte{}) {
 		caps.NodeGUID = EUI64(cfg.MAC)

@@ -665,3 +665,18 @@ func TestDoorbellIsolation(t *testing.T) {
 		t.Fatalf("flush CQE %+v ok=%v", e, ok)
 	}
 }
+
+// TestConfigMaxQP: Config.MaxQP (hcaemu --max-qp) is the max_qp the driver
+// reads, and QP handles run up to it.
+func TestConfigMaxQP(t *testing.T) {
+	drv := emutest.New(16 << 20)
+	dev := emu.New(emu.Config{Name: "t", Mem: drv.RAM, MSIX: drv.IRQ.Raise, Log: testLog(t), MaxQP: 65535})
+	t.Cleanup(dev.Close)
+	drv.Dev = dev
+	if err := drv.Probe(); err != nil {
+		t.Fatal(err)
+	}
+	if got := drv.Caps().MaxQP; got != 65535 {
+		t.Fatalf("max_qp %d", got)
+	}
+}

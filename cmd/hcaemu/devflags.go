@@ -6,7 +6,6 @@ import (
 	"strconv"
 
 	"github.com/hcaemu/hcaemu/emu"
-	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/qemu"
 )
 
@@ -43,15 +42,13 @@ func registerMaxQPFlag(fs *flag.FlagSet) *maxQPFlag {
 	return f
 }
 
-// caps is the device capabilities for the flag: nil (the defaults) unless
+// value is the QP count the flag gives the HCAs: 0 (the default) unless
 // it was given.
-func (f *maxQPFlag) caps() *pvrdma.DeviceCaps {
-	if f == nil || f.n == 0 {
-		return nil
+func (f *maxQPFlag) value() uint32 {
+	if f == nil {
+		return 0
 	}
-	caps := emu.DefaultCaps()
-	caps.MaxQP = f.n
-	return &caps
+	return f.n
 }
 
 // registerMTUFlag is --mtu: the Ethernet MTU of the segment (the guests'

@@ -15,12 +15,12 @@ func TestMaxQPFlag(t *testing.T) {
 		if (err == nil) != (tc.want != 0) || f.n != tc.want {
 			t.Errorf("Set(%q): n %d, err %v; want %d", tc.in, f.n, err, tc.want)
 		}
-		if tc.want != 0 && f.caps().MaxQP != tc.want {
-			t.Errorf("Set(%q): caps advertise %d", tc.in, f.caps().MaxQP)
+		if f.value() != tc.want {
+			t.Errorf("Set(%q): the HCAs get %d", tc.in, f.value())
 		}
 	}
 	var unset *maxQPFlag
-	if unset.caps() != nil || (&maxQPFlag{}).caps() != nil {
+	if unset.value() != 0 || (&maxQPFlag{}).value() != 0 {
 		t.Error("an unset --max-qp changes the capabilities")
 	}
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/hcaemu/hcaemu/emu"
 	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/fabric/capture"
-	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/vfio"
 	"github.com/hcaemu/hcaemu/vfio/record"
 )
@@ -42,8 +41,8 @@ type hcas struct {
 	// first finding in fail mode.
 	strict emu.StrictMode
 	latch  *strictLatch
-	// caps, when set, replaces the HCAs' default capabilities (--max-qp).
-	caps *pvrdma.DeviceCaps
+	// maxQP, when set, is the HCAs' max_qp (--max-qp).
+	maxQP uint32
 	// mtu is the segment's Ethernet MTU (--mtu; 0: 1500).
 	mtu int
 
@@ -133,7 +132,7 @@ func (h *hcas) factory(name string, mac [6]byte) vfio.NewDevice {
 		cfg := emu.Config{Name: name, Mem: host.Mem, MSIX: host.MSIX, MAC: mac, Log: h.log, Faults: hook,
 			Attach:    func(rx func([]byte) bool) emu.Port { return h.sw.Attach(name, mac, rx) },
 			Strict:    h.strict,
-			Caps:      h.caps,
+			MaxQP:     h.maxQP,
 			MTU:       h.mtu,
 			OnFinding: h.onFinding()}
 		if rec != nil {

@@ -44,7 +44,7 @@ func runHCAs() (*hcas, error) {
 	}
 	h.faults = runFaults.hooks()
 	h.strict, h.latch = runOptions.strict, runOptions.latch
-	h.caps, h.mtu = runOptions.maxQP.caps(), runOptions.mtu
+	h.maxQP, h.mtu = runOptions.maxQP.value(), runOptions.mtu
 	if runFaults != nil && runFaults.control != nil {
 		runFaults.control.SetInspector(h.inspect)
 		runFaults.control.SetTracer(h.trace.open)

@@ -129,7 +129,7 @@ func serveMain(args []string) int {
 	}
 	h.faults = faultSet.hooks()
 	h.strict, h.latch = strict.mode, &strictLatch{stop: cancel}
-	h.caps, h.mtu = maxQP.caps(), *mtu
+	h.maxQP, h.mtu = maxQP.value(), *mtu
 	if *uplink != "" {
 		up, err := h.sw.OpenUplink(*uplink)
 		if err != nil {
