@@ -203,12 +203,6 @@ func (c *Cluster) GuestMAC(k int) [6]byte { return GuestMAC(c.GuestIP(k)) }
 // exists to measure the segment against QEMU's own link (scripts/perf.sh).
 const StreamNetEnv = "HCAEMU_NET"
 
-// NICRealtimeEnv, set to "0", keeps the segment's NIC readers at the
-// normal scheduling policy instead of a real-time priority
-// (fabric.StreamNIC.SetRealtime): a measurement's reference
-// (docs/performance.md, 2b).
-const NICRealtimeEnv = "HCAEMU_NIC_RT"
-
 // netSocket is where guest k's NIC on the segment listens for its QEMU.
 func (c *Cluster) netSocket(k int) string { return filepath.Join(c.Dir, fmt.Sprintf("g%d.net", k)) }
 
@@ -231,7 +225,6 @@ func (c *Cluster) attachNICs() (detach func(), err error) {
 			detach()
 			return nil, fmt.Errorf("ethernet segment: %w", err)
 		}
-		n.SetRealtime(os.Getenv(NICRealtimeEnv) != "0")
 		nics = append(nics, n)
 	}
 	return detach, nil

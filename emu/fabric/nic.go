@@ -39,8 +39,6 @@ type StreamNIC struct {
 	wg      sync.WaitGroup
 
 	pauseLimit atomic.Int64 // how long a frame waits for a paused receiver
-	normal     atomic.Bool  // readers keep the normal scheduling policy (SetRealtime(false))
-	realtime   atomic.Bool  // the current reader's thread got a real-time priority
 
 	// The frames for the guest, queued for the writer goroutine (wake
 	// tells it of new ones).
@@ -67,9 +65,6 @@ type NICStats struct {
 	// Refused counts connections from another user than this process's,
 	// and frames longer than maxNICFrame.
 	Refused uint64
-	// Realtime says whether the reader of the guest's frames runs at a
-	// real-time priority (readLoop).
-	Realtime bool
 }
 
 // DefaultPauseLimit is how long a frame waits for a paused receiver before
@@ -107,11 +102,6 @@ func (s *Switch) ListenNIC(name string, mac [6]byte, path string) (*StreamNIC, e
 // SetPauseLimit changes how long a frame waits for a paused receiver.
 func (d *StreamNIC) SetPauseLimit(limit time.Duration) { d.pauseLimit.Store(int64(limit)) }
 
-// SetRealtime says whether the readers of the guest's frames, from the
-// next connection on, try for a real-time priority (the default) or keep
-// the normal scheduling policy (to measure the difference).
-func (d *StreamNIC) SetRealtime(on bool) { d.normal.Store(!on) }
-
 // Path is the NIC's socket (QEMU's addr.path).
 func (d *StreamNIC) Path() string { return d.path }
 
@@ -121,7 +111,7 @@ func (d *StreamNIC) Port() *Port { return d.port }
 // Stats returns the NIC's counters.
 func (d *StreamNIC) Stats() NICStats {
 	return NICStats{In: d.in.Load(), Out: d.out.Load(), Paused: d.paused.Load(),
-		Dropped: d.dropped.Load(), Refused: d.refused.Load(), Realtime: d.realtime.Load()}
+		Dropped: d.dropped.Load(), Refused: d.refused.Load()}
 }
 
 // Close detaches the NIC, ends its connection and removes its socket.
@@ -266,15 +256,12 @@ func sameUser(conn *net.UnixConn) bool {
 
 // readLoop takes the guest's frames to the switch until the connection
 // ends. It runs in a thread of its own that sleeps in poll(2) on the
-// socket, so that a frame from the guest wakes this thread and no other
-// (the Go scheduler's netpoller is not on the path), and, where the
-// process may (root, or CAP_SYS_NICE), that thread has a real-time
-// priority: a frame is relayed as soon as it arrives instead of waiting
-// for a busy vCPU's time slice to end, so that a hop through the switch
-// costs about what a direct link between two QEMUs costs
-// (docs/performance.md, 2b). The work per wakeup is bounded (the frames
-// read at once, each offered to the switch) and it sleeps again when the
-// socket is empty.
+// socket, so that a frame from the guest wakes this thread, which relays
+// it at once, instead of the Go scheduler's netpoller waking a thread that
+// then hands the goroutine on (docs/performance.md, 2b: half the latency
+// of a relayed frame on a busy machine). The work per wakeup is bounded
+// (the frames read at once, each offered to the switch) and it sleeps
+// again when the socket is empty.
 func (d *StreamNIC) readLoop(conn *net.UnixConn) {
 	defer func() {
 		d.mu.Lock()
@@ -288,10 +275,9 @@ func (d *StreamNIC) readLoop(conn *net.UnixConn) {
 	if err != nil {
 		return
 	}
-	// Locked and never unlocked: the thread ends with this goroutine, its
-	// scheduling policy with it.
+	// The thread is this reader's while it sleeps in poll(2).
 	runtime.LockOSThread()
-	d.realtime.Store(!d.normal.Load() && setRealtime())
+	defer runtime.UnlockOSThread()
 	buf := make([]byte, 256<<10) // holds the longest frame and its length
 	have := 0
 	for {
@@ -325,15 +311,6 @@ func (d *StreamNIC) readLoop(conn *net.UnixConn) {
 		}
 		have = copy(buf, buf[off:have])
 	}
-}
-
-// setRealtime gives the calling thread the lowest real-time priority
-// (SCHED_FIFO 1, not inherited by threads or processes it starts), if the
-// process may: it reports whether it did. The kernel's real-time
-// throttling (sched_rt_runtime_us) still leaves the other threads their
-// share should this one ever spin.
-func setRealtime() bool {
-	return unix.SchedSetAttr(0, &unix.SchedAttr{Policy: unix.SCHED_FIFO, Priority: 1, Flags: unix.SCHED_FLAG_RESET_ON_FORK}, 0) == nil
 }
 
 // readWait reads what the nonblocking socket fd holds into b, sleeping in
