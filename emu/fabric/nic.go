@@ -5,12 +5,9 @@ import (
 	"errors"
 	"net"
 	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // StreamNIC is a guest's NIC on the switch: QEMU's "-netdev stream" as a
@@ -43,10 +40,10 @@ type StreamNIC struct {
 	// The frames for the guest, queued for the writer goroutine (wake
 	// tells it of new ones).
 	mu        sync.Mutex
-	conn      *net.UnixConn // QEMU's connection; nil until it connects
-	queue     [][]byte      // oldest first, at most nicQueue
-	partial   []byte        // the rest of a frame written in part, before the queue
-	busySince time.Time     // when the writer's current write began; zero when idle
+	conn      *sockConn // QEMU's connection; nil until it connects
+	queue     [][]byte  // oldest first, at most nicQueue
+	partial   []byte    // the rest of a frame written in part, before the queue
+	busySince time.Time // when the writer's current write began; zero when idle
 	wake      chan struct{}
 
 	in, out, paused, dropped, refused atomic.Uint64
@@ -121,7 +118,7 @@ func (d *StreamNIC) Close() error {
 	err := d.ln.Close()
 	d.mu.Lock()
 	if d.conn != nil {
-		hangUp(d.conn)
+		d.conn.Close()
 	}
 	d.mu.Unlock()
 	d.wg.Wait()
@@ -193,35 +190,29 @@ func (d *StreamNIC) kick() {
 // writeNow writes a frame's length and bytes to QEMU without waiting
 // (d.mu held): the number of bytes the socket took.
 func (d *StreamNIC) writeNow(frame []byte) int {
-	raw, err := d.conn.SyscallConn()
-	if err != nil {
-		return 0
-	}
 	var hdr [4]byte
 	binary.BigEndian.PutUint32(hdr[:], uint32(len(frame)))
-	n := 0
-	raw.Write(func(fd uintptr) bool {
-		var werr error
-		n, werr = unix.SendmsgBuffers(int(fd), [][]byte{hdr[:], frame}, nil, nil, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
-		if werr != nil {
-			n = 0
-		}
-		return true // never wait here
-	})
-	return n
+	return d.conn.sendNow([][]byte{hdr[:], frame})
 }
 
 // acceptLoop takes QEMU's connections, one at a time.
 func (d *StreamNIC) acceptLoop() {
 	for {
-		conn, err := d.ln.AcceptUnix()
+		conn, err := acceptSock(d.ln)
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
+			// Out of descriptors, say: try again in a while, not in a spin.
+			select {
+			case <-d.closing:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
 			continue
 		}
-		if !sameUser(conn) {
+		if uid, err := conn.peerUID(); err != nil || int(uid) != os.Geteuid() {
+			// Another user's process: not its QEMU.
 			d.refused.Add(1)
 			conn.Close()
 			continue
@@ -232,37 +223,21 @@ func (d *StreamNIC) acceptLoop() {
 		d.mu.Unlock()
 		d.accepted.Add(1)
 		if old != nil {
-			hangUp(old) // its reader ends
+			old.Close() // its reader ends
 		}
 		d.wg.Go(func() { d.readLoop(conn) })
 	}
 }
 
-// sameUser reports whether the peer of conn runs as this process's user.
-func sameUser(conn *net.UnixConn) bool {
-	raw, err := conn.SyscallConn()
-	if err != nil {
-		return false
-	}
-	var cred *unix.Ucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil || cerr != nil {
-		return false
-	}
-	return int(cred.Uid) == os.Geteuid()
-}
-
 // readLoop takes the guest's frames to the switch until the connection
 // ends. It runs in a thread of its own that sleeps in poll(2) on the
-// socket, so that a frame from the guest wakes this thread, which relays
-// it at once, instead of the Go scheduler's netpoller waking a thread that
-// then hands the goroutine on (docs/performance.md, 2b: half the latency
-// of a relayed frame on a busy machine). The work per wakeup is bounded
-// (the frames read at once, each offered to the switch) and it sleeps
-// again when the socket is empty.
-func (d *StreamNIC) readLoop(conn *net.UnixConn) {
+// socket (sockConn), so that a frame from the guest wakes this thread,
+// which relays it at once, instead of the Go scheduler's netpoller waking
+// a thread that then hands the goroutine on (docs/performance.md, 2b: half
+// the latency of a relayed frame on a busy machine). The work per wakeup
+// is bounded (the frames read at once, each offered to the switch) and it
+// sleeps again when the socket is empty.
+func (d *StreamNIC) readLoop(conn *sockConn) {
 	defer func() {
 		d.mu.Lock()
 		if d.conn == conn {
@@ -271,23 +246,16 @@ func (d *StreamNIC) readLoop(conn *net.UnixConn) {
 		d.mu.Unlock()
 		conn.Close()
 	}()
-	raw, err := conn.SyscallConn()
-	if err != nil {
-		return
-	}
-	// The thread is this reader's while it sleeps in poll(2).
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+	// Not locked to its thread: the thread sleeping in poll(2) is the one
+	// it returns on anyway, and a thread that ended with a locked goroutine
+	// would take with it the QEMUs started from it (their parent-death
+	// signal is the thread's, not the process's).
 	buf := make([]byte, 256<<10) // holds the longest frame and its length
 	have := 0
 	for {
-		var n int
-		var rerr error
-		if err := raw.Read(func(fd uintptr) bool {
-			n, rerr = readWait(int(fd), buf[have:])
-			return true
-		}); err != nil || rerr != nil || n == 0 {
-			return // closed, hung up (hangUp), or an error
+		n, err := conn.read(buf[have:])
+		if err != nil || n == 0 {
+			return // closed, shut down (Close), or an error
 		}
 		have += n
 		off := 0
@@ -311,34 +279,6 @@ func (d *StreamNIC) readLoop(conn *net.UnixConn) {
 		}
 		have = copy(buf, buf[off:have])
 	}
-}
-
-// readWait reads what the nonblocking socket fd holds into b, sleeping in
-// poll(2) while it holds nothing: the count, 0 at the end of the stream.
-func readWait(fd int, b []byte) (int, error) {
-	for {
-		n, err := unix.Read(fd, b)
-		switch err {
-		case nil:
-			return n, nil
-		case unix.EINTR:
-		case unix.EAGAIN:
-			pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-			if _, err := unix.Poll(pfd, -1); err != nil && err != unix.EINTR {
-				return 0, err
-			}
-		default:
-			return 0, err
-		}
-	}
-}
-
-// hangUp ends a connection whose reader may be asleep in poll(2): the
-// shutdown wakes it (the read returns 0), and only then does Close, which
-// waits for the reader, go on.
-func hangUp(conn *net.UnixConn) {
-	conn.CloseRead()
-	conn.Close()
 }
 
 // forwardFrame offers a copy of b to the switch through port until it is
@@ -407,7 +347,7 @@ func (d *StreamNIC) writeLoop() {
 				d.dropped.Add(uint64(len(batch)))
 			} else {
 				hdrs = hdrs[:0]
-				bufs := make(net.Buffers, 0, 2*len(batch)+1)
+				bufs := make([][]byte, 0, 2*len(batch)+1)
 				if partial != nil {
 					bufs = append(bufs, partial)
 				}
@@ -417,12 +357,12 @@ func (d *StreamNIC) writeLoop() {
 				for i, f := range batch {
 					bufs = append(bufs, hdrs[4*i:4*i+4], f)
 				}
-				// (net.Buffers.WriteTo consumes bufs; the frames stay ours.)
-				// Waits as long as QEMU does not read: the watchdog is
+				// (writeAll consumes bufs; the frames stay ours.) Waits
+				// as long as QEMU does not read: the watchdog is
 				// receive's, which drops new frames meanwhile.
-				if _, err := bufs.WriteTo(conn); err != nil {
+				if err := conn.writeAll(bufs); err != nil {
 					d.dropped.Add(uint64(len(batch)))
-					hangUp(conn) // its reader clears d.conn
+					conn.Close() // its reader clears d.conn
 				} else {
 					d.out.Add(uint64(len(batch)))
 				}
