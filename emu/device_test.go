@@ -88,13 +88,7 @@ func TestActiveMTU(t *testing.T) {
 			t.Errorf("ActiveMTU(%d) = %d, want %d", tc.mtu, got, tc.want)
 		}
 	}
-	drv := emutest.New(16 << 20)
-	dev := emu.New(emu.Config{Name: "t", Mem: drv.RAM, MSIX: drv.IRQ.Raise, Log: testLog(t), MTU: 9000})
-	t.Cleanup(dev.Close)
-	drv.Dev = dev
-	if err := drv.Probe(); err != nil {
-		t.Fatal(err)
-	}
+	drv := probedWithConfig(t, func(cfg *emu.Config) { cfg.MTU = 9000 })
 	if port, err := drv.QueryPort(1); err != nil || port.ActiveMTU != pvrdma.MTU4096 {
 		t.Fatalf("QUERY_PORT on 9000-byte Ethernet: %v, active_mtu %d", err, port.ActiveMTU)
 	}
@@ -667,16 +661,26 @@ func TestDoorbellIsolation(t *testing.T) {
 }
 
 // TestConfigMaxQP: Config.MaxQP (hcaemu --max-qp) is the max_qp the driver
-// reads, and QP handles run up to it.
+// reads.
 func TestConfigMaxQP(t *testing.T) {
+	drv := probedWithConfig(t, func(cfg *emu.Config) { cfg.MaxQP = 65535 })
+	if got := drv.Caps().MaxQP; got != 65535 {
+		t.Fatalf("max_qp %d", got)
+	}
+}
+
+// probedWithConfig is a device, configured as adjust says, that the fake
+// driver has probed.
+func probedWithConfig(t *testing.T, adjust func(*emu.Config)) *emutest.Driver {
+	t.Helper()
 	drv := emutest.New(16 << 20)
-	dev := emu.New(emu.Config{Name: "t", Mem: drv.RAM, MSIX: drv.IRQ.Raise, Log: testLog(t), MaxQP: 65535})
+	cfg := emu.Config{Name: "t", Mem: drv.RAM, MSIX: drv.IRQ.Raise, Log: testLog(t)}
+	adjust(&cfg)
+	dev := emu.New(cfg)
 	t.Cleanup(dev.Close)
 	drv.Dev = dev
 	if err := drv.Probe(); err != nil {
 		t.Fatal(err)
 	}
-	if got := drv.Caps().MaxQP; got != 65535 {
-		t.Fatalf("max_qp %d", got)
-	}
+	return drv
 }

@@ -155,15 +155,7 @@ func TestE2EServe16(t *testing.T) {
 		cq  *emutest.CQ
 	}
 	mk := func(drv *emutest.Driver, ip netip.Addr) *side {
-		pd, err := drv.CreatePD(0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cq, err := drv.CreateCQ(0, 16)
-		if err != nil {
-			t.Fatal(err)
-		}
-		qp, err := drv.CreateQP(emutest.QPSpec{PD: pd, SendCQ: cq, RecvCQ: cq, Type: pvrdma.QPTypeRC, SendWR: 4, RecvWR: 4, SendSGE: 1, RecvSGE: 1})
+		_, cq, qp, err := drv.CreateRCQP(4)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/hcaemu/hcaemu/emu/emutest"
 	"github.com/hcaemu/hcaemu/emu/fault"
-	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/vfio"
 )
 
@@ -39,15 +38,7 @@ func TestInspectCommand(t *testing.T) {
 	if err := drv.BindGID(0, [16]byte{10: 0xff, 11: 0xff, 12: 10, 15: 1}); err != nil {
 		t.Fatal(err)
 	}
-	pd, err := drv.CreatePD(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cq, err := drv.CreateCQ(0, 16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	qp, err := drv.CreateQP(emutest.QPSpec{PD: pd, SendCQ: cq, RecvCQ: cq, Type: pvrdma.QPTypeRC, SendWR: 8, RecvWR: 8, SendSGE: 1, RecvSGE: 1})
+	pd, _, qp, err := drv.CreateRCQP(8)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hcaemu/hcaemu/emu/emutest"
 	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/fault"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
@@ -66,15 +65,7 @@ func TestMetrics(t *testing.T) {
 	}
 
 	drv, dev := probed(t, h, "hca0")
-	pd, err := drv.CreatePD(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cq, err := drv.CreateCQ(0, 16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	qp, err := drv.CreateQP(emutest.QPSpec{PD: pd, SendCQ: cq, RecvCQ: cq, Type: pvrdma.QPTypeRC, SendWR: 8, RecvWR: 8, SendSGE: 1, RecvSGE: 1})
+	_, _, qp, err := drv.CreateRCQP(8)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -306,3 +306,16 @@ func (d *Driver) QueryPort(port uint8) (pvrdma.PortAttr, error) {
 	err := d.MustCmd(&pvrdma.CmdQueryPort{PortNum: port}, &rsp)
 	return rsp.Attrs, err
 }
+
+// CreateRCQP makes what an RC QP needs and the QP: a PD, a 16-entry CQ for
+// both its queues, and the QP with wr entries in each queue (one SGE each).
+func (d *Driver) CreateRCQP(wr uint32) (pd uint32, cq *CQ, qp *QP, err error) {
+	if pd, err = d.CreatePD(0); err != nil {
+		return 0, nil, nil, err
+	}
+	if cq, err = d.CreateCQ(0, 16); err != nil {
+		return 0, nil, nil, err
+	}
+	qp, err = d.CreateQP(QPSpec{PD: pd, SendCQ: cq, RecvCQ: cq, Type: pvrdma.QPTypeRC, SendWR: wr, RecvWR: wr, SendSGE: 1, RecvSGE: 1})
+	return pd, cq, qp, err
+}
