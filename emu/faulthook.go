@@ -187,7 +187,7 @@ func (d *Device) faultDMA(qp *qp, op transport.WCOpcode, sges []uverbs.SGE, size
 }
 
 // responderFault is an RC QP's rc.Config.Responder.
-func (env *qpEnv) responderFault(pkt *roce.Packet) rc.ResponderFault {
+func (env *qpEnv) responderFault(pkt roce.Packet) rc.ResponderFault {
 	d := env.d
 	ev := FaultEvent{Point: FaultAtResponder, QPN: env.qp.qpn, PSN: pkt.BTH.PSN(), Opcode: pkt.Opcode(), Size: uint32(len(pkt.Payload))}
 	switch {

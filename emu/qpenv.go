@@ -83,7 +83,7 @@ func (d *Device) configureTransport(qp *qp) {
 			Responder: qp.env.responder(),
 		})
 	case qp.ud != nil:
-		qp.ud.Configure(ud.Config{QPN: qp.qpn, QKey: a.QKey, GSI: qp.typ == pvrdma.QPTypeGSI, MTU: 128 << d.activeMTU})
+		qp.ud.Configure(ud.Config{QPN: qp.qpn, QKey: a.QKey, GSI: qp.typ == pvrdma.QPTypeGSI, MTU: uint32(transport.PMTU(d.activeMTU))})
 	}
 }
 
@@ -410,7 +410,7 @@ func (d *Device) localOp(qp *qp, wr *transport.SendWR, mem mr.Space) transport.S
 }
 
 // responder is the RC responder's fault hook, nil without faults.
-func (env *qpEnv) responder() func(*roce.Packet) rc.ResponderFault {
+func (env *qpEnv) responder() func(roce.Packet) rc.ResponderFault {
 	if env.d.faults == nil {
 		return nil
 	}

@@ -35,7 +35,7 @@ func TestResponderFault(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			asked := 0
 			h := newHarness(t, func(c *Config) {
-				c.Responder = func(pkt *roce.Packet) ResponderFault {
+				c.Responder = func(pkt roce.Packet) ResponderFault {
 					asked++
 					if pkt.BTH.PSN() != testRQPSN || pkt.Opcode() != roce.RCRDMAWriteOnly || len(pkt.Payload) != 64 {
 						t.Errorf("asked about %v PSN %d size %d", pkt.Opcode(), pkt.BTH.PSN(), len(pkt.Payload))

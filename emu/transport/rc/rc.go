@@ -54,7 +54,9 @@ type Config struct {
 	// Responder, when set, is asked before the responder executes each
 	// in-order request packet (fault injection); its answer may replace
 	// the packet's fate with a NAK or an RNR NAK, or keep its ACK back.
-	Responder func(pkt *roce.Packet) ResponderFault
+	// It gets the packet by value: a pointer handed to a function value
+	// escapes, which would put every received packet on the heap.
+	Responder func(pkt roce.Packet) ResponderFault
 }
 
 // ResponderFaultKind is what an injected fault makes the responder do.
@@ -285,18 +287,14 @@ func (qp *QP) take() {
 		return
 	}
 	for ; n > 0 && uint32(len(qp.reqs)) < qp.cfg.SQDepth; n-- {
-		var req *request
-		if n := len(qp.spare); n > 0 {
-			req = qp.spare[n-1]
-		} else {
-			req = new(request)
+		req := new(request)
+		if last := len(qp.spare) - 1; last >= 0 {
+			req, qp.spare = qp.spare[last], qp.spare[:last]
 		}
 		wr, ok := qp.env.TakeSend(req.wr.Segs)
 		if !ok {
+			qp.spare = append(qp.spare, req)
 			return
-		}
-		if n := len(qp.spare); n > 0 {
-			qp.spare = qp.spare[:n-1]
 		}
 		*req = request{wr: wr, status: wr.Status, length: wr.Length}
 		if req.status == transport.StatusSuccess {
@@ -1017,11 +1015,7 @@ func (qp *QP) Receive(pkt *roce.Packet) {
 // out its answer; true: the packet is answered and not executed.
 func (qp *QP) injected(pkt *roce.Packet) bool {
 	psn := pkt.BTH.PSN()
-	// The hook gets a copy: a func value may keep its argument, and the
-	// received packet must not escape to the heap (one allocation per
-	// packet) for the sake of a hook that is seldom set.
-	hooked := *pkt
-	f := qp.cfg.Responder(&hooked)
+	f := qp.cfg.Responder(*pkt)
 	switch f.Kind {
 	case FaultNAK:
 		switch f.NAK {
