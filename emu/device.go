@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/hcaemu/hcaemu/dma"
+	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/ratelog"
 	"github.com/hcaemu/hcaemu/mmio"
@@ -95,6 +96,10 @@ type Device struct {
 	pci    *mmio.Config
 	mem    *busMem // a pointer: a struct in a dma.Memory would be boxed, an allocation per access
 	port   Port
+	// direct is port when it is the switch's own (no recorder between):
+	// RC packets to other HCAs may go without frames (out).
+	direct *fabric.Port
+	out    directOut
 
 	eng engine
 
@@ -185,6 +190,13 @@ func New(cfg Config) *Device {
 	d.eng.start(d)
 	if cfg.Attach != nil {
 		d.port = cfg.Attach(d.receive)
+		// A port of the switch itself (not one a recorder wraps) carries
+		// RC packets to other HCAs without frames when nothing watches
+		// the wire.
+		if fp, ok := d.port.(*fabric.Port); ok {
+			d.direct = fp
+			fp.SetDirect(&d.eng)
+		}
 	}
 	return d
 }
@@ -484,6 +496,9 @@ func (d *Device) raise(cause int) {
 // unlock releases the device lock, then sends the interrupts raised while it
 // was held: an MSI-X write (an eventfd) never happens under the lock.
 func (d *Device) unlock() {
+	if d.out.batch != nil {
+		d.flushOut() // packets built under the lock go before it is let go
+	}
 	d.mu.Unlock()
 	if !d.irqRaised.Load() {
 		return // the common case: nothing raised while the lock was held

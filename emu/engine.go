@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hcaemu/hcaemu/doorbell"
@@ -23,8 +24,12 @@ type engine struct {
 	wake     chan struct{}
 	rx       chan []byte // frames from the fabric
 	rxDrops  uint64
-	quit     chan struct{}
-	done     chan struct{}
+	// rxb: batches of packets from other HCAs, sent without frames
+	// (fabric.Batch); rxbHeld counts the reserved room in it.
+	rxb     chan *fabric.Batch
+	rxbHeld atomic.Int32
+	quit    chan struct{}
+	done    chan struct{}
 }
 
 const (
@@ -40,7 +45,9 @@ const (
 
 	rxQueue = 8192 // frames queued per device; beyond that the wire drops
 	rxBatch = 256  // frames handled per wake-up before doorbell work gets a turn
-	sqBatch = 64   // UD send WQEs taken per lock hold; the QP is kicked again for more
+	// directQueue: batches queued per device (fabric.BatchBytes each).
+	directQueue = 64
+	sqBatch     = 64 // UD send WQEs taken per lock hold; the QP is kicked again for more
 )
 
 func (eng *engine) start(d *Device) {
@@ -48,6 +55,7 @@ func (eng *engine) start(d *Device) {
 	eng.fired = map[uint32]uint64{}
 	eng.wake = make(chan struct{}, 1)
 	eng.rx = make(chan []byte, rxQueue)
+	eng.rxb = make(chan *fabric.Batch, directQueue)
 	eng.quit = make(chan struct{})
 	eng.done = make(chan struct{})
 	go eng.run(d)
@@ -99,22 +107,31 @@ func (eng *engine) run(d *Device) {
 	defer close(eng.done)
 	for {
 		var first []byte
+		var firstBatch *fabric.Batch
 		select {
 		case <-eng.quit:
 			eng.drainRx()
 			return
 		case <-eng.wake:
 		case first = <-eng.rx:
+		case firstBatch = <-eng.rxb:
 		}
-		if first != nil {
-			// The lock is taken per frame, not per batch: a doorbell or a
-			// command from a vCPU waits for one frame at most.
-			d.receiveLocked(first)
+		if first != nil || firstBatch != nil {
+			// The lock is taken per frame (per batch of packets), not for
+			// all of them: a doorbell or a command from a vCPU waits for
+			// one frame (batch) at most.
+			if first != nil {
+				d.receiveLocked(first)
+			} else {
+				eng.receiveBatch(d, firstBatch)
+			}
 		batch:
 			for i := 0; i < rxBatch; i++ {
 				select {
 				case f := <-eng.rx:
 					d.receiveLocked(f)
+				case b := <-eng.rxb:
+					eng.receiveBatch(d, b)
 				default:
 					break batch
 				}
@@ -174,6 +191,14 @@ func (eng *engine) run(d *Device) {
 					n = 1
 				}
 			}
+			for n := len(eng.rxb); n > 0; n-- {
+				select {
+				case b := <-eng.rxb:
+					eng.receiveBatch(d, b)
+				default:
+					n = 1
+				}
+			}
 		}
 		for _, b := range barriers {
 			close(b)
@@ -218,11 +243,35 @@ func (eng *engine) drainRx() {
 		select {
 		case f := <-eng.rx:
 			fabric.Release(f)
+		case b := <-eng.rxb:
+			eng.rxbHeld.Add(-1)
+			b.Release()
 		default:
 			return
 		}
 	}
 }
+
+// receiveBatch handles a batch of packets from another HCA under the
+// device lock, and gives its room in the queue back.
+func (eng *engine) receiveBatch(d *Device, b *fabric.Batch) {
+	eng.rxbHeld.Add(-1)
+	d.engineWork(func() { d.receiveDirect(b) })
+	b.Release()
+}
+
+// Reserve makes room for one batch from another HCA (fabric.DirectReceiver;
+// any goroutine): false when directQueue batches wait already.
+func (eng *engine) Reserve() bool {
+	if eng.rxbHeld.Add(1) > directQueue {
+		eng.rxbHeld.Add(-1)
+		return false
+	}
+	return true
+}
+
+// Deliver queues a batch Reserve made room for (never blocks).
+func (eng *engine) Deliver(b *fabric.Batch) { eng.rxb <- b }
 
 // receive takes a frame from the fabric (any goroutine; never blocks). A
 // full queue drops the frame and reports it, so the sender backs off.

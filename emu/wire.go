@@ -49,6 +49,11 @@ func (d *Device) transmit(p *transport.Path, f *roce.PacketFields, payload *tran
 	if d.port == nil {
 		return nil // no fabric: the wire is empty
 	}
+	if d.direct != nil && f.BTH.Opcode.Transport() == roce.TransportRC {
+		if sent, err := d.transmitDirect(p, f, payload, mem); sent {
+			return err
+		}
+	}
 	n := payload.Len
 	ff := roce.FrameFields{Dst: p.DMAC, Src: d.wireMAC, SrcIP: p.Src, DstIP: p.Dst,
 		TrafficClass: p.TClass, HopLimit: p.HopLimit, FlowLabel: p.FlowLabel, SrcPort: p.SrcPort}
@@ -98,6 +103,96 @@ func (d *Device) transmit(p *transport.Path, f *roce.PacketFields, payload *tran
 	return nil
 }
 
+// directOut is the batch of packets being built for another HCA, sent
+// without frames (fabric.Batch): flushed when the destination changes, when
+// it is full, and before the device lock is let go.
+type directOut struct {
+	batch    *fabric.Batch
+	src, dst netip.Addr
+}
+
+// transmitDirect builds an RC packet into the batch for the HCA owning the
+// path's destination, when the fabric carries it without a frame (nothing
+// watches the wire): only the IB transport part is written, the payload
+// gathered in place, and no ICRC computed. sent=false: a frame is needed
+// (the caller builds one). A full receiver is transport.ErrPeerBusy, with
+// nothing sent.
+func (d *Device) transmitDirect(p *transport.Path, f *roce.PacketFields, payload *transport.Payload, mem mr.Space) (sent bool, err error) {
+	out := &d.out
+	if out.batch != nil && (out.dst != p.Dst || out.src != p.Src) {
+		d.flushOut()
+	}
+	n := payload.Len
+	total, err := roce.PacketLen(f.BTH.Opcode, n)
+	if err != nil {
+		return true, err
+	}
+	if out.batch != nil && len(out.batch.Room()) < total {
+		d.flushOut()
+	}
+	if out.batch == nil {
+		to := d.direct.Direct(p.Src, p.Dst)
+		if to == nil {
+			return false, nil
+		}
+		b := d.direct.Open(to)
+		if b == nil {
+			return true, transport.ErrPeerBusy
+		}
+		*out = directOut{batch: b, src: p.Src, dst: p.Dst}
+	}
+	room := out.batch.Room()
+	if len(room) < total {
+		return true, roce.ErrTooLong // more than a batch holds: no PMTU makes one
+	}
+	hlen := total - n - roce.PadCount(n) - roce.ICRCSize
+	f.Payload = nil
+	if n > 0 {
+		dst := room[hlen : hlen+n]
+		if err := payload.Gather(mem, dst); err != nil {
+			return true, err
+		}
+		f.Payload = dst
+	}
+	ib, err := roce.Build(room, f)
+	if err != nil {
+		return true, err
+	}
+	frameLen := roce.EthernetHeaderSize + roce.UDPHeaderSize + len(ib)
+	if p.Src.Is4() {
+		frameLen += roce.IPv4HeaderSize
+	} else {
+		frameLen += roce.IPv6HeaderSize
+	}
+	frameLen = max(frameLen, roce.MinFrameSize)
+	out.batch.Add(p.Src, p.Dst, ib, frameLen)
+	d.stats.port.FramesOut++
+	d.stats.port.BytesOut += uint64(frameLen)
+	return true, nil
+}
+
+// flushOut hands the batch being built to its receiver.
+func (d *Device) flushOut() {
+	b := d.out.batch
+	d.out = directOut{}
+	d.direct.Flush(b)
+}
+
+// receiveDirect handles a batch of packets another HCA sent without frames
+// (engine goroutine, d.mu held): each as receiveFrame handles a frame's,
+// without the Ethernet, IP and UDP headers and the ICRC no frame carried.
+func (d *Device) receiveDirect(b *fabric.Batch) {
+	if d.portDown || d.dsr == nil || !d.active {
+		return
+	}
+	for i := range b.Packets {
+		pkt := &b.Packets[i]
+		d.stats.port.FramesIn++
+		d.stats.port.BytesIn += uint64(pkt.FrameLen)
+		d.receiveIB(pkt.IB, pkt.Src, pkt.Dst, nil)
+	}
+}
+
 // receiveFrame handles one frame from the fabric (engine goroutine, d.mu
 // held): it goes to the transport of the QP it names. Frames that do not
 // decode, fail the ICRC or name no QP are dropped, as hardware does; so are
@@ -120,7 +215,14 @@ func (d *Device) receiveFrame(frame []byte) {
 		d.log.Debug("dropped frame: bad ICRC")
 		return
 	}
-	pkt, err := roce.Parse(u.IB)
+	d.receiveIB(u.IB, u.SrcIP, u.DstIP, u.IP)
+}
+
+// receiveIB handles the IB transport part of a received packet (BTH through
+// ICRC) from src to dst; ipHeader is its frame's IP header (a UD receive
+// buffer's GRH), nil for a packet that came without a frame.
+func (d *Device) receiveIB(ib []byte, src, dst netip.Addr, ipHeader []byte) {
+	pkt, err := roce.Parse(ib)
 	if err != nil {
 		d.stats.port.Malformed++
 		d.log.Debug("dropped packet", "err", err)
@@ -140,7 +242,11 @@ func (d *Device) receiveFrame(frame []byte) {
 	}
 	switch pkt.Opcode().Transport() {
 	case roce.TransportUD:
-		if qp.ud != nil && !qp.ud.Receive(&pkt, u.IP) {
+		if ipHeader == nil {
+			d.stats.port.Malformed++ // UD is never sent without a frame
+			return
+		}
+		if qp.ud != nil && !qp.ud.Receive(&pkt, ipHeader) {
 			d.res.qkeyViolations++
 			d.stats.port.QKey++
 			if d.tracer != nil {
@@ -152,7 +258,7 @@ func (d *Device) receiveFrame(frame []byte) {
 	case roce.TransportRC:
 		// Only from the peer the QP is connected to, at the address it
 		// sends from (rc.QP.ReceiveFrom checks); anything else is counted.
-		if qp.rc != nil && !qp.rc.ReceiveFrom(&pkt, u.SrcIP, u.DstIP) {
+		if qp.rc != nil && !qp.rc.ReceiveFrom(&pkt, src, dst) {
 			d.res.addrMismatches++
 			d.stats.port.Address++
 			if d.tracer != nil {

@@ -58,7 +58,11 @@ type hcas struct {
 // newHCAs makes the fabric; with pcapPath every frame is captured there, with
 // recordDir every device's boundary is recorded there. The extra decorators
 // (fault injection) come first: the capture records what they let through.
-func newHCAs(log *slog.Logger, pcapPath, recordDir string, extra ...fabric.Decorator) (*hcas, error) {
+//
+// quiet (nil for none) says when the extra decorators look at no frame:
+// without a capture, HCAs then send to each other without frames
+// (fabric.Batch), frames being built only where something needs them.
+func newHCAs(log *slog.Logger, pcapPath, recordDir string, quiet func() bool, extra ...fabric.Decorator) (*hcas, error) {
 	h := &hcas{log: log, recordDir: recordDir, recCount: map[string]int{}}
 	h.trace = &traceHub{h: h}
 	if recordDir != "" {
@@ -81,6 +85,9 @@ func newHCAs(log *slog.Logger, pcapPath, recordDir string, extra ...fabric.Decor
 		decorators = append(decorators, capture.To(w))
 	}
 	h.sw = fabric.NewSwitch(decorators...)
+	if pcapPath == "" && quiet != nil {
+		h.sw.AllowDirect(quiet)
+	}
 	return h, nil
 }
 

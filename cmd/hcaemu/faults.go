@@ -116,6 +116,15 @@ func (s *faultSetup) decorators() []fabric.Decorator {
 	return []fabric.Decorator{s.inj.Decorator()}
 }
 
+// quiet reports when the fault decorator looks at no frame (nil without
+// faults): the HCAs may then skip frames between them.
+func (s *faultSetup) quiet() func() bool {
+	if s == nil {
+		return nil
+	}
+	return s.inj.Quiet
+}
+
 // hooks returns the device fault hooks (nil without faults).
 func (s *faultSetup) hooks() func(name string) emu.FaultHook {
 	if s == nil {

@@ -85,7 +85,7 @@ func TestInspectCommand(t *testing.T) {
 // the test's end) with no inspector or tracer yet.
 func controlled(t *testing.T) (*hcas, *fault.Control, string) {
 	t.Helper()
-	h, err := newHCAs(slog.New(slog.NewTextHandler(io.Discard, nil)), "", "")
+	h, err := newHCAs(slog.New(slog.NewTextHandler(io.Discard, nil)), "", "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,7 +38,7 @@ func runHCAs() (*hcas, error) {
 	if err != nil {
 		return nil, err
 	}
-	h, err := newHCAs(log, runOptions.pcap, runOptions.record, runFaults.decorators()...)
+	h, err := newHCAs(log, runOptions.pcap, runOptions.record, runFaults.quiet(), runFaults.decorators()...)
 	if err != nil {
 		return nil, err
 	}

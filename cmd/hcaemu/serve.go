@@ -123,7 +123,7 @@ func serveMain(args []string) int {
 			}
 		}
 	}
-	h, err := newHCAs(log, *pcap, *recordDir, faultSet.decorators()...)
+	h, err := newHCAs(log, *pcap, *recordDir, faultSet.quiet(), faultSet.decorators()...)
 	if err != nil {
 		return fatalf("serve: %v", err)
 	}

@@ -16,6 +16,10 @@
 //     decorators before the switch forwards them. Capture (package
 //     capture, with its pcap writer) is one; fault injection plugs in at
 //     the same place.
+//   - Direct delivery (Batch): between two HCA ports with nothing watching
+//     the wire, RC packets go in batches without frames (no Ethernet, IP,
+//     UDP headers, no ICRC), one hand-off per batch; a capture, a fault rule,
+//     a recorder, a NIC or an uplink gets frames as before.
 //   - The frame buffer pool (NewFrame, Release, Clone): buffer ownership is
 //     part of the fabric's API, so a decorator never needs the device model.
 //
@@ -112,6 +116,12 @@ type Switch struct {
 	Spoofed atomic.Uint64
 	// CAMFull counts source MACs not learnt because the table was full.
 	CAMFull atomic.Uint64
+	// Direct counts the packets among Forwarded that went from HCA to HCA
+	// without frames (see Batch).
+	Direct atomic.Uint64
+
+	decorated bool                        // made with decorators: direct only when quiet says
+	quiet     atomic.Pointer[func() bool] // AllowDirect's
 }
 
 // The MAC table is bounded the way a switch's CAM is: a guest sending from
@@ -148,6 +158,7 @@ func NewSwitch(decorators ...Decorator) *Switch {
 		l = decorators[i](l)
 	}
 	s.link = l
+	s.decorated = len(decorators) > 0
 	return s
 }
 
@@ -164,6 +175,8 @@ type Port struct {
 	// lock (replaced, never changed in place).
 	owned atomic.Pointer[[]netip.Addr]
 	gone  atomic.Bool
+	// direct takes batches sent without frames (SetDirect); nil: frames only.
+	direct atomic.Pointer[DirectReceiver]
 }
 
 // Attach connects an HCA's port called name, paired with the NIC whose MAC

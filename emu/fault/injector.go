@@ -228,8 +228,14 @@ type verdict struct {
 	release []*heldFrame // reorder holds this frame releases
 }
 
+// Quiet reports whether the injector would pass a frame on untouched and
+// unlooked at now (no rule, no frame held): HCAs may then send to each
+// other without frames (fabric.Switch.AllowDirect). Once a rule is added,
+// packets go as frames again, and the rule sees them.
+func (inj *Injector) Quiet() bool { return inj.nrule.Load() == 0 && inj.nreorder.Load() == 0 }
+
 func (inj *Injector) send(next fabric.Link, from *fabric.Port, frame []byte) bool {
-	if inj.nrule.Load() == 0 && inj.nreorder.Load() == 0 {
+	if inj.Quiet() {
 		return next.Send(from, frame)
 	}
 	var v frameView

@@ -1,0 +1,184 @@
+package emu_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/hcaemu/hcaemu/emu"
+	"github.com/hcaemu/hcaemu/emu/fabric"
+	"github.com/hcaemu/hcaemu/emu/fabric/capture"
+	"github.com/hcaemu/hcaemu/emu/roce"
+	"github.com/hcaemu/hcaemu/uverbs"
+)
+
+// directRun is what one run of the equivalence workload leaves behind.
+type directRun struct {
+	memA, memB   []byte // both hosts' registered buffers
+	cqesA, cqesB []uverbs.CQE
+}
+
+// runDirectWorkload runs every RC operation, single and pipelined, the
+// failures a responder finds included, between two HCAs on sw.
+func runDirectWorkload(t *testing.T, sw *fabric.Switch) directRun {
+	t.Helper()
+	seq := func(cfg *emu.Config) { cfg.SequentialQPNs = true }
+	a, b := newHostConfig(t, sw, 1, 64<<20, seq), newHostConfig(t, sw, 2, 64<<20, seq)
+	qa, qb := pairRC(t, a, b, defaultRC(), defaultRC())
+	const n = 256 << 10
+	srcA, lkA, _ := a.mr(t, n, allAccess)
+	dstB, lkB, rkB := b.mr(t, n, allAccess)
+	fill(a.RAM.Mem[srcA:srcA+n], 3)
+	fill(b.RAM.Mem[dstB:dstB+n], 5)
+	var run directRun
+	collect := func(cqesA, cqesB int) {
+		for range cqesA {
+			run.cqesA = append(run.cqesA, poll(t, a.cq, a, b))
+		}
+		for range cqesB {
+			run.cqesB = append(run.cqesB, poll(t, b.cq, a, b))
+		}
+	}
+	sge := func(off uint64, size uint32) uverbs.SGE { return uverbs.SGE{Addr: srcA + off, Length: size, LKey: lkA} }
+	wrid := uint64(0)
+	post := func(op uint32, remote uint64, rkey uint32, sges ...uverbs.SGE) {
+		wrid++
+		w := send(op, wrid, 0, sges...)
+		w.Ex = [4]byte{1, 2, 3, byte(wrid)}
+		w.SetRDMA(remote, rkey)
+		qa.PostSend(w)
+	}
+	recv := func(off uint64, size uint32) {
+		wrid++
+		qb.PostRecv(uverbs.RecvWQE{WRID: 1000 + wrid, SGE: []uverbs.SGE{{Addr: dstB + off, Length: size, LKey: lkB}}})
+	}
+	// SENDs of every shape, one at a time.
+	for _, size := range []uint32{0, 1, 64, 1024, 3000, 10000, 65536} {
+		recv(0, 128<<10)
+		post(uverbs.OpSend, 0, 0, sge(uint64(size), size))
+		collect(1, 1)
+	}
+	recv(0, 128<<10)
+	post(uverbs.OpSendImm, 0, 0, sge(7, 5000))
+	collect(1, 1)
+	// WRITEs, with immediate, and a READ and atomics.
+	post(uverbs.OpRDMAWrite, dstB+100, rkB, sge(11, 70000))
+	recv(0, 16)
+	post(uverbs.OpRDMAWriteImm, dstB+80000, rkB, sge(1, 2048))
+	post(uverbs.OpRDMARead, dstB+5, rkB, sge(200000, 30000))
+	collect(3, 1)
+	wrid++
+	atomic := send(uverbs.OpAtomicFetchAdd, wrid, 0, sge(250000, 8))
+	atomic.SetAtomic(dstB+240000, 3, 0, rkB)
+	qa.PostSend(atomic)
+	collect(1, 0)
+	// Pipelined: many WRITEs and SENDs in flight at once, from several
+	// SGEs, so batches carry packets of several messages.
+	for i := range 24 {
+		off := uint64(i) * 9000
+		if i%3 == 0 {
+			recv(off, 9000)
+			post(uverbs.OpSend, 0, 0, sge(off, 4000), sge(off+5000, 3000))
+			continue
+		}
+		post(uverbs.OpRDMAWrite, dstB+off, rkB, sge(off+1, 8999-uint32(i)))
+	}
+	collect(24, 8)
+	// The responder's errors: a WRITE beyond the region ends the QP.
+	post(uverbs.OpRDMAWrite, dstB+n-10, rkB, sge(0, 100))
+	collect(1, 0)
+	run.memA = bytes.Clone(a.RAM.Mem[srcA : srcA+n])
+	run.memB = bytes.Clone(b.RAM.Mem[dstB : dstB+n])
+	return run
+}
+
+// TestDirectEquivalent: the same traffic between two HCAs with and without a
+// capture attached (packets without frames, and frames with their ICRC)
+// leaves identical bytes in guest memory and identical CQEs; the capture
+// holds every packet as a frame whose ICRC is right.
+func TestDirectEquivalent(t *testing.T) {
+	checkGoroutines(t)
+	direct := fabric.NewSwitch()
+	got := runDirectWorkload(t, direct)
+	if direct.Direct.Load() == 0 {
+		t.Fatal("no packet went without a frame on a switch nothing watches")
+	}
+
+	var pcap bytes.Buffer
+	w, err := capture.NewPcapWriter(&pcap, capture.PcapOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	framed := fabric.NewSwitch(capture.To(w))
+	want := runDirectWorkload(t, framed)
+	if n := framed.Direct.Load(); n != 0 {
+		t.Fatalf("%d packets skipped the capture", n)
+	}
+	if diff := cmp.Diff(want, got, cmp.AllowUnexported(directRun{})); diff != "" {
+		t.Fatalf("without frames (+) and with a capture (-) differ:\n%s", diff)
+	}
+	if len(got.cqesA) != 37 || got.cqesA[len(got.cqesA)-1].Status != uverbs.WCRemAccessErr {
+		t.Fatalf("workload ran %d sender CQEs, last %+v", len(got.cqesA), got.cqesA[len(got.cqesA)-1])
+	}
+
+	// Every frame in the capture is whole: its ICRC is right.
+	frames := 0
+	b := pcap.Bytes()[24:]
+	for len(b) >= 16 {
+		size := int(binary.LittleEndian.Uint32(b[8:]))
+		frame := b[16 : 16+size]
+		b = b[16+size:]
+		u, err := roce.Unframe(frame)
+		if err != nil {
+			t.Fatalf("frame %d: %v", frames, err)
+		}
+		if err := u.VerifyICRC(); err != nil {
+			t.Fatalf("frame %d: %v", frames, err)
+		}
+		frames++
+	}
+	if uint64(frames) != framed.Forwarded.Load() || frames < 200 {
+		t.Fatalf("%d frames captured, %d forwarded", frames, framed.Forwarded.Load())
+	}
+}
+
+// TestDirectGating: packets go without frames only where nothing watches
+// the wire and only from an address the sending port owns, to an HCA port
+// that takes batches.
+func TestDirectGating(t *testing.T) {
+	quiet := true
+	passThrough := func(next fabric.Link) fabric.Link { return next }
+	for _, c := range []struct {
+		name string
+		sw   func() *fabric.Switch
+		want bool
+	}{
+		{"plain switch", func() *fabric.Switch { return fabric.NewSwitch() }, true},
+		{"decorated", func() *fabric.Switch { return fabric.NewSwitch(passThrough) }, false},
+		{"decorated, quiet", func() *fabric.Switch {
+			sw := fabric.NewSwitch(passThrough)
+			sw.AllowDirect(func() bool { return quiet })
+			return sw
+		}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sw := c.sw()
+			a := newHost(t, sw, 1)
+			b := newHost(t, sw, 2)
+			qa, _ := pairRC(t, a, b, defaultRC(), defaultRC())
+			src, lk, _ := a.mr(t, 4096, allAccess)
+			dst, _, rk := b.mr(t, 4096, allAccess)
+			w := send(uverbs.OpRDMAWrite, 1, 0, uverbs.SGE{Addr: src, Length: 4096, LKey: lk})
+			w.SetRDMA(dst, rk)
+			qa.PostSend(w)
+			if e := poll(t, a.cq, a, b); e.Status != uverbs.WCSuccess {
+				t.Fatalf("CQE %+v", e)
+			}
+			if got := sw.Direct.Load() > 0; got != c.want {
+				t.Fatalf("direct packets %d, want some: %v", sw.Direct.Load(), c.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,155 @@
+package fabric
+
+import (
+	"net/netip"
+	"sync"
+)
+
+// Direct delivery: between two HCA ports of one switch, with nothing
+// watching the wire (no capture, no fault rule, no recorder), a packet need
+// not become a frame. The sending HCA writes only the IB transport part of
+// each packet (BTH through the ICRC field) into a Batch, and hands the batch
+// to the receiving port in one go: no Ethernet, IP or UDP header is written
+// or parsed, no ICRC is computed or checked (no frame exists to carry one),
+// and one hand-off to the receiver carries many packets. Everything else is
+// as for frames: the receiver sees the same IB bytes and the same IP
+// addresses, the switch counts the packets as forwarded, and a full
+// receiver refuses a batch before it is filled (Open), so nothing is lost
+// for lack of room.
+//
+// Where a frame is needed — a capture, a fault rule that may touch one, a
+// recording device, a NIC, an uplink, a soft-RoCE peer — the sender gets no
+// direct port and sends frames, with their ICRC, as before.
+
+// DirectReceiver is an HCA port's taker of batches.
+type DirectReceiver interface {
+	// Reserve makes room for one batch, false when the receiver's queue is
+	// full (back off, as for a refused frame). A reservation is used by one
+	// Deliver.
+	Reserve() bool
+	// Deliver hands over a batch Reserve made room for: it never blocks
+	// and owns the batch afterwards (it calls Release).
+	Deliver(b *Batch)
+}
+
+// Packet is one packet of a Batch: the IB transport part and the IP
+// addresses its frame would carry.
+type Packet struct {
+	Src, Dst netip.Addr
+	// IB is the BTH through the ICRC field; the ICRC is not computed.
+	IB []byte
+	// FrameLen is the length the packet's frame would have (counters).
+	FrameLen int
+}
+
+// Batch is packets from one HCA port to another, carried without frames.
+type Batch struct {
+	Packets []Packet
+	to      *Port
+	buf     []byte
+	used    int
+}
+
+// Batch limits: the bytes of IB packets one batch holds, and its packets.
+// A receiver holds at most directQueue batches (its DirectReceiver's
+// bound), so these bound the memory a receiver's queue takes.
+const (
+	BatchBytes   = 128 << 10
+	BatchPackets = 64
+)
+
+var batchPool = sync.Pool{New: func() any {
+	return &Batch{Packets: make([]Packet, 0, BatchPackets), buf: make([]byte, BatchBytes)}
+}}
+
+// Room returns the free part of the batch's buffer, where the next packet
+// is built; empty when the batch holds BatchPackets packets.
+func (b *Batch) Room() []byte {
+	if len(b.Packets) >= BatchPackets {
+		return nil
+	}
+	return b.buf[b.used:]
+}
+
+// Add appends the packet just built at the start of Room (ib is that
+// prefix of Room).
+func (b *Batch) Add(src, dst netip.Addr, ib []byte, frameLen int) {
+	b.Packets = append(b.Packets, Packet{Src: src, Dst: dst, IB: ib[:len(ib):len(ib)], FrameLen: frameLen})
+	b.used += len(ib)
+}
+
+// Release returns the batch to the pool; the caller must not use it (nor
+// its packets' bytes) afterwards.
+func (b *Batch) Release() {
+	clear(b.Packets)
+	b.Packets, b.to, b.used = b.Packets[:0], nil, 0
+	batchPool.Put(b)
+}
+
+// SetDirect registers the port's taker of batches: other HCA ports may then
+// send to it without frames. A port without one only takes frames.
+func (p *Port) SetDirect(r DirectReceiver) {
+	if p.nic {
+		return
+	}
+	p.direct.Store(&r)
+}
+
+// AllowDirect lets the switch's HCA ports send to each other without
+// frames whenever quiet reports true: the caller knows its decorators and
+// quiet says when none of them would see or change a frame (no capture,
+// no fault rule). A switch made with no decorators allows it always.
+func (s *Switch) AllowDirect(quiet func() bool) { s.quiet.Store(&quiet) }
+
+// directOK reports whether frames between HCAs may be skipped now.
+func (s *Switch) directOK() bool {
+	q := s.quiet.Load()
+	if q == nil {
+		return !s.decorated
+	}
+	return (*q)()
+}
+
+// Direct returns the HCA port to send packets from src to dst to without
+// frames, or nil when frames are needed: the switch does not allow it now,
+// this port does not own src (its frame would be refused as spoofed), or
+// dst belongs to no HCA port that takes batches.
+func (p *Port) Direct(src, dst netip.Addr) *Port {
+	if p.nic || p.gone.Load() || !p.sw.directOK() || !p.Owns(src) {
+		return nil
+	}
+	s := p.sw
+	s.mu.RLock()
+	to := s.byIP[dst.Unmap()]
+	s.mu.RUnlock()
+	if to == nil || to.gone.Load() || to.direct.Load() == nil {
+		return nil
+	}
+	return to
+}
+
+// Open starts a batch for port to (from Direct): nil when to's queue is
+// full (back off and send again, as for a refused frame).
+func (p *Port) Open(to *Port) *Batch {
+	r := to.direct.Load()
+	if r == nil || !(*r).Reserve() {
+		return nil
+	}
+	b := batchPool.Get().(*Batch)
+	b.to = to
+	return b
+}
+
+// Flush hands the batch Open started to its port. An empty batch, or one
+// for a port gone since, still uses its reservation: the receiver releases
+// it.
+func (p *Port) Flush(b *Batch) {
+	to := b.to
+	if n := uint64(len(b.Packets)); to.gone.Load() {
+		p.sw.Dropped.Add(n)
+	} else {
+		p.sw.Forwarded.Add(n)
+		p.sw.Direct.Add(n)
+	}
+	(*to.direct.Load()).Deliver(b)
+}
