@@ -272,6 +272,7 @@ func macFromLinkLocal(g [16]byte) ([6]byte, bool) {
 // the valid GID table entries. The fabric refuses an address another port
 // owns, all or nothing, so what the port owns stays the table's addresses.
 func (d *Device) announce() error {
+	d.gidGen++ // every change of the GID table is announced: cached paths are stale
 	if d.port == nil {
 		return nil
 	}

@@ -96,6 +96,9 @@ type Device struct {
 	pci    *mmio.Config
 	mem    *busMem // a pointer: a struct in a dma.Memory would be boxed, an allocation per access
 	port   Port
+	// gidGen counts the GID table's changes: a QP's cached path (qpEnv.Path)
+	// is good while it has not moved.
+	gidGen uint64
 	// direct is port when it is the switch's own (no recorder between):
 	// RC packets to other HCAs may go without frames (out).
 	direct *fabric.Port

@@ -43,6 +43,15 @@ type qpEnv struct {
 	rwqeSGEs []uverbs.SGE // its SGEs, reused
 	recvSegs []mr.Seg     // its segments, reused (see peekRecv)
 	sges     []mr.SGE     // the SGE list being validated, reused
+	// The path Path resolved last, good while the GID table (gen, from
+	// d.gidGen+1; 0: none) and the QP's address vector and destination QP
+	// are what they were: resolved once per packet otherwise (every RC
+	// packet received checks its addresses against it).
+	path    transport.Path
+	pathOK  bool
+	pathGen uint64
+	pathAH  pvrdma.AHAttr
+	pathDst uint32
 }
 
 // Region implements mr.Table: the MR table.
@@ -279,13 +288,16 @@ func (env *qpEnv) Drained() { env.d.checkDrained(env.qp) }
 func (env *qpEnv) Path() (transport.Path, bool) {
 	qp := env.qp
 	ah := &qp.attr.AH
-	p, ok := env.d.pathFor(ah.SGIDIndex, ah.DGID)
-	if !ok {
-		return p, false
+	if env.pathGen == env.d.gidGen+1 && env.pathAH == *ah && env.pathDst == qp.attr.DestQPN {
+		return env.path, env.pathOK
 	}
-	p.DMAC, p.HopLimit, p.TClass, p.FlowLabel = ah.DMAC, ah.HopLimit, ah.TrafficClass, ah.FlowLabel
-	p.SrcPort = roce.UDPSourcePort(ah.FlowLabel, qp.qpn, qp.attr.DestQPN)
-	return p, true
+	p, ok := env.d.pathFor(ah.SGIDIndex, ah.DGID)
+	if ok {
+		p.DMAC, p.HopLimit, p.TClass, p.FlowLabel = ah.DMAC, ah.HopLimit, ah.TrafficClass, ah.FlowLabel
+		p.SrcPort = roce.UDPSourcePort(ah.FlowLabel, qp.qpn, qp.attr.DestQPN)
+	}
+	env.path, env.pathOK, env.pathGen, env.pathAH, env.pathDst = p, ok, env.d.gidGen+1, *ah, qp.attr.DestQPN
+	return p, ok
 }
 
 // PathTo is where a UD datagram to ah goes.

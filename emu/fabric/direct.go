@@ -1,9 +1,6 @@
 package fabric
 
-import (
-	"net/netip"
-	"sync"
-)
+import "net/netip"
 
 // Direct delivery: between two HCA ports of one switch, with nothing
 // watching the wire (no capture, no fault rule, no recorder), a packet need
@@ -58,9 +55,20 @@ const (
 	BatchPackets = 64
 )
 
-var batchPool = sync.Pool{New: func() any {
-	return &Batch{Packets: make([]Packet, 0, BatchPackets), buf: make([]byte, BatchBytes)}
-}}
+// batchFree keeps released batches for reuse: a list of its own rather than
+// a sync.Pool, which the garbage collector empties, so that a steady stream
+// does not allocate (and clear) a buffer of BatchBytes again after every
+// collection. Beyond its bound, released batches are left to the collector.
+var batchFree = make(chan *Batch, 256)
+
+func newBatch() *Batch {
+	select {
+	case b := <-batchFree:
+		return b
+	default:
+		return &Batch{Packets: make([]Packet, 0, BatchPackets), buf: make([]byte, BatchBytes)}
+	}
+}
 
 // Room returns the free part of the batch's buffer, where the next packet
 // is built; empty when the batch holds BatchPackets packets.
@@ -83,7 +91,10 @@ func (b *Batch) Add(src, dst netip.Addr, ib []byte, frameLen int) {
 func (b *Batch) Release() {
 	clear(b.Packets)
 	b.Packets, b.to, b.used = b.Packets[:0], nil, 0
-	batchPool.Put(b)
+	select {
+	case batchFree <- b:
+	default:
+	}
 }
 
 // SetDirect registers the port's taker of batches: other HCA ports may then
@@ -135,7 +146,7 @@ func (p *Port) Open(to *Port) *Batch {
 	if r == nil || !(*r).Reserve() {
 		return nil
 	}
-	b := batchPool.Get().(*Batch)
+	b := newBatch()
 	b.to = to
 	return b
 }
