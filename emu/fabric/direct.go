@@ -59,7 +59,7 @@ const (
 // a sync.Pool, which the garbage collector empties, so that a steady stream
 // does not allocate (and clear) a buffer of BatchBytes again after every
 // collection. Beyond its bound, released batches are left to the collector.
-var batchFree = make(chan *Batch, 256)
+var batchFree = make(chan *Batch, 64) // at most 8 MiB kept
 
 func newBatch() *Batch {
 	select {
