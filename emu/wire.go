@@ -54,37 +54,17 @@ func (d *Device) transmit(p *transport.Path, f *roce.PacketFields, payload *tran
 			return err
 		}
 	}
-	n := payload.Len
 	ff := roce.FrameFields{Dst: p.DMAC, Src: d.wireMAC, SrcIP: p.Src, DstIP: p.Dst,
 		TrafficClass: p.TClass, HopLimit: p.HopLimit, FlowLabel: p.FlowLabel, SrcPort: p.SrcPort}
 	if ff.HopLimit == 0 {
 		ff.HopLimit = roce.DefaultHopLimit
 	}
-	buf := fabric.NewFrame()
 	h, err := roce.FrameHeaderLen(&ff)
 	if err != nil {
-		fabric.Release(buf)
 		return err
 	}
-	total, err := roce.PacketLen(f.BTH.Opcode, n)
-	if err != nil {
-		fabric.Release(buf)
-		return err
-	}
-	hlen := total - n - roce.PadCount(n) - roce.ICRCSize
-	if h+total > len(buf) {
-		fabric.Release(buf)
-		return roce.ErrTooLong
-	}
-	if n > 0 {
-		dst := buf[h+hlen : h+hlen+n]
-		if err := payload.Gather(mem, dst); err != nil {
-			fabric.Release(buf)
-			return err
-		}
-		f.Payload = dst
-	}
-	ib, err := roce.Build(buf[h:], f)
+	buf := fabric.NewFrame()
+	ib, err := buildIB(buf[h:], f, payload, mem)
 	if err != nil {
 		fabric.Release(buf)
 		return err
@@ -94,7 +74,7 @@ func (d *Device) transmit(p *transport.Path, f *roce.PacketFields, payload *tran
 		fabric.Release(buf)
 		return err
 	}
-	n = len(frame) // (Send gives the frame away)
+	n := len(frame) // (Send gives the frame away)
 	if !d.port.Send(frame) {
 		return transport.ErrPeerBusy
 	}
@@ -118,57 +98,66 @@ type directOut struct {
 // (the caller builds one). A full receiver is transport.ErrPeerBusy, with
 // nothing sent.
 func (d *Device) transmitDirect(p *transport.Path, f *roce.PacketFields, payload *transport.Payload, mem mr.Space) (sent bool, err error) {
+	h, err := roce.FrameHeaderLen(&roce.FrameFields{SrcIP: p.Src, DstIP: p.Dst})
+	if err != nil {
+		return true, err
+	}
 	out := &d.out
 	if out.batch != nil && (out.dst != p.Dst || out.src != p.Src) {
 		d.flushOut()
 	}
+	for {
+		if out.batch == nil {
+			to := d.direct.Direct(p.Src, p.Dst)
+			if to == nil {
+				return false, nil
+			}
+			b := d.direct.Open(to)
+			if b == nil {
+				return true, transport.ErrPeerBusy
+			}
+			*out = directOut{batch: b, src: p.Src, dst: p.Dst}
+		}
+		ib, err := buildIB(out.batch.Room(), f, payload, mem)
+		if err == roce.ErrTooLong && len(out.batch.Packets) > 0 {
+			d.flushOut() // full: the packet goes in the next batch
+			continue
+		}
+		if err != nil {
+			return true, err
+		}
+		frameLen := max(h+len(ib), roce.MinFrameSize)
+		out.batch.Add(p.Src, p.Dst, ib, frameLen)
+		d.stats.port.FramesOut++
+		d.stats.port.BytesOut += uint64(frameLen)
+		return true, nil
+	}
+}
+
+// buildIB builds packet f (BTH through the ICRC field, which it leaves for
+// roce.Frame) at the start of room, its payload gathered from mem straight
+// into place: the only copy of the data on the sending side, whether the
+// packet becomes a frame or goes without one. roce.ErrTooLong: room is too
+// small (nothing gathered).
+func buildIB(room []byte, f *roce.PacketFields, payload *transport.Payload, mem mr.Space) ([]byte, error) {
 	n := payload.Len
 	total, err := roce.PacketLen(f.BTH.Opcode, n)
 	if err != nil {
-		return true, err
+		return nil, err
 	}
-	if out.batch != nil && len(out.batch.Room()) < total {
-		d.flushOut()
+	if total > len(room) {
+		return nil, roce.ErrTooLong
 	}
-	if out.batch == nil {
-		to := d.direct.Direct(p.Src, p.Dst)
-		if to == nil {
-			return false, nil
-		}
-		b := d.direct.Open(to)
-		if b == nil {
-			return true, transport.ErrPeerBusy
-		}
-		*out = directOut{batch: b, src: p.Src, dst: p.Dst}
-	}
-	room := out.batch.Room()
-	if len(room) < total {
-		return true, roce.ErrTooLong // more than a batch holds: no PMTU makes one
-	}
-	hlen := total - n - roce.PadCount(n) - roce.ICRCSize
 	f.Payload = nil
 	if n > 0 {
+		hlen := total - n - roce.PadCount(n) - roce.ICRCSize
 		dst := room[hlen : hlen+n]
 		if err := payload.Gather(mem, dst); err != nil {
-			return true, err
+			return nil, err
 		}
 		f.Payload = dst
 	}
-	ib, err := roce.Build(room, f)
-	if err != nil {
-		return true, err
-	}
-	frameLen := roce.EthernetHeaderSize + roce.UDPHeaderSize + len(ib)
-	if p.Src.Is4() {
-		frameLen += roce.IPv4HeaderSize
-	} else {
-		frameLen += roce.IPv6HeaderSize
-	}
-	frameLen = max(frameLen, roce.MinFrameSize)
-	out.batch.Add(p.Src, p.Dst, ib, frameLen)
-	d.stats.port.FramesOut++
-	d.stats.port.BytesOut += uint64(frameLen)
-	return true, nil
+	return roce.Build(room, f)
 }
 
 // flushOut hands the batch being built to its receiver.
