@@ -21,6 +21,9 @@ import (
 type directRun struct {
 	memA, memB   []byte // both hosts' registered buffers
 	cqesA, cqesB []uverbs.CQE
+	// Payload bytes each device's QPs sent and received (ACKs, whose
+	// number runs may change, carry none).
+	bytesA, bytesB [2]uint64
 }
 
 // runDirectWorkload runs every RC operation, single and pipelined, the
@@ -92,21 +95,33 @@ func runDirectWorkload(t *testing.T, sw *fabric.Switch) directRun {
 	// The responder's errors: a WRITE beyond the region ends the QP.
 	post(uverbs.OpRDMAWrite, dstB+n-10, rkB, sge(0, 100))
 	collect(1, 0)
+	// Each device's port counted every packet its QPs sent and received,
+	// a run as the packets it stands for.
+	counted := func(h *host) [2]uint64 {
+		st, _ := h.dev.Stats()
+		if st.Port.FramesOut != st.QPs.PacketsSent || st.Port.FramesIn != st.QPs.PacketsReceived {
+			t.Errorf("%s: port %+v, QPs %+v", h.dev.Name(), st.Port, st.QPs)
+		}
+		return [2]uint64{st.QPs.BytesSent, st.QPs.BytesReceived}
+	}
+	run.bytesA, run.bytesB = counted(a), counted(b)
 	run.memA = bytes.Clone(a.RAM.Mem[srcA : srcA+n])
 	run.memB = bytes.Clone(b.RAM.Mem[dstB : dstB+n])
 	return run
 }
 
 // TestDirectEquivalent: the same traffic between two HCAs with and without a
-// capture attached (packets without frames, and frames with their ICRC)
-// leaves identical bytes in guest memory and identical CQEs; the capture
-// holds every packet as a frame whose ICRC is right.
+// capture attached (packets without frames, MIDDLE packets in runs, and
+// frames with their ICRC) leaves identical bytes in guest memory and
+// identical CQEs; the capture holds every packet as a frame whose ICRC is
+// right.
 func TestDirectEquivalent(t *testing.T) {
 	checkGoroutines(t)
 	direct := fabric.NewSwitch()
 	got := runDirectWorkload(t, direct)
-	if direct.Direct.Load() == 0 {
-		t.Fatal("no packet went without a frame on a switch nothing watches")
+	if direct.Direct.Load() == 0 || direct.DirectRuns.Load() == 0 {
+		t.Fatalf("%d packets went without a frame on a switch nothing watches, %d of them in runs",
+			direct.Direct.Load(), direct.DirectRuns.Load())
 	}
 
 	var pcap bytes.Buffer

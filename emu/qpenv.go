@@ -327,6 +327,21 @@ func (env *qpEnv) Transmit(path transport.Path, f roce.PacketFields, payload tra
 	return err
 }
 
+// TransmitRun sends a run when the wire needs no frames. A port held down
+// by a fault, or a device tracing its packets, takes none: they go one at
+// a time, as faults and traces expect.
+func (env *qpEnv) TransmitRun(path transport.Path, f roce.PacketFields, payload transport.Payload, n int) (int, error) {
+	d := env.d
+	if d.portDown || d.tracer != nil || n < 1 {
+		return 0, nil
+	}
+	taken, err := d.transmitRun(&path, &f, &payload, n, env.mem)
+	if err == nil && taken > 0 {
+		env.qp.countTxRun(&f, payload.Len/n*taken, taken)
+	}
+	return taken, err
+}
+
 func (env *qpEnv) LocalOp(wr *transport.SendWR) transport.Status {
 	return env.d.localOp(env.qp, wr, env.mem)
 }

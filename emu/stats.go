@@ -178,9 +178,26 @@ func (qp *qp) countTx(f *roce.PacketFields, n int) (again bool) {
 	return false
 }
 
-// countRx counts a packet a QP received.
-func (qp *qp) countRx(pkt *roce.Packet) {
-	qp.stats.PacketsReceived++
+// countTxRun counts a run of run packets (bytes of payload in all) a QP
+// sent, the PSNs at or before the highest one sent as retransmitted.
+func (qp *qp) countTxRun(f *roce.PacketFields, bytes, run int) {
+	qp.stats.PacketsSent += uint64(run)
+	qp.stats.BytesSent += uint64(bytes)
+	first := f.BTH.PSN
+	last := roce.PSNAdd(first, run-1)
+	if qp.txValid {
+		if behind := int(roce.PSNDiff(qp.txHigh, first)); behind >= 0 {
+			qp.stats.Retransmitted += uint64(min(behind+1, run))
+		}
+	}
+	if !qp.txValid || roce.PSNDiff(last, qp.txHigh) > 0 {
+		qp.txHigh, qp.txValid = last, true
+	}
+}
+
+// countRx counts a packet a QP received (run packets, for a run).
+func (qp *qp) countRx(pkt *roce.Packet, run int) {
+	qp.stats.PacketsReceived += uint64(run)
 	qp.stats.BytesReceived += uint64(len(pkt.Payload))
 	if pkt.AETH != nil {
 		switch syn := pkt.AETH.Syndrome(); {

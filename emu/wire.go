@@ -64,7 +64,7 @@ func (d *Device) transmit(p *transport.Path, f *roce.PacketFields, payload *tran
 		return err
 	}
 	buf := fabric.NewFrame()
-	ib, err := buildIB(buf[h:], f, payload, mem)
+	ib, err := buildIB(buf[h:], f, payload, mem, 1)
 	if err != nil {
 		fabric.Release(buf)
 		return err
@@ -118,7 +118,7 @@ func (d *Device) transmitDirect(p *transport.Path, f *roce.PacketFields, payload
 			}
 			*out = directOut{batch: b, src: p.Src, dst: p.Dst}
 		}
-		ib, err := buildIB(out.batch.Room(), f, payload, mem)
+		ib, err := buildIB(out.batch.Room(), f, payload, mem, 1)
 		if err == roce.ErrTooLong && len(out.batch.Packets) > 0 {
 			d.flushOut() // full: the packet goes in the next batch
 			continue
@@ -127,10 +127,69 @@ func (d *Device) transmitDirect(p *transport.Path, f *roce.PacketFields, payload
 			return true, err
 		}
 		frameLen := max(h+len(ib), roce.MinFrameSize)
-		out.batch.Add(p.Src, p.Dst, ib, frameLen)
+		out.batch.Add(p.Src, p.Dst, ib, frameLen, 1)
 		d.stats.port.FramesOut++
 		d.stats.port.BytesOut += uint64(frameLen)
 		return true, nil
+	}
+}
+
+// transmitRun builds up to n full-PMTU MIDDLE packets of one message as one
+// run (roce.BuildRun) into the batch for the HCA owning the path's
+// destination, when the fabric carries packets without frames: one header,
+// the payloads gathered end to end, as many packets as the batch has room
+// for. It returns how many packets the run took; 0 when frames are needed
+// (the caller sends the packets one at a time). A full receiver is
+// transport.ErrPeerBusy, with nothing sent.
+func (d *Device) transmitRun(p *transport.Path, f *roce.PacketFields, payload *transport.Payload, n int, mem mr.Space) (int, error) {
+	if d.port == nil || d.direct == nil || n < 1 || payload.Len%n != 0 {
+		return 0, nil
+	}
+	per := payload.Len / n
+	one, err := roce.RunLen(f.BTH.Opcode, per, 1) // one packet's IB part
+	if err != nil {
+		return 0, err
+	}
+	h, err := roce.FrameHeaderLen(&roce.FrameFields{SrcIP: p.Src, DstIP: p.Dst})
+	if err != nil {
+		return 0, err
+	}
+	out := &d.out
+	if out.batch != nil && (out.dst != p.Dst || out.src != p.Src) {
+		d.flushOut()
+	}
+	for {
+		if out.batch == nil {
+			to := d.direct.Direct(p.Src, p.Dst)
+			if to == nil {
+				return 0, nil
+			}
+			b := d.direct.Open(to)
+			if b == nil {
+				return 0, transport.ErrPeerBusy
+			}
+			*out = directOut{batch: b, src: p.Src, dst: p.Dst}
+		}
+		room := out.batch.Room()
+		k := min(n, (len(room)-one)/per+1)
+		if len(room) < one || k < 1 {
+			if len(out.batch.Packets) == 0 {
+				return 0, nil // no batch holds one packet: frames
+			}
+			d.flushOut() // full: the run goes in the next batch
+			continue
+		}
+		run := *payload
+		run.Len = k * per
+		ib, err := buildIB(room, f, &run, mem, k)
+		if err != nil {
+			return 0, err
+		}
+		frameLen := k * max(h+one, roce.MinFrameSize)
+		out.batch.Add(p.Src, p.Dst, ib, frameLen, k)
+		d.stats.port.FramesOut += uint64(k)
+		d.stats.port.BytesOut += uint64(frameLen)
+		return k, nil
 	}
 }
 
@@ -139,9 +198,9 @@ func (d *Device) transmitDirect(p *transport.Path, f *roce.PacketFields, payload
 // into place: the only copy of the data on the sending side, whether the
 // packet becomes a frame or goes without one. roce.ErrTooLong: room is too
 // small (nothing gathered).
-func buildIB(room []byte, f *roce.PacketFields, payload *transport.Payload, mem mr.Space) ([]byte, error) {
+func buildIB(room []byte, f *roce.PacketFields, payload *transport.Payload, mem mr.Space, run int) ([]byte, error) {
 	n := payload.Len
-	total, err := roce.PacketLen(f.BTH.Opcode, n)
+	total, err := roce.RunLen(f.BTH.Opcode, n, run)
 	if err != nil {
 		return nil, err
 	}
@@ -157,7 +216,7 @@ func buildIB(room []byte, f *roce.PacketFields, payload *transport.Payload, mem 
 		}
 		f.Payload = dst
 	}
-	return roce.Build(room, f)
+	return roce.BuildRun(room, f, run)
 }
 
 // flushOut hands the batch being built to its receiver.
@@ -176,9 +235,10 @@ func (d *Device) receiveDirect(b *fabric.Batch) {
 	}
 	for i := range b.Packets {
 		pkt := &b.Packets[i]
-		d.stats.port.FramesIn++
+		run := max(pkt.Run, 1)
+		d.stats.port.FramesIn += uint64(run)
 		d.stats.port.BytesIn += uint64(pkt.FrameLen)
-		d.receiveIB(pkt.IB, pkt.Src, pkt.Dst, nil)
+		d.receiveIB(pkt.IB, pkt.Src, pkt.Dst, nil, run)
 	}
 }
 
@@ -204,14 +264,16 @@ func (d *Device) receiveFrame(frame []byte) {
 		d.log.Debug("dropped frame: bad ICRC")
 		return
 	}
-	d.receiveIB(u.IB, u.SrcIP, u.DstIP, u.IP)
+	d.receiveIB(u.IB, u.SrcIP, u.DstIP, u.IP, 1)
 }
 
 // receiveIB handles the IB transport part of a received packet (BTH through
 // ICRC) from src to dst; ipHeader is its frame's IP header (a UD receive
-// buffer's GRH), nil for a packet that came without a frame.
-func (d *Device) receiveIB(ib []byte, src, dst netip.Addr, ipHeader []byte) {
-	pkt, err := roce.Parse(ib)
+// buffer's GRH), nil for a packet that came without a frame. run is the
+// number of packets it stands for: more than 1 for a run (roce.ParseRun),
+// which only comes without a frame.
+func (d *Device) receiveIB(ib []byte, src, dst netip.Addr, ipHeader []byte, run int) {
+	pkt, err := roce.ParseRun(ib, run)
 	if err != nil {
 		d.stats.port.Malformed++
 		d.log.Debug("dropped packet", "err", err)
@@ -226,8 +288,23 @@ func (d *Device) receiveIB(ib []byte, src, dst netip.Addr, ipHeader []byte) {
 		d.stats.port.NoQP++
 		return
 	}
+	if run > 1 && (d.tracer != nil || pkt.Opcode().Transport() != roce.TransportRC) {
+		// Traced packet by packet, or not RC (malformed below): taken
+		// apart, as the sender would have sent it.
+		var bth [roce.BTHSize]byte
+		for i := range run {
+			one := roce.RunPacket(&pkt, i, run, bth[:])
+			d.receivePacket(qp, &one, src, dst, ipHeader, 1)
+		}
+		return
+	}
+	d.receivePacket(qp, &pkt, src, dst, ipHeader, run)
+}
+
+// receivePacket hands a parsed packet (a run of run packets) to its QP.
+func (d *Device) receivePacket(qp *qp, pkt *roce.Packet, src, dst netip.Addr, ipHeader []byte, run int) {
 	if d.tracer != nil {
-		d.traceRx(qp, &pkt, "")
+		d.traceRx(qp, pkt, "")
 	}
 	switch pkt.Opcode().Transport() {
 	case roce.TransportUD:
@@ -235,26 +312,26 @@ func (d *Device) receiveIB(ib []byte, src, dst netip.Addr, ipHeader []byte) {
 			d.stats.port.Malformed++ // UD is never sent without a frame
 			return
 		}
-		if qp.ud != nil && !qp.ud.Receive(&pkt, ipHeader) {
+		if qp.ud != nil && !qp.ud.Receive(pkt, ipHeader) {
 			d.res.qkeyViolations++
 			d.stats.port.QKey++
 			if d.tracer != nil {
-				d.traceRx(qp, &pkt, "qkey")
+				d.traceRx(qp, pkt, "qkey")
 			}
 		} else {
-			qp.countRx(&pkt)
+			qp.countRx(pkt, 1)
 		}
 	case roce.TransportRC:
 		// Only from the peer the QP is connected to, at the address it
 		// sends from (rc.QP.ReceiveFrom checks); anything else is counted.
-		if qp.rc != nil && !qp.rc.ReceiveFrom(&pkt, src, dst) {
-			d.res.addrMismatches++
-			d.stats.port.Address++
+		if qp.rc != nil && !qp.rc.ReceiveRunFrom(pkt, run, src, dst) {
+			d.res.addrMismatches += uint64(run)
+			d.stats.port.Address += uint64(run)
 			if d.tracer != nil {
-				d.traceRx(qp, &pkt, "address")
+				d.traceRx(qp, pkt, "address")
 			}
 		} else {
-			qp.countRx(&pkt)
+			qp.countRx(pkt, run)
 		}
 	}
 }

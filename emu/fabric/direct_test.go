@@ -80,9 +80,11 @@ func TestDirectPort(t *testing.T) {
 	}
 	room := batch.Room()
 	copy(room, "abcd")
-	batch.Add(ipA, ipB, room[:4], 64)
+	batch.Add(ipA, ipB, room[:4], 64, 1)
+	batch.Add(ipA, ipB, batch.Room()[:8], 3*64, 3) // a run counts as its packets
 	a.Flush(batch)
-	if len(rb.got) != 1 || string(rb.got[0].Packets[0].IB) != "abcd" || s.Direct.Load() != 1 || s.Forwarded.Load() != 1 {
+	if len(rb.got) != 1 || string(rb.got[0].Packets[0].IB) != "abcd" || rb.got[0].Count() != 4 ||
+		s.Direct.Load() != 4 || s.DirectRuns.Load() != 3 || s.Forwarded.Load() != 4 {
 		t.Fatalf("delivered %v, direct %d forwarded %d", rb.got, s.Direct.Load(), s.Forwarded.Load())
 	}
 	rb.got[0].Release()
@@ -91,7 +93,7 @@ func TestDirectPort(t *testing.T) {
 	// more.
 	rb.room = 1
 	batch = a.Open(b)
-	batch.Add(ipA, ipB, batch.Room()[:4], 64)
+	batch.Add(ipA, ipB, batch.Room()[:4], 64, 1)
 	b.Detach()
 	a.Flush(batch)
 	if s.Dropped.Load() != 1 || a.Direct(ipA, ipB) != nil {
@@ -101,7 +103,7 @@ func TestDirectPort(t *testing.T) {
 	// A batch holds at most BatchPackets packets.
 	batch = &Batch{buf: make([]byte, BatchBytes)}
 	for range BatchPackets {
-		batch.Add(ipA, ipB, batch.Room()[:8], 64)
+		batch.Add(ipA, ipB, batch.Room()[:8], 64, 1)
 	}
 	if len(batch.Room()) != 0 {
 		t.Fatal("room beyond BatchPackets")

@@ -119,6 +119,9 @@ type Switch struct {
 	// Direct counts the packets among Forwarded that went from HCA to HCA
 	// without frames (see Batch).
 	Direct atomic.Uint64
+	// DirectRuns counts the packets among Direct that went inside runs:
+	// several MIDDLE packets of one message carried as one (Packet.Run).
+	DirectRuns atomic.Uint64
 
 	decorated bool                        // made with decorators: direct only when quiet says
 	quiet     atomic.Pointer[func() bool] // AllowDirect's

@@ -60,7 +60,29 @@ func (p *Packet) ICRCValue() uint32 { return binary.LittleEndian.Uint32(p.ICRC) 
 // QPN or reserved bits, which receivers ignore (spec §1.6).
 //
 // The returned views alias b. Parse never panics and does not allocate.
-func Parse(b []byte) (Packet, error) {
+func Parse(b []byte) (Packet, error) { return parse(b, 1) }
+
+// ParseRun parses a run: n consecutive full-PMTU MIDDLE packets of one
+// message carried as one packet (see BuildRun). It checks what Parse checks,
+// except that the payload must be n times a valid PMTU and the opcode one
+// whose payload is always a full PMTU (a MIDDLE). The returned packet's
+// BTH is the first packet's; its Payload is all n payloads end to end.
+// n == 1 is Parse.
+func ParseRun(b []byte, n int) (Packet, error) { return parse(b, n) }
+
+// checkRun checks payload length n of a run of count packets of opcode o.
+func checkRun(o Opcode, n, count int) error {
+	if count == 1 {
+		return CheckPayloadLen(o, n, 0)
+	}
+	info := &opcodeTable[o]
+	if count < 1 || info.Payload != PayloadFull || info.Pos != PosMiddle || n%count != 0 || !IsValidPMTU(n/count) {
+		return ErrPayloadLength
+	}
+	return nil
+}
+
+func parse(b []byte, count int) (Packet, error) {
 	var p Packet
 	if len(b) < BTHSize+ICRCSize {
 		return p, ErrTooShort
@@ -86,7 +108,7 @@ func Parse(b []byte) (Packet, error) {
 		return p, ErrBadPad
 	}
 	n := rest - pad
-	if err := CheckPayloadLen(bth.Opcode(), n, 0); err != nil {
+	if err := checkRun(bth.Opcode(), n, count); err != nil {
 		return p, err
 	}
 	for _, c := range b[hlen+n : hlen+rest] {
@@ -189,7 +211,25 @@ func PacketLen(o Opcode, n int) (int, error) {
 // DestQP, PSN, SrcQP and MSN, so that whatever it builds also parses.
 // f.Payload may not overlap out except when it already sits at its final
 // offset (out[HeaderLen:]); then it is not copied. Build does not allocate.
-func Build(out []byte, f *PacketFields) ([]byte, error) {
+func Build(out []byte, f *PacketFields) ([]byte, error) { return build(out, f, 1) }
+
+// BuildRun lays out a run: n consecutive full-PMTU MIDDLE packets of one
+// message as one packet, f's BTH being the first's and f.Payload all n
+// payloads end to end (n times a valid PMTU). A run never goes on a wire: it
+// is how two HCAs of one process hand each other a stretch of a message
+// (ParseRun reads it back). n == 1 is Build.
+func BuildRun(out []byte, f *PacketFields, n int) ([]byte, error) { return build(out, f, n) }
+
+// RunLen returns the size of a run (BuildRun) of n packets of opcode o
+// carrying payload bytes in all, or an error when it cannot be one.
+func RunLen(o Opcode, payload, n int) (int, error) {
+	if err := checkRun(o, payload, n); err != nil {
+		return 0, err
+	}
+	return PacketLen(o, payload)
+}
+
+func build(out []byte, f *PacketFields, count int) ([]byte, error) {
 	o := f.BTH.Opcode
 	info := &opcodeTable[o]
 	if info.Op == OpInvalid {
@@ -204,7 +244,7 @@ func Build(out []byte, f *PacketFields) ([]byte, error) {
 		return nil, ErrFieldRange
 	}
 	n := len(f.Payload)
-	if err := CheckPayloadLen(o, n, 0); err != nil {
+	if err := checkRun(o, n, count); err != nil {
 		return nil, err
 	}
 	pad := PadCount(n)
@@ -260,4 +300,19 @@ func Build(out []byte, f *PacketFields) ([]byte, error) {
 	}
 	clear(out[off+n:])
 	return out, nil
+}
+
+// RunPacket returns packet i of run, a run of n packets (ParseRun): its BTH,
+// written into scratch (BTHSize bytes, which the packet aliases), is the
+// run's with the PSN advanced by i and AckReq kept on the last packet only;
+// its payload is its share of the run's. A run taken apart this way is the
+// packets BuildRun's sender would have sent one at a time.
+func RunPacket(run *Packet, i, n int, scratch []byte) Packet {
+	bth := BTH(scratch[:BTHSize:BTHSize])
+	copy(bth, run.BTH)
+	bth.SetPSN(PSNAdd(run.BTH.PSN(), i))
+	bth.SetAckReq(run.BTH.AckReq() && i == n-1)
+	size := len(run.Payload) / n
+	return Packet{BTH: bth, Payload: run.Payload[i*size : (i+1)*size : (i+1)*size], Pad: run.Pad[:0],
+		ICRC: run.ICRC, HeaderLen: run.HeaderLen}
 }

@@ -256,6 +256,16 @@ type Env interface {
 	// Transmit builds a packet with the payload gathered from guest memory
 	// and sends it. ErrPeerBusy: try again later.
 	Transmit(path Path, f roce.PacketFields, payload Payload) error
+	// TransmitRun sends up to n consecutive full-PMTU MIDDLE packets of one
+	// message as one run (roce.BuildRun): f is the first packet's, payload
+	// all n payloads (n × PMTU bytes), and the packets are exactly those
+	// Transmit would have sent one at a time, but for AckReq, which the run
+	// carries once. Only a wire that needs no frames carries runs (two HCAs
+	// of one process, nothing watching the wire). It returns how many
+	// packets it took (fewer than n when that is what fits); 0 with a nil
+	// error: runs cannot go now, send the packets one at a time.
+	// ErrPeerBusy: nothing sent, try again later.
+	TransmitRun(path Path, f roce.PacketFields, payload Payload, n int) (int, error)
 	// ArmTimer (re)starts the QP's timer; when it expires the device calls
 	// Timeout. StopTimer cancels it.
 	ArmTimer(d time.Duration)

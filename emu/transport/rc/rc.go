@@ -352,6 +352,7 @@ func (qp *QP) Pump() {
 	}
 	readsOut := 0
 	maxReads := max(1, int(qp.cfg.MaxRdAtomic))
+	runs := true // the wire may carry runs; false once it said no
 	for _, req := range qp.reqs {
 		if req.done || req.local || req.npsn == 0 {
 			if req.status != transport.StatusSuccess || req.local {
@@ -372,6 +373,24 @@ func (qp *QP) Pump() {
 			psn := roce.PSNAdd(req.first, int(req.next))
 			if roce.PSNDiff(psn, qp.unacked) >= rcWindow && roce.PSNDiff(psn, qp.unacked) > 0 {
 				return
+			}
+			if n := qp.runLength(req, psn); runs && n > 1 {
+				taken, err := qp.sendRun(path, req, n)
+				if err != nil {
+					if errors.Is(err, transport.ErrPeerBusy) {
+						qp.env.Kick(transport.WorkSend, true)
+						return
+					}
+					qp.failRequest(req, transport.StatusLocProtErr)
+					return
+				}
+				if taken > 0 {
+					req.next += uint32(taken)
+					qp.sent(req)
+					qp.armTimer(false)
+					continue
+				}
+				runs = false
 			}
 			if err := qp.sendPacket(path, req); err != nil {
 				if errors.Is(err, transport.ErrPeerBusy) {
@@ -497,6 +516,51 @@ func (qp *QP) sendPacket(path transport.Path, req *request) error {
 		payload.Segs, payload.Off = wr.Segs, uint64(off)
 	}
 	return qp.env.Transmit(path, f, payload)
+}
+
+// runLength is how many packets from req.next on (PSN psn) could go as one
+// run (Env.TransmitRun): the full-PMTU MIDDLE packets of a SEND or WRITE
+// that follow, as many as the window lets out.
+func (qp *QP) runLength(req *request, psn uint32) uint32 {
+	switch req.wr.Opcode {
+	case transport.OpSend, transport.OpSendImm, transport.OpSendInv, transport.OpWrite, transport.OpWriteImm:
+	default:
+		return 0
+	}
+	if req.next == 0 || req.next+1 >= req.npsn {
+		return 0 // the first and the last packet go alone
+	}
+	n := req.npsn - 1 - req.next
+	if room := rcWindow - int(roce.PSNDiff(psn, qp.unacked)); room < int(n) {
+		n = uint32(max(room, 0))
+	}
+	return n
+}
+
+// sendRun offers packets req.next .. req.next+n-1, all full-PMTU MIDDLE
+// packets, to the wire as one run; it returns how many were taken (0: the
+// wire takes no runs now).
+func (qp *QP) sendRun(path transport.Path, req *request, n uint32) (int, error) {
+	wr := &req.wr
+	pmtu := uint32(qp.cfg.PMTU)
+	f := qp.fields(sendOps[1][0], roce.PSNAdd(req.first, int(req.next)))
+	if wr.Opcode == transport.OpWrite || wr.Opcode == transport.OpWriteImm {
+		f.BTH.Opcode = writeOps[1][0]
+	}
+	ackReq := qp.sinceAck+int(n) >= rcAckEvery
+	f.BTH.AckReq = ackReq
+	payload := transport.Payload{Len: int(n * pmtu), Segs: wr.Segs, Off: uint64(req.next * pmtu)}
+	taken, err := qp.env.TransmitRun(path, f, payload, int(n))
+	if err != nil || taken <= 0 {
+		return 0, err
+	}
+	taken = min(taken, int(n))
+	if ackReq {
+		qp.sinceAck = 0
+	} else {
+		qp.sinceAck += taken
+	}
+	return taken, nil
 }
 
 // sent records that the packet before req.next went out: the PSNs up to
@@ -973,6 +1037,82 @@ func (qp *QP) ReceiveFrom(pkt *roce.Packet, src, dst netip.Addr) bool {
 		return false
 	}
 	qp.Receive(pkt)
+	return true
+}
+
+// ReceiveRunFrom handles a run from src to dst (roce.ParseRun): n
+// consecutive full-PMTU MIDDLE packets of one message, pkt's PSN the
+// first's and its payload all of theirs. It does what n calls of
+// ReceiveFrom with those packets would do: an in-order run that passes
+// every check is executed at once (one validation, one copy into guest
+// memory, one ACK); any other (out of sequence, duplicate, a fault that
+// answers packets one by one, a length or memory failure) is taken apart
+// and its packets handled one at a time.
+func (qp *QP) ReceiveRunFrom(pkt *roce.Packet, n int, src, dst netip.Addr) bool {
+	if !transport.Receives(qp.state) {
+		return true
+	}
+	path, ok := qp.env.Path()
+	if !ok || src != path.Dst || dst != path.Src {
+		qp.log.Debug("RC packet from outside the connection dropped", "src", src, "dst", dst,
+			"path_src", path.Src, "path_dst", path.Dst)
+		return false
+	}
+	if n <= 1 {
+		qp.Receive(pkt)
+		return true
+	}
+	if qp.executeRun(pkt, n) {
+		return true
+	}
+	var bth [roce.BTHSize]byte
+	for i := range n {
+		one := roce.RunPacket(pkt, i, n, bth[:])
+		qp.Receive(&one)
+	}
+	return true
+}
+
+// executeRun executes an in-order run of n MIDDLE packets at once when
+// every check the packets would meet one at a time passes for all of them,
+// and reports whether it did. On false nothing of the QP's state has
+// changed; guest memory may hold part of the run's payload, at the place
+// the packets, handled one at a time, write it again.
+func (qp *QP) executeRun(pkt *roce.Packet, n int) bool {
+	op := pkt.Opcode()
+	psn := pkt.BTH.PSN()
+	payload := pkt.Payload
+	if qp.cfg.Responder != nil || roce.PSNDiff(psn, qp.ePSN) != 0 || len(payload) != n*qp.cfg.PMTU {
+		return false
+	}
+	switch op {
+	case roce.RCSendMiddle:
+		cur := qp.recv
+		if !qp.inSend || qp.inWrite || cur == nil || qp.recvOff+uint64(len(payload)) > uint64(cur.Cap) {
+			return false
+		}
+		if qp.mem.Copy(cur.Segs, qp.recvOff, payload, true) != nil {
+			return false
+		}
+		qp.recvOff += uint64(len(payload))
+	case roce.RCRDMAWriteMiddle:
+		if !qp.inWrite || qp.inSend || uint64(len(payload)) > qp.writeRem {
+			return false
+		}
+		if qp.mem.Write(qp.writeRef, qp.writeVA, payload) != nil {
+			return false
+		}
+		qp.writeVA += uint64(len(payload))
+		qp.writeRem -= uint64(len(payload))
+	default:
+		return false
+	}
+	qp.nakSent = false
+	last := roce.PSNAdd(psn, n-1)
+	qp.ePSN = roce.PSNAdd(last, 1)
+	if pkt.BTH.AckReq() {
+		qp.sendAck(last, roce.SyndromeACKNoCredit)
+	}
 	return true
 }
 

@@ -38,6 +38,9 @@ func (t RegionTable) Region(handle uint32) *mr.Region { return t[handle] }
 type Packet struct {
 	Fields  roce.PacketFields
 	Payload []byte
+	// Run is the number of packets a run stands for (TransmitRun), 0 for
+	// one packet.
+	Run int
 }
 
 // QP is what an Env needs of the transport object it serves: Error moves
@@ -63,6 +66,9 @@ type Env struct {
 	Timer   time.Duration  // armed duration; 0: stopped
 	NoPath  bool           // Path and PathTo find no path
 	Route   transport.Path // the path Path and PathTo find
+	// RunLimit is the most packets TransmitRun takes as one run; 0: the
+	// wire carries no runs.
+	RunLimit int
 }
 
 // NewEnv makes an Env with its memory registered and its queues empty.
@@ -179,6 +185,23 @@ func (env *Env) Transmit(_ transport.Path, f roce.PacketFields, payload transpor
 	}
 	env.Sent = append(env.Sent, Packet{Fields: f, Payload: b})
 	return nil
+}
+
+// TransmitRun implements transport.Env: it records up to RunLimit packets
+// as one run.
+func (env *Env) TransmitRun(_ transport.Path, f roce.PacketFields, payload transport.Payload, n int) (int, error) {
+	if n <= 0 || env.RunLimit <= 0 {
+		return 0, nil
+	}
+	per := payload.Len / n
+	n = min(n, env.RunLimit)
+	payload.Len = per * n
+	b := make([]byte, payload.Len)
+	if err := payload.Gather(env.Mem(), b); err != nil {
+		return 0, err
+	}
+	env.Sent = append(env.Sent, Packet{Fields: f, Payload: b, Run: n})
+	return n, nil
 }
 
 // ArmTimer implements transport.Env.
