@@ -23,6 +23,7 @@ import (
 
 	"github.com/hcaemu/hcaemu/dma"
 	"github.com/hcaemu/hcaemu/emu/fabric"
+	"github.com/hcaemu/hcaemu/emu/mr"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/ratelog"
 	"github.com/hcaemu/hcaemu/mmio"
@@ -103,6 +104,14 @@ type Device struct {
 	// RC packets to other HCAs may go without frames (out).
 	direct *fabric.Port
 	out    directOut
+	// lend lends the payloads of runs to the HCAs they go to (nil: no
+	// guest memory); lent and runScratch are where this device reads runs
+	// lent to it (receive side, engine goroutine).
+	lend       *lender
+	lent       lentPayload
+	runScratch []byte
+	extents    []fabric.Extent // the sender's, while it builds a lent run
+	filler     *mr.Filler      // the receiver's, while it copies a lent run
 
 	eng engine
 
@@ -199,6 +208,10 @@ func New(cfg Config) *Device {
 		if fp, ok := d.port.(*fabric.Port); ok {
 			d.direct = fp
 			fp.SetDirect(&d.eng)
+			if cfg.Mem != nil {
+				d.lend = &lender{mem: cfg.Mem}
+			}
+			d.filler = mr.NewFiller()
 		}
 	}
 	return d
@@ -386,6 +399,7 @@ func (d *Device) Close() {
 // resetLocked drops every object and the DSR. After it returns no DMA
 // happens until a new DSR is loaded.
 func (d *Device) resetLocked(why string) {
+	d.revokeLoans()
 	if d.dsr != nil || d.res.count() > 0 {
 		d.log.Info("reset: all objects freed", "why", why, "objects", d.res.count())
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/hcaemu/hcaemu/emu"
+	"github.com/hcaemu/hcaemu/emu/emutest"
 	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/fabric/capture"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
@@ -119,9 +120,9 @@ func TestDirectEquivalent(t *testing.T) {
 	checkGoroutines(t)
 	direct := fabric.NewSwitch()
 	got := runDirectWorkload(t, direct)
-	if direct.Direct.Load() == 0 || direct.DirectRuns.Load() == 0 {
-		t.Fatalf("%d packets went without a frame on a switch nothing watches, %d of them in runs",
-			direct.Direct.Load(), direct.DirectRuns.Load())
+	if direct.Direct.Load() == 0 || direct.DirectRuns.Load() == 0 || direct.DirectLent.Load() == 0 {
+		t.Fatalf("%d packets went without a frame on a switch nothing watches, %d of them in runs, %d lent",
+			direct.Direct.Load(), direct.DirectRuns.Load(), direct.DirectLent.Load())
 	}
 
 	var pcap bytes.Buffer
@@ -240,5 +241,122 @@ func TestPathFollowsGIDTable(t *testing.T) {
 	}
 	if n := b.dev.Counters().AddrMismatches; n == 0 || sw.Spoofed.Load() != 0 {
 		t.Fatalf("b dropped %d packets from outside the connection; the switch refused %d as spoofed", n, sw.Spoofed.Load())
+	}
+}
+
+// TestLentPayloadRevoked: a run's payload lent by the sender is never read
+// after the region it came from stops covering it. The receiver is held
+// (its lock taken) while the sender hands it a WRITE whose runs are lent;
+// then the source region goes (deregistered, invalidated by a LOCAL_INV
+// from another QP, or the sending device reset) and the sender's guest
+// reuses its pages; when the receiver goes on, the loan is revoked: the
+// runs are lost (counted as revoked), and not one byte the guest wrote
+// after the region went reaches the receiver's memory. A requester still
+// there finds the region gone when it sends the runs again: an error
+// completion.
+func TestLentPayloadRevoked(t *testing.T) {
+	const n = 64 << 10
+	// A source region on a: where its bytes are, the address and L_Key
+	// an SGE names them by, and how the region goes.
+	type source struct {
+		addr, va uint64
+		lkey     uint32
+		end      func()
+	}
+	plain := func(t *testing.T, a *host) (uint64, uint32, uint32) {
+		pages, dir := a.Buffer(n / 4096)
+		region, err := a.CreateMR(pvrdma.CmdCreateMR{Start: pages[0], Length: n, PdirDMA: dir,
+			PDHandle: a.pd, AccessFlags: allAccess, NChunks: uint32(len(pages))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pages[0], region.LKey, region.MRHandle
+	}
+	for _, fate := range []struct {
+		name  string
+		setup func(t *testing.T, a, b *host, qa *emutest.QP) source
+		reset bool
+	}{
+		{"deregistered", func(t *testing.T, a, _ *host, _ *emutest.QP) source {
+			addr, lkey, handle := plain(t, a)
+			return source{addr, addr, lkey, func() {
+				if err := a.MustCmd(&pvrdma.CmdDestroyMR{MRHandle: handle}, nil); err != nil {
+					t.Fatal(err)
+				}
+			}}
+		}, false},
+		{"invalidated", func(t *testing.T, a, b *host, qa *emutest.QP) source {
+			frmr, err := a.CreateMR(pvrdma.CmdCreateMR{PDHandle: a.pd, Flags: pvrdma.MRFlagFRMR, NChunks: n / 4096})
+			if err != nil {
+				t.Fatal(err)
+			}
+			key := frmr.LKey&^0xFF | 0x33
+			pages, pl := a.Buffer(n / 4096)
+			for i := 1; i < len(pages); i++ {
+				if pages[i] != pages[0]+uint64(i)*4096 {
+					t.Fatal("buffer pages not contiguous")
+				}
+			}
+			const iova = 0x7f0000000000
+			reg := send(uverbs.OpFastRegMR, 7, 0)
+			reg.SetFastReg(uverbs.FastReg{IOVA: iova, PageListDir: pl, PageShift: 12, PageListLen: n / 4096, Length: n,
+				Access: 1, RKey: key})
+			qa.PostSend(reg)
+			if e := poll(t, a.cq, a); e.Status != 0 {
+				t.Fatalf("FAST_REG_MR %+v", e)
+			}
+			other, _ := pairRC(t, a, b, defaultRC(), defaultRC())
+			return source{pages[0], iova, key, func() {
+				inv := send(uverbs.OpLocalInv, 8, 0)
+				le.PutUint32(inv.Ex[:], key)
+				other.PostSend(inv)
+				if e := poll(t, a.cq, a); e.Status != 0 || e.Opcode != uverbs.WCLocalInv {
+					t.Fatalf("LOCAL_INV %+v", e)
+				}
+			}}
+		}, false},
+		{"sender reset", func(t *testing.T, a, _ *host, _ *emutest.QP) source {
+			addr, lkey, _ := plain(t, a)
+			return source{addr, addr, lkey, a.dev.Reset}
+		}, true},
+	} {
+		t.Run(fate.name, func(t *testing.T) {
+			checkGoroutines(t)
+			sw := fabric.NewSwitch()
+			a, b := newHost(t, sw, 1), newHost(t, sw, 2)
+			qa, _ := pairRC(t, a, b, defaultRC(), defaultRC())
+			src := fate.setup(t, a, b, qa)
+			dst, _, rk := b.mr(t, n, allAccess)
+			fill(a.RAM.Mem[src.addr:src.addr+n], 3)
+			orig := bytes.Clone(a.RAM.Mem[src.addr : src.addr+n])
+			clear(b.RAM.Mem[dst : dst+n])
+
+			b.dev.WithLock(func() {
+				w := send(uverbs.OpRDMAWrite, 1, 0, uverbs.SGE{Addr: src.va, Length: n, LKey: src.lkey})
+				w.SetRDMA(dst, rk)
+				qa.PostSend(w)
+				waitFor(t, "a lent run handed to the held receiver", func() bool { return sw.DirectLent.Load() > 0 }, a)
+				src.end()
+				for i := range uint64(n) {
+					a.RAM.Mem[src.addr+i] = ^orig[i] // the guest reuses the pages
+				}
+			})
+			if !fate.reset {
+				if e := poll(t, a.cq, a, b); e.Status == uverbs.WCSuccess {
+					t.Fatalf("the WRITE from a region gone completed: %+v", e)
+				}
+			}
+			b.dev.Sync()
+			st, _ := b.dev.Stats()
+			if st.Port.Revoked == 0 {
+				t.Errorf("no run counted as revoked: %+v", st.Port)
+			}
+			for i, got := range b.RAM.Mem[dst : dst+n] {
+				if got != 0 && got != orig[i] {
+					t.Fatalf("byte %d of the target is %#x: neither what it was nor what the region held (%#x) but what the sender's guest wrote after the region went",
+						i, got, orig[i])
+				}
+			}
+		})
 	}
 }

@@ -58,7 +58,9 @@ type qpEnv struct {
 func (r *resources) Region(handle uint32) *mr.Region { return r.mr.get(handle) }
 
 // space is the memory the device's transports reach.
-func (d *Device) space() mr.Space { return mr.Space{Mem: d.mem, Regions: &d.res} }
+func (d *Device) space() mr.Space {
+	return mr.Space{Mem: d.mem, Regions: &d.res, Changed: d.revokeLoans, Filler: d.filler}
+}
 
 // bindTransport gives a QP its transport object the first time it leaves
 // RESET (a QP of another type has none).
@@ -399,6 +401,7 @@ func (env *qpEnv) Kick(work transport.Work, later bool) {
 
 // localOp executes LOCAL_INV and FAST_REG_MR.
 func (d *Device) localOp(qp *qp, wr *transport.SendWR, mem mr.Space) transport.Status {
+	d.revokeLoans() // a region is about to change
 	switch wr.Opcode {
 	case transport.OpLocalInv:
 		if !mem.Invalidate(qp.pd, wr.InvalidateKey) {

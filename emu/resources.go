@@ -326,6 +326,7 @@ func (d *Device) cmdDestroyMR(req *pvrdma.CmdDestroyMR) (pvrdma.Response, *cmdEr
 // its next use (its mr.Ref no longer resolves): nothing touches the
 // region's pages after this returns.
 func (d *Device) destroyMR(h uint32, m *mr.Region) {
+	d.revokeLoans()
 	d.res.mrVariants[h] = mr.Variant(m.LKey) // a fast-register may have changed it
 	d.res.unpin(len(m.Pages))
 	if pd := d.res.pd.get(m.PD); pd != nil {

@@ -94,13 +94,17 @@ type PortStats struct {
 	// Dropped on receive: not a RoCEv2 frame for us (Malformed), bad ICRC,
 	// no QP of that number (NoQP), not from the RC QP's connection
 	// (Address), a UD datagram with the wrong Q_Key (QKey), the port held
-	// down by a fault (PortDown: sent frames lost too).
+	// down by a fault (PortDown: sent frames lost too), a lent payload
+	// revoked (Revoked).
 	Malformed uint64 `json:"dropped_malformed"`
 	BadICRC   uint64 `json:"dropped_bad_icrc"`
 	NoQP      uint64 `json:"dropped_no_qp"`
 	Address   uint64 `json:"dropped_address"`
 	QKey      uint64 `json:"dropped_qkey"`
 	PortDown  uint64 `json:"dropped_port_down"`
+	// Revoked: packets of runs whose payload, lent by the sending HCA of
+	// this process, was no longer its to lend (a region changed meanwhile).
+	Revoked uint64 `json:"dropped_revoked"`
 }
 
 // CommandCount is how often a command ended one way: Errno 0 is success,
@@ -195,10 +199,11 @@ func (qp *qp) countTxRun(f *roce.PacketFields, bytes, run int) {
 	}
 }
 
-// countRx counts a packet a QP received (run packets, for a run).
-func (qp *qp) countRx(pkt *roce.Packet, run int) {
+// countRx counts a packet a QP received (run packets, for a run; payload
+// bytes in all).
+func (qp *qp) countRx(pkt *roce.Packet, run, payload int) {
 	qp.stats.PacketsReceived += uint64(run)
-	qp.stats.BytesReceived += uint64(len(pkt.Payload))
+	qp.stats.BytesReceived += uint64(payload)
 	if pkt.AETH != nil {
 		switch syn := pkt.AETH.Syndrome(); {
 		case syn.IsRNRNAK():

@@ -1,6 +1,7 @@
 package emu
 
 import (
+	"errors"
 	"net/netip"
 
 	"github.com/hcaemu/hcaemu/emu/fabric"
@@ -170,6 +171,9 @@ func (d *Device) transmitRun(p *transport.Path, f *roce.PacketFields, payload *t
 			}
 			*out = directOut{batch: b, src: p.Src, dst: p.Dst}
 		}
+		if k, ok, err := d.lendRun(p, f, payload, n, per, h+one, mem); ok || err != nil {
+			return k, err
+		}
 		room := out.batch.Room()
 		k := min(n, (len(room)-one)/per+1)
 		if len(room) < one || k < 1 {
@@ -191,6 +195,61 @@ func (d *Device) transmitRun(p *transport.Path, f *roce.PacketFields, payload *t
 		d.stats.port.BytesOut += uint64(frameLen)
 		return k, nil
 	}
+}
+
+var errFragmented = errors.New("payload in too many pieces to lend")
+
+// lendRun adds up to n packets (per payload bytes each, frameLen the frame
+// one would take) to the open batch as a run whose payload stays in guest
+// memory, lent to the receiver (see lend.go): the payload is validated
+// against the memory regions and found reachable, as gathering it would,
+// but not copied. ok=false: it cannot be lent (no memory to lend, or the
+// payload is in too many pieces): gather it.
+func (d *Device) lendRun(p *transport.Path, f *roce.PacketFields, payload *transport.Payload, n, per, frameLen int, mem mr.Space) (int, bool, error) {
+	b := d.out.batch
+	if d.lend == nil || n < 2 {
+		return 0, false, nil
+	}
+	k := min(n, fabric.BatchBytes/per)
+	size := k * per
+	hdr, err := roce.PacketLen(f.BTH.Opcode, 0) // the run without its payload
+	if err != nil || len(b.Room()) < hdr || b.ExtentRoom() == 0 {
+		return 0, false, nil
+	}
+	ext, room := d.extents[:0], b.ExtentRoom()
+	err = mem.Extents(payload.Segs, payload.Off, uint64(size), func(gpa, m uint64) error {
+		if err := d.mem.Access(gpa, m, false, func([]byte) {}); err != nil {
+			return err // unreachable now: the gather would fail here
+		}
+		if last := len(ext) - 1; last >= 0 && ext[last].Addr+ext[last].Len == gpa {
+			ext[last].Len += m
+			return nil
+		}
+		if len(ext) == room {
+			return errFragmented
+		}
+		ext = append(ext, fabric.Extent{Addr: gpa, Len: m})
+		return nil
+	})
+	d.extents = ext[:0]
+	if err == errFragmented {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, true, err
+	}
+	f.Payload = nil
+	ib, err := roce.BuildRunLent(b.Room(), f, k, size)
+	if err != nil {
+		return 0, true, err
+	}
+	if b.Lender == nil {
+		b.Lender, b.Epoch = d.lend, d.lend.epoch.Load()
+	}
+	b.AddLent(p.Src, p.Dst, ib, k*frameLen, k, size, ext)
+	d.stats.port.FramesOut += uint64(k)
+	d.stats.port.BytesOut += uint64(k * frameLen)
+	return k, true, nil
 }
 
 // buildIB builds packet f (BTH through the ICRC field, which it leaves for
@@ -238,7 +297,20 @@ func (d *Device) receiveDirect(b *fabric.Batch) {
 		run := max(pkt.Run, 1)
 		d.stats.port.FramesIn += uint64(run)
 		d.stats.port.BytesIn += uint64(pkt.FrameLen)
-		d.receiveIB(pkt.IB, pkt.Src, pkt.Dst, nil, run)
+		if pkt.Extents == nil {
+			d.receiveIB(pkt.IB, pkt.Src, pkt.Dst, nil, run, nil)
+			continue
+		}
+		// A payload lent by the sender: read from its memory while the
+		// loan is pinned; a revoked loan is a run lost on the wire.
+		if b.Lender == nil || !b.Lender.Pin(b.Epoch) {
+			d.stats.port.Revoked += uint64(run)
+			continue
+		}
+		d.lent = lentPayload{from: b.Lender, ext: pkt.Extents, n: pkt.PayloadLen}
+		d.receiveIB(pkt.IB, pkt.Src, pkt.Dst, nil, run, &d.lent)
+		d.lent = lentPayload{}
+		b.Lender.Unpin()
 	}
 }
 
@@ -264,16 +336,23 @@ func (d *Device) receiveFrame(frame []byte) {
 		d.log.Debug("dropped frame: bad ICRC")
 		return
 	}
-	d.receiveIB(u.IB, u.SrcIP, u.DstIP, u.IP, 1)
+	d.receiveIB(u.IB, u.SrcIP, u.DstIP, u.IP, 1, nil)
 }
 
 // receiveIB handles the IB transport part of a received packet (BTH through
 // ICRC) from src to dst; ipHeader is its frame's IP header (a UD receive
 // buffer's GRH), nil for a packet that came without a frame. run is the
 // number of packets it stands for: more than 1 for a run (roce.ParseRun),
-// which only comes without a frame.
-func (d *Device) receiveIB(ib []byte, src, dst netip.Addr, ipHeader []byte, run int) {
-	pkt, err := roce.ParseRun(ib, run)
+// which only comes without a frame; lent, when not nil, is its payload
+// lent by the sender (only for runs: roce.ParseRunLent).
+func (d *Device) receiveIB(ib []byte, src, dst netip.Addr, ipHeader []byte, run int, lent *lentPayload) {
+	var pkt roce.Packet
+	var err error
+	if lent != nil {
+		pkt, err = roce.ParseRunLent(ib, run, lent.n)
+	} else {
+		pkt, err = roce.ParseRun(ib, run)
+	}
 	if err != nil {
 		d.stats.port.Malformed++
 		d.log.Debug("dropped packet", "err", err)
@@ -291,18 +370,37 @@ func (d *Device) receiveIB(ib []byte, src, dst netip.Addr, ipHeader []byte, run 
 	if run > 1 && (d.tracer != nil || pkt.Opcode().Transport() != roce.TransportRC) {
 		// Traced packet by packet, or not RC (malformed below): taken
 		// apart, as the sender would have sent it.
+		if lent != nil {
+			if pkt.Payload = d.readLent(lent); pkt.Payload == nil {
+				return
+			}
+		}
 		var bth [roce.BTHSize]byte
 		for i := range run {
 			one := roce.RunPacket(&pkt, i, run, bth[:])
-			d.receivePacket(qp, &one, src, dst, ipHeader, 1)
+			d.receivePacket(qp, &one, src, dst, ipHeader, 1, nil)
 		}
 		return
 	}
-	d.receivePacket(qp, &pkt, src, dst, ipHeader, run)
+	d.receivePacket(qp, &pkt, src, dst, ipHeader, run, lent)
 }
 
-// receivePacket hands a parsed packet (a run of run packets) to its QP.
-func (d *Device) receivePacket(qp *qp, pkt *roce.Packet, src, dst netip.Addr, ipHeader []byte, run int) {
+// readLent reads a lent payload into the device's scratch buffer; nil when
+// it cannot be read (the run is lost).
+func (d *Device) readLent(lent *lentPayload) []byte {
+	if d.runScratch == nil {
+		d.runScratch = make([]byte, fabric.BatchBytes)
+	}
+	if lent.n > len(d.runScratch) || lent.ReadAt(d.runScratch[:lent.n], 0) != nil {
+		d.stats.port.Revoked++
+		return nil
+	}
+	return d.runScratch[:lent.n:lent.n]
+}
+
+// receivePacket hands a parsed packet (a run of run packets, its payload
+// lent when lent is not nil) to its QP.
+func (d *Device) receivePacket(qp *qp, pkt *roce.Packet, src, dst netip.Addr, ipHeader []byte, run int, lent *lentPayload) {
 	if d.tracer != nil {
 		d.traceRx(qp, pkt, "")
 	}
@@ -319,19 +417,27 @@ func (d *Device) receivePacket(qp *qp, pkt *roce.Packet, src, dst netip.Addr, ip
 				d.traceRx(qp, pkt, "qkey")
 			}
 		} else {
-			qp.countRx(pkt, 1)
+			qp.countRx(pkt, 1, len(pkt.Payload))
 		}
 	case roce.TransportRC:
 		// Only from the peer the QP is connected to, at the address it
 		// sends from (rc.QP.ReceiveFrom checks); anything else is counted.
-		if qp.rc != nil && !qp.rc.ReceiveRunFrom(pkt, run, src, dst) {
+		var from mr.Source
+		size := len(pkt.Payload)
+		if lent != nil {
+			from, size = lent, lent.n
+			if d.runScratch == nil {
+				d.runScratch = make([]byte, fabric.BatchBytes)
+			}
+		}
+		if qp.rc != nil && !qp.rc.ReceiveRunFrom(pkt, run, src, dst, from, d.runScratch) {
 			d.res.addrMismatches += uint64(run)
 			d.stats.port.Address += uint64(run)
 			if d.tracer != nil {
 				d.traceRx(qp, pkt, "address")
 			}
 		} else {
-			qp.countRx(pkt, run)
+			qp.countRx(pkt, run, size)
 		}
 	}
 }

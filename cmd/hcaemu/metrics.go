@@ -96,6 +96,7 @@ var (
 	descFindings    = prometheus.NewDesc("hcaemu_strict_findings_total", "Strict-mode findings (driver mistakes) by kind.", []string{"device", "kind"}, nil)
 	descSegment     = prometheus.NewDesc("hcaemu_segment_frames_total", "Frames on the Ethernet segment (guests' NICs, HCAs' ports, uplink) by outcome: forwarded, flooded, dropped (nobody took it, or a full receiver refused it), spoofed (another station's MAC or HCA address as source), cam_full (source MAC not learnt).", []string{"outcome"}, nil)
 	descDirectRuns  = prometheus.NewDesc("hcaemu_segment_direct_run_packets_total", "Packets among the direct ones that went inside runs: MIDDLE packets of one message handed over as one, taken by the receiver in one step.", nil, nil)
+	descDirectLent  = prometheus.NewDesc("hcaemu_segment_direct_lent_packets_total", "Packets among the run ones whose payload the sending HCA lent: copied once, from its guest memory straight into the receiver's.", nil, nil)
 	descDirect      = prometheus.NewDesc("hcaemu_segment_direct_packets_total", "Packets among the forwarded ones that went from HCA to HCA of this process without frames (nothing watched the wire: no capture, no fault rule).", nil, nil)
 	descFaultMatch  = prometheus.NewDesc("hcaemu_fault_matched_total", "Events a fault rule matched.", []string{"rule"}, nil)
 	descFaultFired  = prometheus.NewDesc("hcaemu_fault_fired_total", "Times a fault rule fired.", []string{"rule"}, nil)
@@ -148,6 +149,7 @@ func (c *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		counter(descDirect, sw.Direct.Load())
 		counter(descDirectRuns, sw.DirectRuns.Load())
+		counter(descDirectLent, sw.DirectLent.Load())
 		for _, dev := range h.live() {
 			name := dev.Name()
 			st, qps := dev.Stats()
@@ -159,7 +161,7 @@ func (c *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 			for _, r := range []struct {
 				reason string
 				n      uint64
-			}{{"malformed", p.Malformed}, {"bad_icrc", p.BadICRC}, {"no_qp", p.NoQP}, {"address", p.Address}, {"qkey", p.QKey}, {"port_down", p.PortDown}} {
+			}{{"malformed", p.Malformed}, {"bad_icrc", p.BadICRC}, {"no_qp", p.NoQP}, {"address", p.Address}, {"qkey", p.QKey}, {"port_down", p.PortDown}, {"revoked", p.Revoked}} {
 				counter(descPortDropped, r.n, name, r.reason)
 			}
 			for _, cmd := range st.Commands {

@@ -29,6 +29,26 @@ type DirectReceiver interface {
 	Deliver(b *Batch)
 }
 
+// Extent is a piece of a payload a batch carries by reference: Len bytes
+// at address Addr of the sending HCA's memory.
+type Extent struct{ Addr, Len uint64 }
+
+// Lender is the sending HCA's memory as the receiver of its batches reaches
+// it. A run's payload may stay where it is (Packet.Extents): the receiver
+// reads it straight from the sender's memory into its own, one copy where a
+// payload in the batch takes two. Pin and Unpin bracket those reads. Pin
+// fails when what the sender lent at epoch may no longer be its to lend (a
+// memory region the payload came from was deregistered, invalidated or
+// registered again since): the packet is then lost, as on a wire. The
+// sender waits for pinned reads to end before such a change completes, so
+// no read sees memory after its region stopped covering it. Lender's
+// methods may be called from any goroutine.
+type Lender interface {
+	Pin(epoch uint64) bool
+	Unpin()
+	ReadAt(p []byte, addr uint64) error
+}
+
 // Packet is one packet of a Batch: the IB transport part and the IP
 // addresses its frame would carry.
 type Packet struct {
@@ -42,16 +62,27 @@ type Packet struct {
 	// a run of full-PMTU MIDDLE packets of one message (roce.BuildRun),
 	// which only a batch carries.
 	Run int
+	// Extents, when not nil, is where the payload lies in the sender's
+	// memory (Batch.Lender): IB holds the packet without its payload, which
+	// is PayloadLen bytes.
+	Extents    []Extent
+	PayloadLen int
 }
 
 // Batch is packets from one HCA port to another, carried without frames.
 type Batch struct {
 	Packets []Packet
+	// Lender and Epoch: whose memory the packets' Extents name, and the
+	// epoch at which it lent them (see Lender).
+	Lender  Lender
+	Epoch   uint64
+	extents []Extent
 	to      *Port
 	buf     []byte
 	used    int
 	count   uint64 // packets, runs counting as theirs
 	inRuns  uint64 // packets inside runs
+	lent    uint64 // packets whose payload is lent
 }
 
 // Batch limits: the bytes of IB packets one batch holds, and its packets.
@@ -60,6 +91,7 @@ type Batch struct {
 const (
 	BatchBytes   = 128 << 10
 	BatchPackets = 64
+	BatchExtents = 256 // extents of payloads carried by reference
 )
 
 // batchFree keeps released batches for reuse: a list of its own rather than
@@ -75,7 +107,8 @@ func newBatch() *Batch {
 	case b := <-batchFree:
 		return b
 	default:
-		return &Batch{Packets: make([]Packet, 0, BatchPackets), buf: make([]byte, BatchBytes)}
+		return &Batch{Packets: make([]Packet, 0, BatchPackets), buf: make([]byte, BatchBytes),
+			extents: make([]Extent, 0, BatchExtents)}
 	}
 }
 
@@ -100,6 +133,22 @@ func (b *Batch) Add(src, dst netip.Addr, ib []byte, frameLen, run int) {
 	}
 }
 
+// ExtentRoom is the number of extents the batch can still take.
+func (b *Batch) ExtentRoom() int { return cap(b.extents) - len(b.extents) }
+
+// AddLent appends a run built at the start of Room without its payload,
+// which stays in the memory of the batch's Lender at ext (at most
+// ExtentRoom extents, copied; payloadLen bytes in all).
+func (b *Batch) AddLent(src, dst netip.Addr, ib []byte, frameLen, run, payloadLen int, ext []Extent) {
+	start := len(b.extents)
+	b.extents = append(b.extents, ext...)
+	b.Add(src, dst, ib, frameLen, run)
+	p := &b.Packets[len(b.Packets)-1]
+	p.Extents = b.extents[start:len(b.extents):len(b.extents)]
+	p.PayloadLen = payloadLen
+	b.lent += uint64(run)
+}
+
 // Count is the number of packets the batch carries, a run counting as the
 // packets it stands for.
 func (b *Batch) Count() uint64 { return b.count }
@@ -109,6 +158,7 @@ func (b *Batch) Count() uint64 { return b.count }
 func (b *Batch) Release() {
 	clear(b.Packets)
 	b.Packets, b.to, b.used, b.count, b.inRuns = b.Packets[:0], nil, 0, 0, 0
+	b.Lender, b.Epoch, b.extents, b.lent = nil, 0, b.extents[:0], 0
 	select {
 	case batchFree <- b:
 	default:
@@ -180,6 +230,7 @@ func (p *Port) Flush(b *Batch) {
 		p.sw.Forwarded.Add(n)
 		p.sw.Direct.Add(n)
 		p.sw.DirectRuns.Add(b.inRuns)
+		p.sw.DirectLent.Add(b.lent)
 	}
 	(*to.direct.Load()).Deliver(b)
 }

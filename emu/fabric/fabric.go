@@ -122,6 +122,9 @@ type Switch struct {
 	// DirectRuns counts the packets among Direct that went inside runs:
 	// several MIDDLE packets of one message carried as one (Packet.Run).
 	DirectRuns atomic.Uint64
+	// DirectLent counts the packets among DirectRuns whose payload the
+	// sender lent (Lender): copied once, from its memory to the receiver's.
+	DirectLent atomic.Uint64
 
 	decorated bool                        // made with decorators: direct only when quiet says
 	quiet     atomic.Pointer[func() bool] // AllowDirect's

@@ -182,6 +182,13 @@ var ErrStale = errors.New("memory region no longer registered")
 type Space struct {
 	Mem     dma.Memory
 	Regions Table
+	// Changed, when set, is called after Invalidate changed a region
+	// (the device calls it after every change to its regions it makes
+	// itself): a payload lent from the region may not be read after it.
+	Changed func()
+	// Filler, when set, is reused by CopyFrom and WriteFrom (else they
+	// make one per call).
+	Filler *Filler
 }
 
 // Segs validates an SGE list against protection domain pd: every L_Key must
@@ -261,6 +268,119 @@ func (s Space) Copy(segs []Seg, off uint64, buf []byte, toGuest bool) error {
 	return nil
 }
 
+// Extents visits, in order, the guest-physical pieces of n bytes from byte
+// off of the segment list, each segment's reference resolved (and so
+// re-validated) as Copy does; it fails where Copy would, before visiting
+// anything of the failing segment.
+func (s Space) Extents(segs []Seg, off, n uint64, fn func(gpa, n uint64) error) error {
+	left := n
+	for _, seg := range segs {
+		if left == 0 {
+			break
+		}
+		if off >= seg.Len {
+			off -= seg.Len
+			continue
+		}
+		k := min(seg.Len-off, left)
+		region := seg.Ref.Resolve(s.Regions)
+		if region == nil {
+			return ErrStale
+		}
+		if err := region.Span(seg.Addr+off, k, func(gpa, k, _ uint64) error { return fn(gpa, k) }); err != nil {
+			return err
+		}
+		left -= k
+		off = 0
+	}
+	if left != 0 {
+		return dma.Fault(0, left, "SGE list shorter than the data")
+	}
+	return nil
+}
+
+// Source is bytes to bring into guest memory that lie outside it (another
+// HCA's guest memory): ReadAt fills p with its bytes from byte off on; Len
+// is how many it has.
+type Source interface {
+	ReadAt(p []byte, off uint64) error
+	Len() int
+}
+
+// CopyFrom is Copy into guest memory, the bytes coming from src instead of
+// a buffer: each piece of guest memory is filled straight from src.
+func (s Space) CopyFrom(segs []Seg, off uint64, src Source) error {
+	left := uint64(src.Len())
+	var pos uint64
+	for _, seg := range segs {
+		if left == 0 {
+			break
+		}
+		if off >= seg.Len {
+			off -= seg.Len
+			continue
+		}
+		n := min(seg.Len-off, left)
+		region := seg.Ref.Resolve(s.Regions)
+		if region == nil {
+			return ErrStale
+		}
+		if err := region.Span(seg.Addr+off, n, s.fillFrom(src, pos)); err != nil {
+			return err
+		}
+		pos += n
+		left -= n
+		off = 0
+	}
+	if left != 0 {
+		return dma.Fault(0, left, "SGE list shorter than the data")
+	}
+	return nil
+}
+
+// WriteFrom is Write with the bytes coming from src.
+func (s Space) WriteFrom(ref Ref, va uint64, src Source) error {
+	return s.span(ref, va, uint64(src.Len()), s.fillFrom(src, 0))
+}
+
+// fillFrom returns a Span visitor that fills each piece of guest memory
+// with src's bytes from byte base + done on.
+func (s Space) fillFrom(src Source, base uint64) func(gpa, n, done uint64) error {
+	f := s.Filler
+	if f == nil {
+		f = NewFiller()
+	}
+	return func(gpa, n, done uint64) error {
+		f.src, f.off, f.err = src, base+done, nil
+		err := s.Mem.Access(gpa, n, true, f.fn)
+		f.src = nil
+		if err != nil {
+			return err
+		}
+		return f.err
+	}
+}
+
+// Filler is the state of CopyFrom and WriteFrom while they fill a piece of
+// guest memory, kept by a Space's user and reused: the function Mem.Access
+// calls is made once, where a closure per piece of memory would be an
+// allocation each.
+type Filler struct {
+	src Source
+	off uint64
+	err error
+	fn  func([]byte)
+}
+
+// NewFiller makes a Filler.
+func NewFiller() *Filler {
+	f := &Filler{}
+	f.fn = f.fill
+	return f
+}
+
+func (f *Filler) fill(b []byte) { f.err = f.src.ReadAt(b, f.off) }
+
 // Remote checks an R_Key: a region of protection domain pd granting access
 // and covering [va, va+n). It returns the reference to use.
 func (s Space) Remote(pd, key uint32, va, n uint64, access uint32) (Ref, bool) {
@@ -336,5 +456,8 @@ func (s Space) Invalidate(pd, key uint32) bool {
 		return false
 	}
 	region.Valid = false
+	if s.Changed != nil {
+		s.Changed()
+	}
 	return true
 }

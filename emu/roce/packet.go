@@ -60,7 +60,7 @@ func (p *Packet) ICRCValue() uint32 { return binary.LittleEndian.Uint32(p.ICRC) 
 // QPN or reserved bits, which receivers ignore (spec §1.6).
 //
 // The returned views alias b. Parse never panics and does not allocate.
-func Parse(b []byte) (Packet, error) { return parse(b, 1) }
+func Parse(b []byte) (Packet, error) { return parse(b, 1, 0) }
 
 // ParseRun parses a run: n consecutive full-PMTU MIDDLE packets of one
 // message carried as one packet (see BuildRun). It checks what Parse checks,
@@ -68,7 +68,17 @@ func Parse(b []byte) (Packet, error) { return parse(b, 1) }
 // whose payload is always a full PMTU (a MIDDLE). The returned packet's
 // BTH is the first packet's; its Payload is all n payloads end to end.
 // n == 1 is Parse.
-func ParseRun(b []byte, n int) (Packet, error) { return parse(b, n) }
+func ParseRun(b []byte, n int) (Packet, error) { return parse(b, n, 0) }
+
+// ParseRunLent parses a run whose payload, payloadLen bytes, is not in b
+// (BuildRunLent): b is the run's headers, pad and ICRC field. It checks what
+// ParseRun checks; the returned packet's Payload is empty.
+func ParseRunLent(b []byte, n, payloadLen int) (Packet, error) {
+	if payloadLen <= 0 {
+		return Packet{}, ErrPayloadLength
+	}
+	return parse(b, n, payloadLen)
+}
 
 // checkRun checks payload length n of a run of count packets of opcode o.
 func checkRun(o Opcode, n, count int) error {
@@ -82,10 +92,13 @@ func checkRun(o Opcode, n, count int) error {
 	return nil
 }
 
-func parse(b []byte, count int) (Packet, error) {
+func parse(b []byte, count, absent int) (Packet, error) {
 	var p Packet
 	if len(b) < BTHSize+ICRCSize {
 		return p, ErrTooShort
+	}
+	if absent < 0 || absent%4 != 0 || absent > 1<<31 {
+		return p, ErrPayloadLength
 	}
 	bth := BTH(b[:BTHSize])
 	info := &opcodeTable[bth.Opcode()]
@@ -108,7 +121,10 @@ func parse(b []byte, count int) (Packet, error) {
 		return p, ErrBadPad
 	}
 	n := rest - pad
-	if err := checkRun(bth.Opcode(), n, count); err != nil {
+	if absent > 0 && (n != 0 || pad != 0) {
+		return p, ErrPayloadLength // a lent payload is all absent
+	}
+	if err := checkRun(bth.Opcode(), n+absent, count); err != nil {
 		return p, err
 	}
 	for _, c := range b[hlen+n : hlen+rest] {
@@ -211,14 +227,24 @@ func PacketLen(o Opcode, n int) (int, error) {
 // DestQP, PSN, SrcQP and MSN, so that whatever it builds also parses.
 // f.Payload may not overlap out except when it already sits at its final
 // offset (out[HeaderLen:]); then it is not copied. Build does not allocate.
-func Build(out []byte, f *PacketFields) ([]byte, error) { return build(out, f, 1) }
+func Build(out []byte, f *PacketFields) ([]byte, error) { return build(out, f, 1, 0) }
 
 // BuildRun lays out a run: n consecutive full-PMTU MIDDLE packets of one
 // message as one packet, f's BTH being the first's and f.Payload all n
 // payloads end to end (n times a valid PMTU). A run never goes on a wire: it
 // is how two HCAs of one process hand each other a stretch of a message
 // (ParseRun reads it back). n == 1 is Build.
-func BuildRun(out []byte, f *PacketFields, n int) ([]byte, error) { return build(out, f, n) }
+func BuildRun(out []byte, f *PacketFields, n int) ([]byte, error) { return build(out, f, n, 0) }
+
+// BuildRunLent lays out a run whose payload, payloadLen bytes, stays
+// elsewhere (the sender's memory, lent to the receiver): the run's headers
+// and ICRC field only, f.Payload being empty. ParseRunLent reads it back.
+func BuildRunLent(out []byte, f *PacketFields, n, payloadLen int) ([]byte, error) {
+	if payloadLen <= 0 || len(f.Payload) != 0 {
+		return nil, ErrPayloadLength
+	}
+	return build(out, f, n, payloadLen)
+}
 
 // RunLen returns the size of a run (BuildRun) of n packets of opcode o
 // carrying payload bytes in all, or an error when it cannot be one.
@@ -229,7 +255,7 @@ func RunLen(o Opcode, payload, n int) (int, error) {
 	return PacketLen(o, payload)
 }
 
-func build(out []byte, f *PacketFields, count int) ([]byte, error) {
+func build(out []byte, f *PacketFields, count, absent int) ([]byte, error) {
 	o := f.BTH.Opcode
 	info := &opcodeTable[o]
 	if info.Op == OpInvalid {
@@ -244,7 +270,10 @@ func build(out []byte, f *PacketFields, count int) ([]byte, error) {
 		return nil, ErrFieldRange
 	}
 	n := len(f.Payload)
-	if err := checkRun(o, n, count); err != nil {
+	if absent < 0 || absent%4 != 0 {
+		return nil, ErrPayloadLength
+	}
+	if err := checkRun(o, n+absent, count); err != nil {
 		return nil, err
 	}
 	pad := PadCount(n)

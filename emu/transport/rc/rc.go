@@ -1048,7 +1048,13 @@ func (qp *QP) ReceiveFrom(pkt *roce.Packet, src, dst netip.Addr) bool {
 // memory, one ACK); any other (out of sequence, duplicate, a fault that
 // answers packets one by one, a length or memory failure) is taken apart
 // and its packets handled one at a time.
-func (qp *QP) ReceiveRunFrom(pkt *roce.Packet, n int, src, dst netip.Addr) bool {
+//
+// from, when not nil, is where the run's payload lies (another HCA's
+// memory, lent: roce.ParseRunLent), pkt.Payload being empty: an executed
+// run copies it straight into guest memory; one taken apart is first read
+// into scratch (at least from.Len() bytes). A payload that cannot be read
+// any more is a run lost on the wire: dropped.
+func (qp *QP) ReceiveRunFrom(pkt *roce.Packet, n int, src, dst netip.Addr, from mr.Source, scratch []byte) bool {
 	if !transport.Receives(qp.state) {
 		return true
 	}
@@ -1062,8 +1068,16 @@ func (qp *QP) ReceiveRunFrom(pkt *roce.Packet, n int, src, dst netip.Addr) bool 
 		qp.Receive(pkt)
 		return true
 	}
-	if qp.executeRun(pkt, n) {
+	if qp.executeRun(pkt, n, from) {
 		return true
+	}
+	if from != nil {
+		size := from.Len()
+		if size > len(scratch) || from.ReadAt(scratch[:size], 0) != nil {
+			qp.log.Debug("RC run dropped: its payload is gone", "psn", pkt.BTH.PSN())
+			return true
+		}
+		pkt.Payload = scratch[:size:size]
 	}
 	var bth [roce.BTHSize]byte
 	for i := range n {
@@ -1078,32 +1092,48 @@ func (qp *QP) ReceiveRunFrom(pkt *roce.Packet, n int, src, dst netip.Addr) bool 
 // and reports whether it did. On false nothing of the QP's state has
 // changed; guest memory may hold part of the run's payload, at the place
 // the packets, handled one at a time, write it again.
-func (qp *QP) executeRun(pkt *roce.Packet, n int) bool {
+func (qp *QP) executeRun(pkt *roce.Packet, n int, from mr.Source) bool {
 	op := pkt.Opcode()
 	psn := pkt.BTH.PSN()
 	payload := pkt.Payload
-	if qp.cfg.Responder != nil || roce.PSNDiff(psn, qp.ePSN) != 0 || len(payload) != n*qp.cfg.PMTU {
+	size := len(payload)
+	if from != nil {
+		size = from.Len()
+	}
+	if qp.cfg.Responder != nil || roce.PSNDiff(psn, qp.ePSN) != 0 || size != n*qp.cfg.PMTU {
 		return false
 	}
 	switch op {
 	case roce.RCSendMiddle:
 		cur := qp.recv
-		if !qp.inSend || qp.inWrite || cur == nil || qp.recvOff+uint64(len(payload)) > uint64(cur.Cap) {
+		if !qp.inSend || qp.inWrite || cur == nil || qp.recvOff+uint64(size) > uint64(cur.Cap) {
 			return false
 		}
-		if qp.mem.Copy(cur.Segs, qp.recvOff, payload, true) != nil {
+		var err error
+		if from != nil {
+			err = qp.mem.CopyFrom(cur.Segs, qp.recvOff, from)
+		} else {
+			err = qp.mem.Copy(cur.Segs, qp.recvOff, payload, true)
+		}
+		if err != nil {
 			return false
 		}
-		qp.recvOff += uint64(len(payload))
+		qp.recvOff += uint64(size)
 	case roce.RCRDMAWriteMiddle:
-		if !qp.inWrite || qp.inSend || uint64(len(payload)) > qp.writeRem {
+		if !qp.inWrite || qp.inSend || uint64(size) > qp.writeRem {
 			return false
 		}
-		if qp.mem.Write(qp.writeRef, qp.writeVA, payload) != nil {
+		var err error
+		if from != nil {
+			err = qp.mem.WriteFrom(qp.writeRef, qp.writeVA, from)
+		} else {
+			err = qp.mem.Write(qp.writeRef, qp.writeVA, payload)
+		}
+		if err != nil {
 			return false
 		}
-		qp.writeVA += uint64(len(payload))
-		qp.writeRem -= uint64(len(payload))
+		qp.writeVA += uint64(size)
+		qp.writeRem -= uint64(size)
 	default:
 		return false
 	}

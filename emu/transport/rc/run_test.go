@@ -75,7 +75,8 @@ func TestRequesterRuns(t *testing.T) {
 // The runs equivalence fuzzer plays a peer sending requests to a responder
 // twice over: one responder gets each run whole (ReceiveRunFrom), the other
 // the same run taken apart into its packets, one at a time (Receive), as a
-// wire that carries no runs would deliver them. Everything they do must be
+// wire that carries no runs would deliver them; a third gets it whole with
+// its payload lent (read from an mr.Source, as from another HCA's memory). Everything they do must be
 // the same, byte for byte: packets out, completions, errors, guest memory,
 // and the responder's state.
 
@@ -108,8 +109,28 @@ func decodeStep(b []byte) runStep {
 	return s
 }
 
-// apply plays step s on h; apart: runs taken apart.
-func (h *harness) apply(t *testing.T, s runStep, apart bool) {
+// How a harness gets the runs.
+const (
+	runWhole = iota
+	runApart
+	runLent
+)
+
+// lentBytes is a lent payload for the tests: bytes behind an mr.Source.
+type lentBytes []byte
+
+func (b lentBytes) Len() int { return len(b) }
+
+func (b lentBytes) ReadAt(p []byte, off uint64) error {
+	if off > uint64(len(b)) || uint64(len(p)) > uint64(len(b))-off {
+		return mr.ErrStale
+	}
+	copy(p, b[off:])
+	return nil
+}
+
+// apply plays step s on h, giving it runs as how says.
+func (h *harness) apply(t *testing.T, s runStep, how int) {
 	t.Helper()
 	psn := roce.PSNAdd(h.qp.ePSN, s.psnOff)
 	if int(s.kind) == len(runKinds) {
@@ -149,8 +170,25 @@ func (h *harness) apply(t *testing.T, s runStep, apart bool) {
 	if err != nil {
 		t.Fatalf("parse %v ×%d: %v", op, n, err)
 	}
-	if !apart {
-		h.qp.ReceiveRunFrom(&pkt, n, netip.Addr{}, netip.Addr{})
+	switch {
+	case how == runWhole:
+		h.qp.ReceiveRunFrom(&pkt, n, netip.Addr{}, netip.Addr{}, nil, nil)
+		return
+	case how == runLent && n > 1:
+		lent := f
+		lent.Payload = nil
+		b, err := roce.BuildRunLent(make([]byte, 64), &lent, n, len(f.Payload))
+		if err != nil {
+			t.Fatalf("build lent %v ×%d: %v", op, n, err)
+		}
+		pkt, err := roce.ParseRunLent(b, n, len(f.Payload))
+		if err != nil || len(pkt.Payload) != 0 {
+			t.Fatalf("parse lent %v ×%d: %v", op, n, err)
+		}
+		h.qp.ReceiveRunFrom(&pkt, n, netip.Addr{}, netip.Addr{}, lentBytes(f.Payload), make([]byte, len(f.Payload)))
+		return
+	case how == runLent:
+		h.qp.ReceiveRunFrom(&pkt, n, netip.Addr{}, netip.Addr{}, nil, nil)
 		return
 	}
 	var bth [roce.BTHSize]byte
@@ -191,8 +229,8 @@ func FuzzRunEquivalent(f *testing.F) {
 	// The region goes mid-message; a bad key; a run of READ responses.
 	f.Add([]byte{4, 3, 40, 0, 5, 3, 3, 0, 9, 0, 0, 0, 5, 3, 3, 0, 4, 3, 4, 16, 8, 3, 3, 0})
 	f.Fuzz(func(t *testing.T, prog []byte) {
-		whole, apart := newHarness(t, nil), newHarness(t, nil)
-		for _, h := range []*harness{whole, apart} {
+		whole, apart, lent := newHarness(t, nil), newHarness(t, nil), newHarness(t, nil)
+		for _, h := range []*harness{whole, apart, lent} {
 			h.PostRecv(100, 0, 3000)
 			h.PostRecv(101, 4096, 700)
 			h.PostRecv(102, 8192, 8000)
@@ -200,22 +238,28 @@ func FuzzRunEquivalent(f *testing.F) {
 		for step := 0; len(prog) >= 4 && step < 64; step++ {
 			s := decodeStep(prog[:4])
 			prog = prog[4:]
-			whole.apply(t, s, false)
-			apart.apply(t, s, true)
-			if diff := cmp.Diff(apart.Take(), whole.Take()); diff != "" {
-				t.Fatalf("step %d %+v: packets out differ (-apart +whole):\n%s", step, s, diff)
-			}
-			if diff := cmp.Diff(apart.Completions(), whole.Completions()); diff != "" {
-				t.Fatalf("step %d %+v: completions differ (-apart +whole):\n%s", step, s, diff)
-			}
-			if diff := cmp.Diff(apart.responderState(), whole.responderState()); diff != "" {
-				t.Fatalf("step %d %+v: responder state differs (-apart +whole):\n%s", step, s, diff)
-			}
-			if diff := cmp.Diff(apart.Events, whole.Events); diff != "" {
-				t.Fatalf("step %d %+v: events differ (-apart +whole):\n%s", step, s, diff)
-			}
-			if !bytes.Equal(apart.RAM.Mem, whole.RAM.Mem) {
-				t.Fatalf("step %d %+v: guest memory differs", step, s)
+			whole.apply(t, s, runWhole)
+			apart.apply(t, s, runApart)
+			lent.apply(t, s, runLent)
+			want := apart.Take()
+			wantDone := apart.Completions()
+			for _, h := range []*harness{whole, lent} {
+				name := map[*harness]string{whole: "whole", lent: "lent"}[h]
+				if diff := cmp.Diff(want, h.Take()); diff != "" {
+					t.Fatalf("step %d %+v: packets out differ (-apart +%s):\n%s", step, s, name, diff)
+				}
+				if diff := cmp.Diff(wantDone, h.Completions()); diff != "" {
+					t.Fatalf("step %d %+v: completions differ (-apart +%s):\n%s", step, s, name, diff)
+				}
+				if diff := cmp.Diff(apart.responderState(), h.responderState()); diff != "" {
+					t.Fatalf("step %d %+v: responder state differs (-apart +%s):\n%s", step, s, name, diff)
+				}
+				if diff := cmp.Diff(apart.Events, h.Events); diff != "" {
+					t.Fatalf("step %d %+v: events differ (-apart +%s):\n%s", step, s, name, diff)
+				}
+				if !bytes.Equal(apart.RAM.Mem, h.RAM.Mem) {
+					t.Fatalf("step %d %+v: guest memory differs (apart, %s)", step, s, name)
+				}
 			}
 		}
 	})
