@@ -199,6 +199,10 @@ func (d *Device) transmitRun(p *transport.Path, f *roce.PacketFields, payload *t
 
 var errFragmented = errors.New("payload in too many pieces to lend")
 
+// maxLentRun bounds the payload of a lent run (and the receiver's scratch
+// buffer for one it takes apart).
+const maxLentRun = 256 << 10
+
 // lendRun adds up to n packets (per payload bytes each, frameLen the frame
 // one would take) to the open batch as a run whose payload stays in guest
 // memory, lent to the receiver (see lend.go): the payload is validated
@@ -210,7 +214,7 @@ func (d *Device) lendRun(p *transport.Path, f *roce.PacketFields, payload *trans
 	if d.lend == nil || n < 2 {
 		return 0, false, nil
 	}
-	k := min(n, fabric.BatchBytes/per)
+	k := min(n, maxLentRun/per)
 	size := k * per
 	hdr, err := roce.PacketLen(f.BTH.Opcode, 0) // the run without its payload
 	if err != nil || len(b.Room()) < hdr || b.ExtentRoom() == 0 {
@@ -389,7 +393,7 @@ func (d *Device) receiveIB(ib []byte, src, dst netip.Addr, ipHeader []byte, run 
 // it cannot be read (the run is lost).
 func (d *Device) readLent(lent *lentPayload) []byte {
 	if d.runScratch == nil {
-		d.runScratch = make([]byte, fabric.BatchBytes)
+		d.runScratch = make([]byte, maxLentRun)
 	}
 	if lent.n > len(d.runScratch) || lent.ReadAt(d.runScratch[:lent.n], 0) != nil {
 		d.stats.port.Revoked++
@@ -427,7 +431,7 @@ func (d *Device) receivePacket(qp *qp, pkt *roce.Packet, src, dst netip.Addr, ip
 		if lent != nil {
 			from, size = lent, lent.n
 			if d.runScratch == nil {
-				d.runScratch = make([]byte, fabric.BatchBytes)
+				d.runScratch = make([]byte, maxLentRun)
 			}
 		}
 		if qp.rc != nil && !qp.rc.ReceiveRunFrom(pkt, run, src, dst, from, d.runScratch) {
