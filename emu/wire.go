@@ -92,6 +92,29 @@ type directOut struct {
 	src, dst netip.Addr
 }
 
+// openOut makes d.out a batch for the HCA owning the path's destination:
+// false with a nil error when frames are needed (the fabric does not carry
+// batches there now), transport.ErrPeerBusy when its queue is full.
+func (d *Device) openOut(p *transport.Path) (bool, error) {
+	out := &d.out
+	if out.batch != nil && (out.dst != p.Dst || out.src != p.Src) {
+		d.flushOut()
+	}
+	if out.batch != nil {
+		return true, nil
+	}
+	to := d.direct.Direct(p.Src, p.Dst)
+	if to == nil {
+		return false, nil
+	}
+	b := d.direct.Open(to)
+	if b == nil {
+		return false, transport.ErrPeerBusy
+	}
+	*out = directOut{batch: b, src: p.Src, dst: p.Dst}
+	return true, nil
+}
+
 // transmitDirect builds an RC packet into the batch for the HCA owning the
 // path's destination, when the fabric carries it without a frame (nothing
 // watches the wire): only the IB transport part is written, the payload
@@ -104,20 +127,9 @@ func (d *Device) transmitDirect(p *transport.Path, f *roce.PacketFields, payload
 		return true, err
 	}
 	out := &d.out
-	if out.batch != nil && (out.dst != p.Dst || out.src != p.Src) {
-		d.flushOut()
-	}
 	for {
-		if out.batch == nil {
-			to := d.direct.Direct(p.Src, p.Dst)
-			if to == nil {
-				return false, nil
-			}
-			b := d.direct.Open(to)
-			if b == nil {
-				return true, transport.ErrPeerBusy
-			}
-			*out = directOut{batch: b, src: p.Src, dst: p.Dst}
+		if ok, err := d.openOut(p); !ok {
+			return err != nil, err
 		}
 		ib, err := buildIB(out.batch.Room(), f, payload, mem, 1)
 		if err == roce.ErrTooLong && len(out.batch.Packets) > 0 {
@@ -156,20 +168,9 @@ func (d *Device) transmitRun(p *transport.Path, f *roce.PacketFields, payload *t
 		return 0, err
 	}
 	out := &d.out
-	if out.batch != nil && (out.dst != p.Dst || out.src != p.Src) {
-		d.flushOut()
-	}
 	for {
-		if out.batch == nil {
-			to := d.direct.Direct(p.Src, p.Dst)
-			if to == nil {
-				return 0, nil
-			}
-			b := d.direct.Open(to)
-			if b == nil {
-				return 0, transport.ErrPeerBusy
-			}
-			*out = directOut{batch: b, src: p.Src, dst: p.Dst}
+		if ok, err := d.openOut(p); !ok {
+			return 0, err
 		}
 		if k, ok, err := d.lendRun(p, f, payload, n, per, h+one, mem); ok || err != nil {
 			return k, err

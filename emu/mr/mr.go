@@ -230,50 +230,13 @@ func (s Space) SegsInto(dst []Seg, pd uint32, sges []SGE, write bool) ([]Seg, ui
 	return segs, uint32(total), nil
 }
 
-// Copy copies between buf and the segments' memory starting at byte off of
-// the segment list (toGuest: buf -> guest).
-func (s Space) Copy(segs []Seg, off uint64, buf []byte, toGuest bool) error {
-	left := uint64(len(buf))
-	var pos uint64
-	for _, seg := range segs {
-		if left == 0 {
-			break
-		}
-		if off >= seg.Len {
-			off -= seg.Len
-			continue
-		}
-		n := min(seg.Len-off, left)
-		region := seg.Ref.Resolve(s.Regions)
-		if region == nil {
-			return ErrStale
-		}
-		chunk := buf[pos : pos+n]
-		err := region.Span(seg.Addr+off, n, func(gpa, k, done uint64) error {
-			if toGuest {
-				return s.Mem.WriteAt(chunk[done:done+k], gpa)
-			}
-			return s.Mem.ReadAt(chunk[done:done+k], gpa)
-		})
-		if err != nil {
-			return err
-		}
-		pos += n
-		left -= n
-		off = 0
-	}
-	if left != 0 {
-		return dma.Fault(0, left, "SGE list shorter than the data")
-	}
-	return nil
-}
-
-// Extents visits, in order, the guest-physical pieces of n bytes from byte
-// off of the segment list, each segment's reference resolved (and so
-// re-validated) as Copy does; it fails where Copy would, before visiting
-// anything of the failing segment.
-func (s Space) Extents(segs []Seg, off, n uint64, fn func(gpa, n uint64) error) error {
+// spanSegs visits, in order, the guest-physical pieces of n bytes from
+// byte off of the segment list (done: where a piece starts in those n
+// bytes), each segment's reference resolved, and so re-validated, before
+// anything of it is visited.
+func (s Space) spanSegs(segs []Seg, off, n uint64, fn func(gpa, k, done uint64) error) error {
 	left := n
+	var pos uint64
 	for _, seg := range segs {
 		if left == 0 {
 			break
@@ -287,9 +250,11 @@ func (s Space) Extents(segs []Seg, off, n uint64, fn func(gpa, n uint64) error) 
 		if region == nil {
 			return ErrStale
 		}
-		if err := region.Span(seg.Addr+off, k, func(gpa, k, _ uint64) error { return fn(gpa, k) }); err != nil {
+		err := region.Span(seg.Addr+off, k, func(gpa, m, done uint64) error { return fn(gpa, m, pos+done) })
+		if err != nil {
 			return err
 		}
+		pos += k
 		left -= k
 		off = 0
 	}
@@ -297,6 +262,25 @@ func (s Space) Extents(segs []Seg, off, n uint64, fn func(gpa, n uint64) error) 
 		return dma.Fault(0, left, "SGE list shorter than the data")
 	}
 	return nil
+}
+
+// Copy copies between buf and the segments' memory starting at byte off of
+// the segment list (toGuest: buf -> guest).
+func (s Space) Copy(segs []Seg, off uint64, buf []byte, toGuest bool) error {
+	return s.spanSegs(segs, off, uint64(len(buf)), func(gpa, k, done uint64) error {
+		if toGuest {
+			return s.Mem.WriteAt(buf[done:done+k], gpa)
+		}
+		return s.Mem.ReadAt(buf[done:done+k], gpa)
+	})
+}
+
+// Extents visits, in order, the guest-physical pieces of n bytes from byte
+// off of the segment list, each segment's reference resolved (and so
+// re-validated) as Copy does; it fails where Copy would, before visiting
+// anything of the failing segment.
+func (s Space) Extents(segs []Seg, off, n uint64, fn func(gpa, n uint64) error) error {
+	return s.spanSegs(segs, off, n, func(gpa, k, _ uint64) error { return fn(gpa, k) })
 }
 
 // Source is bytes to bring into guest memory that lie outside it (another
@@ -310,73 +294,60 @@ type Source interface {
 // CopyFrom is Copy into guest memory, the bytes coming from src instead of
 // a buffer: each piece of guest memory is filled straight from src.
 func (s Space) CopyFrom(segs []Seg, off uint64, src Source) error {
-	left := uint64(src.Len())
-	var pos uint64
-	for _, seg := range segs {
-		if left == 0 {
-			break
-		}
-		if off >= seg.Len {
-			off -= seg.Len
-			continue
-		}
-		n := min(seg.Len-off, left)
-		region := seg.Ref.Resolve(s.Regions)
-		if region == nil {
-			return ErrStale
-		}
-		if err := region.Span(seg.Addr+off, n, s.fillFrom(src, pos)); err != nil {
-			return err
-		}
-		pos += n
-		left -= n
-		off = 0
-	}
-	if left != 0 {
-		return dma.Fault(0, left, "SGE list shorter than the data")
-	}
-	return nil
+	f := s.filler(src)
+	defer f.done()
+	return s.spanSegs(segs, off, uint64(src.Len()), f.visit)
 }
 
 // WriteFrom is Write with the bytes coming from src.
 func (s Space) WriteFrom(ref Ref, va uint64, src Source) error {
-	return s.span(ref, va, uint64(src.Len()), s.fillFrom(src, 0))
+	f := s.filler(src)
+	defer f.done()
+	return s.span(ref, va, uint64(src.Len()), f.visit)
 }
 
-// fillFrom returns a Span visitor that fills each piece of guest memory
-// with src's bytes from byte base + done on.
-func (s Space) fillFrom(src Source, base uint64) func(gpa, n, done uint64) error {
-	f := s.Filler
-	if f == nil {
-		f = NewFiller()
-	}
-	return func(gpa, n, done uint64) error {
-		f.src, f.off, f.err = src, base+done, nil
-		err := s.Mem.Access(gpa, n, true, f.fn)
-		f.src = nil
-		if err != nil {
-			return err
-		}
-		return f.err
-	}
-}
-
-// Filler is the state of CopyFrom and WriteFrom while they fill a piece of
-// guest memory, kept by a Space's user and reused: the function Mem.Access
-// calls is made once, where a closure per piece of memory would be an
-// allocation each.
+// Filler is the state of CopyFrom and WriteFrom while they fill guest
+// memory from a Source, kept by a Space's user and reused: the functions
+// they hand on (to Span, and per piece of memory to Mem.Access) are made
+// once, where closures would be an allocation per call or per page.
 type Filler struct {
-	src Source
-	off uint64
-	err error
-	fn  func([]byte)
+	mem   dma.Memory
+	src   Source
+	off   uint64
+	err   error
+	fn    func([]byte)
+	visit func(gpa, n, done uint64) error
 }
 
 // NewFiller makes a Filler.
 func NewFiller() *Filler {
 	f := &Filler{}
 	f.fn = f.fill
+	f.visit = f.piece
 	return f
+}
+
+// filler readies the Space's Filler (or a new one) to fill from src.
+func (s Space) filler(src Source) *Filler {
+	f := s.Filler
+	if f == nil {
+		f = NewFiller()
+	}
+	f.mem, f.src = s.Mem, src
+	return f
+}
+
+// done lets go of what the Filler was given.
+func (f *Filler) done() { f.mem, f.src, f.err = nil, nil, nil }
+
+// piece fills guest memory [gpa, gpa+n) with the source's bytes from done
+// on.
+func (f *Filler) piece(gpa, n, done uint64) error {
+	f.off, f.err = done, nil
+	if err := f.mem.Access(gpa, n, true, f.fn); err != nil {
+		return err
+	}
+	return f.err
 }
 
 func (f *Filler) fill(b []byte) { f.err = f.src.ReadAt(b, f.off) }

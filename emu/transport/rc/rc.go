@@ -1027,17 +1027,7 @@ func (qp *QP) readResponse(pkt *roce.Packet) {
 // A QP that does not receive (RESET, INIT, ERR) drops every packet, as
 // Receive does.
 func (qp *QP) ReceiveFrom(pkt *roce.Packet, src, dst netip.Addr) bool {
-	if !transport.Receives(qp.state) {
-		return true
-	}
-	path, ok := qp.env.Path()
-	if !ok || src != path.Dst || dst != path.Src {
-		qp.log.Debug("RC packet from outside the connection dropped", "src", src, "dst", dst,
-			"path_src", path.Src, "path_dst", path.Dst)
-		return false
-	}
-	qp.Receive(pkt)
-	return true
+	return qp.ReceiveRunFrom(pkt, 1, src, dst, nil, nil)
 }
 
 // ReceiveRunFrom handles a run from src to dst (roce.ParseRun): n
@@ -1047,7 +1037,7 @@ func (qp *QP) ReceiveFrom(pkt *roce.Packet, src, dst netip.Addr) bool {
 // every check is executed at once (one validation, one copy into guest
 // memory, one ACK); any other (out of sequence, duplicate, a fault that
 // answers packets one by one, a length or memory failure) is taken apart
-// and its packets handled one at a time.
+// and its packets handled one at a time. n == 1 is ReceiveFrom.
 //
 // from, when not nil, is where the run's payload lies (another HCA's
 // memory, lent: roce.ParseRunLent), pkt.Payload being empty: an executed
