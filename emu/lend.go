@@ -53,7 +53,9 @@ func (l *lender) ReadAt(p []byte, addr uint64) error { return l.mem.ReadAt(p, ad
 
 // revoke ends every loan made so far and waits for the reads of them in
 // progress (a receiver's copy of at most one run: it waits for nothing
-// else, so this is short).
+// else, so this is short). A device never revokes while it holds a pin
+// itself (a loan to itself, between two of its QPs, included): what it does
+// while pinned is execute MIDDLE packets, which change no region.
 func (l *lender) revoke() {
 	l.epoch.Add(1)
 	for l.pins.Load() != 0 {
