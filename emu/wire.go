@@ -221,6 +221,11 @@ func (d *Device) lendRun(p *transport.Path, f *roce.PacketFields, payload *trans
 	if err != nil || len(b.Room()) < hdr || b.ExtentRoom() == 0 {
 		return 0, false, nil
 	}
+	if b.Lender != nil && b.Epoch != d.lend.epoch.Load() {
+		// Loans were revoked since this batch's first: gathered, not lent
+		// under an epoch the receiver would refuse.
+		return 0, false, nil
+	}
 	ext, room := d.extents[:0], b.ExtentRoom()
 	err = mem.Extents(payload.Segs, payload.Off, uint64(size), func(gpa, m uint64) error {
 		if err := d.mem.Access(gpa, m, false, func([]byte) {}); err != nil {
@@ -393,14 +398,21 @@ func (d *Device) receiveIB(ib []byte, src, dst netip.Addr, ipHeader []byte, run 
 // readLent reads a lent payload into the device's scratch buffer; nil when
 // it cannot be read (the run is lost).
 func (d *Device) readLent(lent *lentPayload) []byte {
-	if d.runScratch == nil {
-		d.runScratch = make([]byte, maxLentRun)
-	}
-	if lent.n > len(d.runScratch) || lent.ReadAt(d.runScratch[:lent.n], 0) != nil {
+	scratch := d.scratch()
+	if lent.n > len(scratch) || lent.ReadAt(scratch[:lent.n], 0) != nil {
 		d.stats.port.Revoked++
 		return nil
 	}
-	return d.runScratch[:lent.n:lent.n]
+	return scratch[:lent.n:lent.n]
+}
+
+// scratch is the buffer a lent run is read into when it is taken apart,
+// made on first use.
+func (d *Device) scratch() []byte {
+	if d.runScratch == nil {
+		d.runScratch = make([]byte, maxLentRun)
+	}
+	return d.runScratch
 }
 
 // receivePacket hands a parsed packet (a run of run packets, its payload
@@ -428,14 +440,12 @@ func (d *Device) receivePacket(qp *qp, pkt *roce.Packet, src, dst netip.Addr, ip
 		// Only from the peer the QP is connected to, at the address it
 		// sends from (rc.QP.ReceiveFrom checks); anything else is counted.
 		var from mr.Source
+		var scratch []byte
 		size := len(pkt.Payload)
 		if lent != nil {
-			from, size = lent, lent.n
-			if d.runScratch == nil {
-				d.runScratch = make([]byte, maxLentRun)
-			}
+			from, size, scratch = lent, lent.n, d.scratch()
 		}
-		if qp.rc != nil && !qp.rc.ReceiveRunFrom(pkt, run, src, dst, from, d.runScratch) {
+		if qp.rc != nil && !qp.rc.ReceiveRunFrom(pkt, run, src, dst, from, scratch) {
 			d.res.addrMismatches += uint64(run)
 			d.stats.port.Address += uint64(run)
 			if d.tracer != nil {
