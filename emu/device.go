@@ -114,6 +114,9 @@ type Device struct {
 	filler     *mr.Filler      // the receiver's, while it copies a lent run
 
 	eng engine
+	// w: the engine goroutine working under the lock (engineWork), nil for
+	// any other holder (a vCPU's register write, a command).
+	w *worker
 
 	// The register file a vCPU reads. Reads never take mu: a register read
 	// must not wait behind the engine's batch of frames or a long send queue.
@@ -516,6 +519,7 @@ func (d *Device) unlock() {
 	if d.out.batch != nil {
 		d.flushOut() // packets built under the lock go before it is let go
 	}
+	d.w = nil
 	d.mu.Unlock()
 	if !d.irqRaised.Load() {
 		return // the common case: nothing raised while the lock was held

@@ -360,3 +360,64 @@ func TestLentPayloadRevoked(t *testing.T) {
 		})
 	}
 }
+
+// TestSenderTakesBatches: between two HCAs of one process, the sending
+// HCA's engine takes the batches it sends for the receiver (the receiver's
+// engine is not woken), and everything arrives as it would otherwise; where
+// it cannot take them — the receiver's lock held (a vCPU's register write,
+// a command), or the receiver's engine taking already — it neither waits
+// nor strands them: the receiver's engine is woken instead, and nothing has
+// to be sent again.
+func TestSenderTakesBatches(t *testing.T) {
+	const n = 1 << 20
+	for _, hold := range []string{"free", "receiver locked", "receiver taking"} {
+		t.Run(hold, func(t *testing.T) {
+			checkGoroutines(t)
+			sw := fabric.NewSwitch()
+			a, b := newHost(t, sw, 1), newHost(t, sw, 2)
+			qa, _ := pairRC(t, a, b, defaultRC(), defaultRC())
+			src, lk, _ := a.mr(t, n, allAccess)
+			dst, _, rk := b.mr(t, n, allAccess)
+			fill(a.RAM.Mem[src:src+n], 7)
+			clear(b.RAM.Mem[dst : dst+n])
+			w := send(uverbs.OpRDMAWrite, 1, 0, uverbs.SGE{Addr: src, Length: n, LKey: lk})
+			w.SetRDMA(dst, rk)
+			sent := sw.Direct.Load()
+			post := func() {
+				qa.PostSend(w)
+				// No Sync of b here: it would take b's batches itself.
+				waitFor(t, "packets handed to the held receiver", func() bool { return sw.Direct.Load() > sent })
+				// a's engine found b's batches out of its reach: it must
+				// go on with its own work, not wait for b.
+				synced := make(chan struct{})
+				go func() { a.dev.Sync(); close(synced) }()
+				select {
+				case <-synced:
+				case <-time.After(time.Minute):
+					t.Fatal("a's engine is stuck behind b")
+				}
+			}
+			switch hold {
+			case "free":
+				qa.PostSend(w)
+			case "receiver locked":
+				b.dev.WithLock(post)
+			case "receiver taking":
+				b.dev.HoldTaking(post)
+			}
+			if e := poll(t, a.cq); e.Status != uverbs.WCSuccess {
+				t.Fatalf("WRITE %+v", e)
+			}
+			if !bytes.Equal(b.RAM.Mem[dst:dst+n], a.RAM.Mem[src:src+n]) {
+				t.Fatal("the target does not hold the source's bytes")
+			}
+			_, qps := a.dev.Stats()
+			if st := qps[qa.QPN]; st.Retransmitted != 0 || st.Timeouts != 0 {
+				t.Errorf("packets sent again (a batch left in the queue until a timeout): %+v", st)
+			}
+			if hold == "free" && b.dev.HelpedBatches() == 0 {
+				t.Error("no batch taken by the sender's engine")
+			}
+		})
+	}
+}

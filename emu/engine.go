@@ -15,7 +15,19 @@ import (
 // engine runs the device's work queues off the connection's reader: a
 // doorbell only records which queue has news (coalesced, so pending work is
 // bounded by the number of queues) and the engine goroutine does the DMA.
+//
+// Batches of packets from other HCAs of the process (fabric.Batch) wait in
+// a queue of their own, and whoever holds taking handles them, in the order
+// they came: this engine, or the engine of the HCA that sent them, which
+// offers to take them as soon as it has sent them (worker.offer) instead of
+// waking this one. A packet and its answer then cost no goroutine hand-off:
+// the sender's engine runs the receiver's part too, under the receiver's
+// lock, and finds the answer in its own queue when it is done. Where the
+// offer fails (this engine or another helper is taking already, or this
+// device's lock is busy: a helper never waits for one), this engine is
+// woken as before.
 type engine struct {
+	d        *Device
 	mu       sync.Mutex
 	pending  map[uint64]uint32 // kind<<32|handle -> OR of kick flags
 	spare    map[uint64]uint32 // the other map, handed back empty by run
@@ -24,12 +36,70 @@ type engine struct {
 	wake     chan struct{}
 	rx       chan []byte // frames from the fabric
 	rxDrops  uint64
-	// rxb: batches of packets from other HCAs, sent without frames
-	// (fabric.Batch); rxbHeld counts the reserved room in it.
-	rxb     chan *fabric.Batch
+	// Batches from other HCAs: a ring of directQueue (Reserve bounds it),
+	// under qmu; rxbHeld counts the reserved room (queued or being built).
+	qmu     sync.Mutex
+	queue   [directQueue]*fabric.Batch
+	qhead   int
+	qlen    int
 	rxbHeld atomic.Int32
-	quit    chan struct{}
-	done    chan struct{}
+	helped  atomic.Uint64 // batches another device's engine took for this one
+	// taking is held by whoever takes batches off the queue and handles
+	// them (this engine, or a helper), so they are handled in order.
+	taking sync.Mutex
+	quit   chan struct{}
+	done   chan struct{}
+	w      worker // the engine goroutine's own
+}
+
+// worker is what an engine goroutine carries through its work: the engines
+// of the HCAs it delivered batches to without waking them (fabric.Batch's
+// Helped), which it offers to help once its unit of work is done. It
+// belongs to one goroutine.
+type worker struct {
+	self *engine
+	help []*engine // help[next:] are still to be offered
+	next int
+}
+
+// maxHelp bounds the engines a worker helps after one unit of work (the
+// receivers' answers may add more); the rest are woken instead.
+const maxHelp = 8
+
+// add records that e has a batch the worker promised to offer to take.
+// Every such batch is offered (or its engine woken) after it was
+// delivered: e is added again if its offer has been made already.
+func (w *worker) add(e *engine) {
+	for _, h := range w.help[w.next:] {
+		if h == e {
+			return
+		}
+	}
+	w.help = append(w.help, e)
+}
+
+// offer takes the batches it delivered (and those its taking delivered in
+// turn) for their receivers where it can, and wakes the receivers where it
+// cannot. No lock is held when it is called.
+func (w *worker) offer() {
+	for w.next < len(w.help) {
+		e := w.help[w.next]
+		w.next++
+		switch {
+		case e == w.self:
+			e.signal() // its own queue: the engine's loop goes round again
+		case w.next > maxHelp || !e.taking.TryLock():
+			e.signal()
+		default:
+			e.takeBatches(w, rxBatch)
+			e.taking.Unlock()
+			if e.queued() > 0 {
+				e.signal() // more than it takes, or its lock was busy
+			}
+		}
+	}
+	clear(w.help)
+	w.help, w.next = w.help[:0], 0
 }
 
 const (
@@ -55,7 +125,7 @@ func (eng *engine) start(d *Device) {
 	eng.fired = map[uint32]uint64{}
 	eng.wake = make(chan struct{}, 1)
 	eng.rx = make(chan []byte, rxQueue)
-	eng.rxb = make(chan *fabric.Batch, directQueue)
+	eng.d, eng.w = d, worker{self: eng}
 	eng.quit = make(chan struct{})
 	eng.done = make(chan struct{})
 	go eng.run(d)
@@ -65,6 +135,11 @@ func (eng *engine) kick(kind uint32, handle, flags uint32) {
 	eng.mu.Lock()
 	eng.pending[uint64(kind)<<32|uint64(handle)] |= flags
 	eng.mu.Unlock()
+	eng.signal()
+}
+
+// signal wakes the engine goroutine (any goroutine; never blocks).
+func (eng *engine) signal() {
 	select {
 	case eng.wake <- struct{}{}:
 	default:
@@ -84,10 +159,7 @@ func (eng *engine) kickTimer(h uint32, gen uint64) {
 	eng.fired[h] = gen
 	eng.pending[uint64(kickQP)<<32|uint64(h)] |= kickTimer
 	eng.mu.Unlock()
-	select {
-	case eng.wake <- struct{}{}:
-	default:
-	}
+	eng.signal()
 }
 
 // drop forgets pending kicks (device reset).
@@ -105,37 +177,40 @@ func (eng *engine) stop() {
 
 func (eng *engine) run(d *Device) {
 	defer close(eng.done)
+	w := &eng.w
 	for {
 		var first []byte
-		var firstBatch *fabric.Batch
 		select {
 		case <-eng.quit:
 			eng.drainRx()
 			return
 		case <-eng.wake:
 		case first = <-eng.rx:
-		case firstBatch = <-eng.rxb:
 		}
-		if first != nil || firstBatch != nil {
+		if first != nil {
 			// The lock is taken per frame (per batch of packets), not for
 			// all of them: a doorbell or a command from a vCPU waits for
 			// one frame (batch) at most.
-			if first != nil {
-				d.receiveLocked(first)
-			} else {
-				eng.receiveBatch(d, firstBatch)
-			}
-		batch:
-			for i := 0; i < rxBatch; i++ {
+			d.receiveLocked(w, first)
+		frames:
+			for i := 1; i < rxBatch; i++ {
 				select {
 				case f := <-eng.rx:
-					d.receiveLocked(f)
-				case b := <-eng.rxb:
-					eng.receiveBatch(d, b)
+					d.receiveLocked(w, f)
 				default:
-					break batch
+					break frames
 				}
 			}
+			w.offer()
+		}
+		if eng.queued() > 0 {
+			eng.taking.Lock()
+			eng.takeBatches(w, rxBatch)
+			eng.taking.Unlock()
+			if eng.queued() > 0 {
+				eng.signal() // more than one turn's worth: doorbell work first
+			}
+			w.offer()
 		}
 		eng.mu.Lock()
 		if len(eng.pending) == 0 && len(eng.barriers) == 0 {
@@ -155,7 +230,7 @@ func (eng *engine) run(d *Device) {
 			// QP's bounded batch of work at most (sqBatch WQEs, a window of
 			// RC packets), not for every QP with news.
 			closed := false
-			d.engineWork(func() {
+			d.engineWork(w, func() {
 				if closed = d.closed; closed {
 					return
 				}
@@ -172,6 +247,7 @@ func (eng *engine) run(d *Device) {
 					// SRQ WQEs are consumed when a message arrives; nothing to do.
 				}
 			})
+			w.offer()
 			if closed {
 				break
 			}
@@ -186,19 +262,15 @@ func (eng *engine) run(d *Device) {
 			for n := len(eng.rx); n > 0; n-- {
 				select {
 				case f := <-eng.rx:
-					d.receiveLocked(f)
+					d.receiveLocked(w, f)
 				default:
 					n = 1
 				}
 			}
-			for n := len(eng.rxb); n > 0; n-- {
-				select {
-				case b := <-eng.rxb:
-					eng.receiveBatch(d, b)
-				default:
-					n = 1
-				}
-			}
+			eng.taking.Lock()
+			eng.takeBatches(w, eng.queued())
+			eng.taking.Unlock()
+			w.offer()
 		}
 		for _, b := range barriers {
 			close(b)
@@ -207,8 +279,8 @@ func (eng *engine) run(d *Device) {
 }
 
 // receiveLocked handles one received frame under the device lock.
-func (d *Device) receiveLocked(frame []byte) {
-	if !d.engineWork(func() { d.receivePort(frame) }) {
+func (d *Device) receiveLocked(w *worker, frame []byte) {
+	if !d.engineWork(w, func() { d.receivePort(frame) }) {
 		fabric.Release(frame) // a fatal device takes no frames
 	}
 }
@@ -220,8 +292,18 @@ func (d *Device) receiveLocked(frame []byte) {
 // device declares DEVICE_FATAL (the driver passes it on to its consumers as
 // IB_EVENT_DEVICE_FATAL), and the engine does no more work for the device
 // until it is reset.
-func (d *Device) engineWork(fn func()) (ran bool) {
+//
+// w is the engine goroutine doing the work, this device's or a helper's:
+// batches the work sends go to their receivers without waking them, and w
+// offers to take them once the work is done (worker.offer).
+func (d *Device) engineWork(w *worker, fn func()) (ran bool) {
 	d.mu.Lock()
+	return d.workLocked(w, fn)
+}
+
+// workLocked is engineWork once the lock is taken; it lets it go.
+func (d *Device) workLocked(w *worker, fn func()) (ran bool) {
+	d.w = w
 	defer d.unlock()
 	if d.fatal {
 		return false
@@ -243,21 +325,64 @@ func (eng *engine) drainRx() {
 		select {
 		case f := <-eng.rx:
 			fabric.Release(f)
-		case b := <-eng.rxb:
-			eng.rxbHeld.Add(-1)
-			b.Release()
 		default:
+			eng.taking.Lock()
+			for b := eng.pop(); b != nil; b = eng.pop() {
+				eng.rxbHeld.Add(-1)
+				b.Release()
+			}
+			eng.taking.Unlock()
 			return
 		}
 	}
 }
 
-// receiveBatch handles a batch of packets from another HCA under the
-// device lock, and gives its room in the queue back.
-func (eng *engine) receiveBatch(d *Device, b *fabric.Batch) {
-	eng.rxbHeld.Add(-1)
-	d.engineWork(func() { d.receiveDirect(b) })
-	b.Release()
+// queued is the number of batches waiting in the queue.
+func (eng *engine) queued() int {
+	eng.qmu.Lock()
+	defer eng.qmu.Unlock()
+	return eng.qlen
+}
+
+// pop takes the batch queued first, nil when none is.
+func (eng *engine) pop() *fabric.Batch {
+	eng.qmu.Lock()
+	defer eng.qmu.Unlock()
+	if eng.qlen == 0 {
+		return nil
+	}
+	b := eng.queue[eng.qhead]
+	eng.queue[eng.qhead] = nil
+	eng.qhead = (eng.qhead + 1) % directQueue
+	eng.qlen--
+	return b
+}
+
+// takeBatches handles up to max queued batches, in order, each under the
+// device lock, for worker w; the caller holds taking. A helper (another
+// device's engine) never waits for the lock: it stops where the lock is
+// busy, leaving the rest to this engine.
+func (eng *engine) takeBatches(w *worker, max int) {
+	helper := w != &eng.w
+	for ; max > 0; max-- {
+		if helper && !eng.d.mu.TryLock() {
+			return
+		}
+		if !helper {
+			eng.d.mu.Lock()
+		}
+		b := eng.pop()
+		if b == nil {
+			eng.d.mu.Unlock()
+			return
+		}
+		eng.rxbHeld.Add(-1)
+		if helper {
+			eng.helped.Add(1)
+		}
+		eng.d.workLocked(w, func() { eng.d.receiveDirect(b) })
+		b.Release()
+	}
 }
 
 // Reserve makes room for one batch from another HCA (fabric.DirectReceiver;
@@ -270,8 +395,24 @@ func (eng *engine) Reserve() bool {
 	return true
 }
 
-// Deliver queues a batch Reserve made room for (never blocks).
-func (eng *engine) Deliver(b *fabric.Batch) { eng.rxb <- b }
+// Deliver queues a batch Reserve made room for (any goroutine; never
+// blocks), and wakes the engine unless the sender will offer to take it.
+func (eng *engine) Deliver(b *fabric.Batch) {
+	helped := b.Helped // b is the taker's once queued
+	eng.qmu.Lock()
+	if eng.qlen == directQueue { // Reserve bounds the queue: not reached
+		eng.qmu.Unlock()
+		eng.rxbHeld.Add(-1)
+		b.Release()
+		return
+	}
+	eng.queue[(eng.qhead+eng.qlen)%directQueue] = b
+	eng.qlen++
+	eng.qmu.Unlock()
+	if !helped {
+		eng.signal()
+	}
+}
 
 // receive takes a frame from the fabric (any goroutine; never blocks). A
 // full queue drops the frame and reports it, so the sender backs off.
@@ -319,7 +460,7 @@ func (d *Device) Sync() { d.eng.sync() }
 func (d *Device) Idle() bool {
 	d.eng.mu.Lock()
 	defer d.eng.mu.Unlock()
-	return len(d.eng.rx) == 0 && len(d.eng.pending) == 0
+	return len(d.eng.rx) == 0 && len(d.eng.pending) == 0 && d.eng.queued() == 0
 }
 
 // doorbell handles a UAR write (reader goroutine).

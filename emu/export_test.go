@@ -9,4 +9,16 @@ func (d *Device) WithLock(fn func()) {
 }
 
 // EngineWork runs fn as the engine runs a unit of its work.
-func (d *Device) EngineWork(fn func()) bool { return d.engineWork(fn) }
+func (d *Device) EngineWork(fn func()) bool { return d.engineWork(nil, fn) }
+
+// HelpedBatches is the number of batches from other HCAs that the sending
+// HCA's engine took for this device (its own engine not woken).
+func (d *Device) HelpedBatches() uint64 { return d.eng.helped.Load() }
+
+// HoldTaking runs fn while holding the right to take the device's queued
+// batches, as its engine or a helper does while it takes them.
+func (d *Device) HoldTaking(fn func()) {
+	d.eng.taking.Lock()
+	defer d.eng.taking.Unlock()
+	fn()
+}

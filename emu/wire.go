@@ -288,11 +288,21 @@ func buildIB(room []byte, f *roce.PacketFields, payload *transport.Payload, mem 
 	return roce.BuildRun(room, f, run)
 }
 
-// flushOut hands the batch being built to its receiver.
+// flushOut hands the batch being built to its receiver. Under an engine's
+// work the receiver is not woken: the engine offers to take the batch for
+// it when the work is done (worker.offer).
 func (d *Device) flushOut() {
 	b := d.out.batch
 	d.out = directOut{}
-	d.direct.Flush(b)
+	w := d.w
+	if w == nil {
+		d.direct.Flush(b)
+		return
+	}
+	b.Helped = true
+	if e, ok := d.direct.Flush(b).(*engine); ok {
+		w.add(e) // every HCA port's taker is its device's engine (New)
+	}
 }
 
 // receiveDirect handles a batch of packets another HCA sent without frames

@@ -25,7 +25,10 @@ type DirectReceiver interface {
 	// Deliver.
 	Reserve() bool
 	// Deliver hands over a batch Reserve made room for: it never blocks
-	// and owns the batch afterwards (it calls Release).
+	// and owns the batch afterwards (it calls Release). A batch marked
+	// Helped may wait in the receiver's queue without waking its taker:
+	// its sender offers to take it (for the receiver) soon after, and
+	// wakes the taker where that fails.
 	Deliver(b *Batch)
 }
 
@@ -74,8 +77,11 @@ type Batch struct {
 	Packets []Packet
 	// Lender and Epoch: whose memory the packets' Extents name, and the
 	// epoch at which it lent them (see Lender).
-	Lender  Lender
-	Epoch   uint64
+	Lender Lender
+	Epoch  uint64
+	// Helped: the sender will see to it that the receiver takes the batch
+	// (DirectReceiver.Deliver), so delivering it need not wake anyone.
+	Helped  bool
 	extents []Extent
 	to      *Port
 	buf     []byte
@@ -158,7 +164,7 @@ func (b *Batch) Count() uint64 { return b.count }
 func (b *Batch) Release() {
 	clear(b.Packets)
 	b.Packets, b.to, b.used, b.count, b.inRuns = b.Packets[:0], nil, 0, 0, 0
-	b.Lender, b.Epoch, b.extents, b.lent = nil, 0, b.extents[:0], 0
+	b.Lender, b.Epoch, b.extents, b.lent, b.Helped = nil, 0, b.extents[:0], 0, false
 	select {
 	case batchFree <- b:
 	default:
@@ -219,10 +225,10 @@ func (p *Port) Open(to *Port) *Batch {
 	return b
 }
 
-// Flush hands the batch Open started to its port. An empty batch, or one
-// for a port gone since, still uses its reservation: the receiver releases
-// it.
-func (p *Port) Flush(b *Batch) {
+// Flush hands the batch Open started to its port, and returns the port's
+// taker it went to. An empty batch, or one for a port gone since, still
+// uses its reservation: the receiver releases it.
+func (p *Port) Flush(b *Batch) DirectReceiver {
 	to := b.to
 	if n := b.count; to.gone.Load() {
 		p.sw.Dropped.Add(n)
@@ -232,5 +238,7 @@ func (p *Port) Flush(b *Batch) {
 		p.sw.DirectRuns.Add(b.inRuns)
 		p.sw.DirectLent.Add(b.lent)
 	}
-	(*to.direct.Load()).Deliver(b)
+	r := *to.direct.Load()
+	r.Deliver(b)
+	return r
 }
