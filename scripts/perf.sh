@@ -21,6 +21,7 @@
 #   ib_write_bw  -s 4096 / 65536 / 1048576
 #   ib_send_lat  -s 2
 #   ib_write_lat -s 2
+#   ib_read_lat  -s 2
 # Guest 0 runs the servers; guest 1 the clients, which retry (bounded) until
 # the server listens. Under TCG (no KVM) absolute numbers are low: compare
 # the columns, not the machines.
@@ -77,6 +78,7 @@ suite() {
 	pt write_bw_1MiB  ib_write_bw  $o -s 1048576 -n $bw1m
 	pt send_lat_2B    ib_send_lat  $o -s 2       -n $lat
 	pt write_lat_2B   ib_write_lat $o -s 2       -n $lat
+	pt read_lat_2B    ib_read_lat  $o -s 2       -n $lat
 }
 if [ "$HCAEMU_RDMA_DEV" = rxe0 ]; then
 	suite rxe0 @RX4K@ @RX64K@ @RX1M@ @RXLAT@
@@ -122,12 +124,12 @@ awk '
 /^\[g1\] +[0-9]/ && hdr && dev != "" {
 	k = dev " " label
 	if (label ~ /_bw_/) v[k] = sprintf("%.2f MiB/s (%.4f Mpps)", $5, $6)
-	else v[k] = sprintf("typ %.1f avg %.1f p99 %.1f us", $6, $7, $9)
+	else v[k] = sprintf("typ %.1f min %.1f avg %.1f p99 %.1f us", $6, $4, $7, $9)
 	hdr = 0
 	if (!(label in seen)) { seen[label] = 1; order[++n] = label }
 }
 END {
-	printf "%-16s  %-34s  %-34s  %s\n", "test", "hcaemu (vmw_pvrdma0)", "soft-RoCE (rxe0)", "ratio"
+	printf "%-16s  %-42s  %-42s  %s\n", "test", "hcaemu (vmw_pvrdma0)", "soft-RoCE (rxe0)", "ratio"
 	for (i = 1; i <= n; i++) {
 		l = order[i]; a = v["vmw_pvrdma0 " l]; b = v["rxe0 " l]
 		if (a == "") a = (fail["vmw_pvrdma0 " l] ? "FAILED" : "-")
@@ -136,7 +138,7 @@ END {
 		r = "-"
 		if (l ~ /_bw_/ && y[1] + 0 > 0) r = sprintf("%.1fx", x[1] / y[1])
 		if (l ~ /_lat_/ && x[2] + 0 > 0) r = sprintf("%.1fx", y[2] / x[2])
-		printf "%-16s  %-34s  %-34s  %s\n", l, a, b, r
+		printf "%-16s  %-42s  %-42s  %s\n", l, a, b, r
 	}
 }' "$log"
 exit "$status"
