@@ -55,7 +55,12 @@ try 18613 ibv_rc_pingpong -g 1 -n 200 -s 100
 # bounded: poll CONDITION (a shell command) every 0.1 s, at most 120 s.
 bounded() { i=0; until eval "$1"; do i=$((i+1)); if [ $i -ge 1200 ]; then echo "TIMEOUT waiting for: $1"; return 1; fi; sleep 0.1; done; }
 ibv_asyncwatch > /tmp/aw.out 2>&1 &
-aw=$!
+# gosh sets no $! and its kill takes no signal 0: find the watcher by name,
+# and tell it is alive from its State (gone, or a zombie, once it ends).
+awpid() { for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = ibv_asyncwatch ] && echo ${p#/proc/}; done; }
+running() { grep -q "^State:\s*[RSDT]" /proc/$1/status 2>/dev/null; }
+bounded '[ -n "$(awpid)" ]'
+aw=$(awpid)
 # Listening once its context has an async event file (no fixed sleep).
 bounded 'for f in /proc/$aw/fd/*; do readlink $f; done 2>/dev/null | grep -q infinibandevent'
 ibv_srq_pingpong -g 1 -p 18620 127.0.0.1 >/dev/null 2>&1
@@ -67,17 +72,17 @@ echo "RESULT $? mr"
 ibv_srq_pingpong -g 1 -p 18622 127.0.0.1 >/dev/null 2>&1
 # DEVICE_FATAL ends ibv_asyncwatch (its device is disassociated), which
 # flushes what it printed.
-bounded '! kill -0 $aw 2>/dev/null'
+bounded '! running $aw'
 echo "ASYNC BEGIN"
 cat /tmp/aw.out
 echo "ASYNC END"
 exit 0
 `
 	// 15 minutes: ib_read_bw under 5 % loss of READ responses resends
-	// ~30 times its data (go-back-N over 16 outstanding READs), and the
-	// wait for ibv_asyncwatch's event file below has been running into its
-	// 120 s bound in passing runs too; at 10 minutes a slow run was cut
-	// off before the port flap (CI on a539399).
+	// ~30 times its data (go-back-N over 16 outstanding READs); at 10
+	// minutes a slow run was cut off before the port flap (CI on a539399,
+	// when the wait for ibv_asyncwatch's event file still ran into its
+	// 120 s bound every time: gosh has no $!).
 	out, code := hcaemuRun(t, "--guests", "2", "--timeout", "15m", "--faults", plan, "--", script)
 	if code != 0 {
 		t.Errorf("hcaemu run exited %d", code)
