@@ -117,6 +117,10 @@ type Device struct {
 	// w: the engine goroutine working under the lock (engineWork), nil for
 	// any other holder (a vCPU's register write, a command).
 	w *worker
+	// batching: a batch from another HCA is being taken; held: the RC QPs
+	// it reached so far, whose responses wait for its end (receiveDirect).
+	batching bool
+	held     []*qp
 
 	// The register file a vCPU reads. Reads never take mu: a register read
 	// must not wait behind the engine's batch of frames or a long send queue.

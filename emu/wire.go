@@ -308,10 +308,16 @@ func (d *Device) flushOut() {
 // receiveDirect handles a batch of packets another HCA sent without frames
 // (engine goroutine, d.mu held): each as receiveFrame handles a frame's,
 // without the Ethernet, IP and UDP headers and the ICRC no frame carried.
+//
+// The RC QPs a batch reaches answer it once: their responses are held until
+// the batch is done (rc.QP.HoldResponses), so a stream of small requests is
+// acknowledged by one ACK per batch instead of one per packet.
 func (d *Device) receiveDirect(b *fabric.Batch) {
 	if d.portDown || d.dsr == nil || !d.active {
 		return
 	}
+	d.batching = true
+	defer d.releaseHeld()
 	for i := range b.Packets {
 		pkt := &b.Packets[i]
 		run := max(pkt.Run, 1)
@@ -332,6 +338,19 @@ func (d *Device) receiveDirect(b *fabric.Batch) {
 		d.lent = lentPayload{}
 		b.Lender.Unpin()
 	}
+}
+
+// releaseHeld sends the responses the QPs a batch reached held back.
+func (d *Device) releaseHeld() {
+	d.batching = false
+	for _, qp := range d.held {
+		qp.held = false
+		if d.res.qp.get(qp.handle) == qp && qp.rc != nil {
+			qp.rc.ReleaseResponses()
+		}
+	}
+	clear(d.held)
+	d.held = d.held[:0]
 }
 
 // receiveFrame handles one frame from the fabric (engine goroutine, d.mu
@@ -454,6 +473,11 @@ func (d *Device) receivePacket(qp *qp, pkt *roce.Packet, src, dst netip.Addr, ip
 		size := len(pkt.Payload)
 		if lent != nil {
 			from, size, scratch = lent, lent.n, d.scratch()
+		}
+		if d.batching && qp.rc != nil && !qp.held {
+			qp.held = true
+			qp.rc.HoldResponses()
+			d.held = append(d.held, qp)
 		}
 		if qp.rc != nil && !qp.rc.ReceiveRunFrom(pkt, run, src, dst, from, scratch) {
 			d.res.addrMismatches += uint64(run)

@@ -148,14 +148,8 @@ func (q *QP) PostRecv(w uverbs.RecvWQE) {
 
 // PostSend writes a send WQE and rings the SQ doorbell.
 func (q *QP) PostSend(w uverbs.SendWQE) {
-	if w.NumSGE == 0 {
-		w.NumSGE = uint32(len(w.SGE))
-	}
-	gpa := q.slot(1, q.sqStride, q.sqProd, q.Spec.SendWR)
-	w.Encode(q.d.RAM.Mem[gpa : gpa+uint64(q.sqStride)])
-	q.sqProd = uverbs.Ring{N: q.Spec.SendWR}.Next(q.sqProd)
-	q.d.Put32(q.Pages[0]+uverbs.TxProdTail, q.sqProd)
-	q.d.Doorbell(q.Spec.UAR, 0, q.Handle|1<<30)
+	q.WriteSend(w)
+	q.RingSend()
 }
 
 // SQConsHead and RQConsHead read the device-owned consumer indices.

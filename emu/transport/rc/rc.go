@@ -123,6 +123,7 @@ type respItem struct {
 	next uint32
 	psn  uint32
 	syn  roce.Syndrome
+	msn  uint32 // an ACK's: the MSN when it was owed
 }
 
 const (
@@ -189,6 +190,8 @@ type QP struct {
 	// order.
 	out      []respItem
 	outStore []respItem // the storage out starts in when it starts empty (no allocation per response)
+	// hold: responses wait in out until ReleaseResponses (HoldResponses).
+	hold bool
 
 	stats Stats
 }
@@ -1208,7 +1211,7 @@ func (qp *QP) sendAck(psn uint32, syn roce.Syndrome) {
 	if qp.suppressAck && syn.IsACK() {
 		return // an injected fault keeps this ACK back
 	}
-	qp.respond(respItem{kind: respAck, psn: psn, syn: syn})
+	qp.respond(respItem{kind: respAck, psn: psn, syn: syn, msn: qp.msn})
 }
 
 // respond sends a response now, or queues it behind the ones waiting.
@@ -1220,7 +1223,10 @@ func (qp *QP) sendAck(psn uint32, syn roce.Syndrome) {
 func (qp *QP) respond(item respItem) {
 	out := qp.out
 	switch {
-	case len(out) > 1 && item.kind == respAck && out[len(out)-1].kind == respAck:
+	case !qp.hold && len(out) > 1 && item.kind == respAck && out[len(out)-1].kind == respAck:
+		out[len(out)-1] = item
+		return
+	case qp.hold && len(out) > 0 && coalesces(&out[len(out)-1], &item):
 		out[len(out)-1] = item
 		return
 	case len(out) >= maxQueuedResponses:
@@ -1232,6 +1238,32 @@ func (qp *QP) respond(item respItem) {
 	qp.out = append(out, item)
 	if len(qp.out) == 1 {
 		qp.outStore = qp.out[:0]
+		if !qp.hold {
+			qp.FlushResponses()
+		}
+	}
+}
+
+// coalesces reports whether a held ACK may stand for the one queued
+// before it: both plain ACKs (no NAK, no RNR NAK), the later for a PSN at or
+// past the earlier's. ACKs are cumulative: the later one acknowledges what
+// the earlier did.
+func coalesces(queued, item *respItem) bool {
+	return queued.kind == respAck && item.kind == respAck && queued.syn.IsACK() && item.syn.IsACK() &&
+		roce.PSNDiff(item.psn, queued.psn) >= 0
+}
+
+// HoldResponses keeps the responses the QP owes queued until
+// ReleaseResponses, and lets a plain ACK replace a queued plain ACK for an
+// earlier PSN: a batch of request packets taken at once is acknowledged
+// once, as hardware coalesces ACKs, instead of once per packet. A NAK
+// sends what is held first, and itself at once.
+func (qp *QP) HoldResponses() { qp.hold = true }
+
+// ReleaseResponses ends HoldResponses and sends what is queued.
+func (qp *QP) ReleaseResponses() {
+	qp.hold = false
+	if len(qp.out) > 0 {
 		qp.FlushResponses()
 	}
 }
@@ -1246,7 +1278,7 @@ func (qp *QP) FlushResponses() {
 		var err error
 		switch item.kind {
 		case respAck:
-			err = qp.sendAckNow(item.psn, item.syn)
+			err = qp.sendAckNow(item.psn, item.syn, item.msn)
 		case respAtomic:
 			err = qp.atomicAck(&item.res)
 		case respRead:
@@ -1277,21 +1309,24 @@ func (qp *QP) FlushResponses() {
 	qp.out = nil
 }
 
-// sendAckNow sends an ACK or NAK with the current MSN.
-func (qp *QP) sendAckNow(psn uint32, syn roce.Syndrome) error {
+// sendAckNow sends an ACK or NAK with MSN msn.
+func (qp *QP) sendAckNow(psn uint32, syn roce.Syndrome, msn uint32) error {
 	path, ok := qp.env.Path()
 	if !ok {
 		return nil
 	}
 	f := qp.fields(roce.RCAcknowledge, psn)
-	f.AETH = roce.AETHFields{Syndrome: syn, MSN: qp.msn}
+	f.AETH = roce.AETHFields{Syndrome: syn, MSN: msn}
 	return qp.env.Transmit(path, f, transport.Payload{})
 }
 
 // nak sends a class-C NAK (at once: the QP stops here) and moves the QP to
 // ERR.
 func (qp *QP) nak(psn uint32, code roce.NAKCode, ev transport.Event) {
-	qp.sendAckNow(psn, roce.NAKSyndrome(code))
+	if qp.hold {
+		qp.ReleaseResponses() // the ACKs held before it go first
+	}
+	qp.sendAckNow(psn, roce.NAKSyndrome(code), qp.msn)
 	qp.env.Error(ev)
 }
 

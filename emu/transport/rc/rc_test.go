@@ -568,3 +568,65 @@ func TestRNRThenSequenceNAK(t *testing.T) {
 		})
 	}
 }
+
+// TestHeldResponses: while the responder holds its responses (a batch of
+// packets taken at once), the plain ACKs it owes collapse into the last
+// one, which acknowledges them all; nothing is sent until the release.
+// Anything but a plain ACK for a later PSN keeps its place: an RNR NAK,
+// a sequence NAK and the ACKs around them go out in order, and a NAK that
+// ends the QP (an access error) sends the ACKs held before it first.
+func TestHeldResponses(t *testing.T) {
+	write := func(psn uint32, off int) roce.PacketFields {
+		f := reqPacket(roce.RCRDMAWriteOnly, psn, true, []byte{1, 2, 3, 4})
+		f.RETH = roce.RETHFields{VA: testVA + uint64(off), RKey: testKey, DMALength: 4}
+		return f
+	}
+	send := func(psn uint32) roce.PacketFields { return reqPacket(roce.RCSendOnly, psn, true, []byte{5, 6}) }
+	badKey := func(psn uint32) roce.PacketFields {
+		f := write(psn, 0)
+		f.RETH.RKey ^= 0x100
+		return f
+	}
+	rnr := roce.RNRNAKSyndrome(testMinRNR)
+	tests := []struct {
+		name    string
+		packets []roce.PacketFields
+		recvs   int
+		want    []wantPacket
+		events  int
+	}{
+		{"four WRITEs, one ACK", []roce.PacketFields{write(testRQPSN, 0), write(testRQPSN+1, 8), write(testRQPSN+2, 16), write(testRQPSN+3, 24)}, 0,
+			[]wantPacket{{op: roce.RCAcknowledge, psn: testRQPSN + 3, syn: ackOK, msn: 4}}, 0},
+		{"a duplicate's ACK is the same", []roce.PacketFields{write(testRQPSN, 0), write(testRQPSN+1, 8), write(testRQPSN, 0)}, 0,
+			[]wantPacket{{op: roce.RCAcknowledge, psn: testRQPSN + 1, syn: ackOK, msn: 2}}, 0},
+		{"an RNR NAK between ACKs", []roce.PacketFields{write(testRQPSN, 0), send(testRQPSN + 1), send(testRQPSN + 1)}, 0,
+			[]wantPacket{{op: roce.RCAcknowledge, psn: testRQPSN, syn: ackOK, msn: 1}, {op: roce.RCAcknowledge, psn: testRQPSN + 1, syn: rnr, msn: 1},
+				{op: roce.RCAcknowledge, psn: testRQPSN + 1, syn: rnr, msn: 1}}, 0},
+		{"a sequence NAK between ACKs", []roce.PacketFields{write(testRQPSN, 0), write(testRQPSN+2, 8), write(testRQPSN+1, 16), write(testRQPSN+2, 24)}, 0,
+			[]wantPacket{{op: roce.RCAcknowledge, psn: testRQPSN, syn: ackOK, msn: 1},
+				{op: roce.RCAcknowledge, psn: testRQPSN + 1, syn: roce.NAKSyndrome(roce.NAKPSNSequenceError), msn: 1},
+				{op: roce.RCAcknowledge, psn: testRQPSN + 2, syn: ackOK, msn: 3}}, 0},
+		{"an access error sends the held ACK first", []roce.PacketFields{write(testRQPSN, 0), write(testRQPSN+1, 8), badKey(testRQPSN + 2)}, 0,
+			[]wantPacket{{op: roce.RCAcknowledge, psn: testRQPSN + 1, syn: ackOK, msn: 2},
+				{op: roce.RCAcknowledge, psn: testRQPSN + 2, syn: roce.NAKSyndrome(roce.NAKRemoteAccessError), msn: 2}}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, nil)
+			h.qp.HoldResponses()
+			for _, f := range tt.packets {
+				h.receive(f)
+			}
+			if tt.events == 0 {
+				if got := h.Take(); len(got) != 0 {
+					t.Fatalf("%d packets sent while held", len(got))
+				}
+			}
+			h.qp.ReleaseResponses()
+			checkPackets(t, h.Take(), tt.want)
+			if len(h.Events) != tt.events {
+				t.Errorf("events %v, want %d", h.Events, tt.events)
+			}
+		})
+	}
+}

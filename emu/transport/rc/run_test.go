@@ -217,17 +217,26 @@ func (h *harness) responderState() responderState {
 
 // FuzzRunEquivalent: a run received whole does exactly what its packets
 // received one at a time do (see above).
-func FuzzRunEquivalent(f *testing.F) {
+// runSeeds are programs of runSteps for the fuzz targets below.
+func runSeeds() [][]byte {
 	// WRITE FIRST, a run of 3, LAST; a SEND FIRST, a run of 5, LAST; the
 	// same again.
 	whole := []byte{4, 3, 4, 0, 5, 3, 2, 8, 6, 3, 7, 0, 0, 3, 0, 0, 1, 3, 4, 8, 2, 3, 0, 8}
-	f.Add(append(whole, whole...))
-	// A run out of sequence, a duplicate run, a run of a foreign PMTU.
-	f.Add([]byte{4, 3, 9, 0, 5, 5, 2, 0, 5, 1, 2, 0, 5, 3, 2, 3, 5, 3, 2, 0})
-	// A run longer than the WRITE, a run past the receive buffer.
-	f.Add([]byte{4, 3, 1, 0, 5, 3, 5, 0, 0, 3, 0, 0, 1, 3, 5, 0, 1, 3, 5, 0, 1, 3, 5, 0})
-	// The region goes mid-message; a bad key; a run of READ responses.
-	f.Add([]byte{4, 3, 40, 0, 5, 3, 3, 0, 9, 0, 0, 0, 5, 3, 3, 0, 4, 3, 4, 16, 8, 3, 3, 0})
+	return [][]byte{
+		append(whole, whole...),
+		// A run out of sequence, a duplicate run, a run of a foreign PMTU.
+		{4, 3, 9, 0, 5, 5, 2, 0, 5, 1, 2, 0, 5, 3, 2, 3, 5, 3, 2, 0},
+		// A run longer than the WRITE, a run past the receive buffer.
+		{4, 3, 1, 0, 5, 3, 5, 0, 0, 3, 0, 0, 1, 3, 5, 0, 1, 3, 5, 0, 1, 3, 5, 0},
+		// The region goes mid-message; a bad key; a run of READ responses.
+		{4, 3, 40, 0, 5, 3, 3, 0, 9, 0, 0, 0, 5, 3, 3, 0, 4, 3, 4, 16, 8, 3, 3, 0},
+	}
+}
+
+func FuzzRunEquivalent(f *testing.F) {
+	for _, prog := range runSeeds() {
+		f.Add(prog)
+	}
 	f.Fuzz(func(t *testing.T, prog []byte) {
 		whole, apart, lent := newHarness(t, nil), newHarness(t, nil), newHarness(t, nil)
 		for _, h := range []*harness{whole, apart, lent} {
@@ -263,4 +272,74 @@ func FuzzRunEquivalent(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzHeldEquivalent: a responder that holds its responses over windows of
+// steps (rc.QP.HoldResponses: a batch of packets taken at once) does what
+// one answering each packet at once does: the same completions, events,
+// responder state and guest memory, and the same responses in the same
+// order, but that each unbroken series of plain ACKs in a window collapses
+// into its last (ACKs are cumulative).
+func FuzzHeldEquivalent(f *testing.F) {
+	for i, prog := range runSeeds() {
+		f.Add(uint8(i+2), prog)
+	}
+	f.Fuzz(func(t *testing.T, window uint8, prog []byte) {
+		every := 1 + int(window%8)
+		eager, held := newHarness(t, nil), newHarness(t, nil)
+		for _, h := range []*harness{eager, held} {
+			h.PostRecv(100, 0, 3000)
+			h.PostRecv(101, 4096, 700)
+			h.PostRecv(102, 8192, 8000)
+		}
+		var eagerOut []transporttest.Packet
+		var eagerDone []transport.Completion
+		for step := 0; len(prog) >= 4 && step < 64; step++ {
+			s := decodeStep(prog[:4])
+			prog = prog[4:]
+			if step%every == 0 {
+				held.qp.HoldResponses()
+			}
+			eager.apply(t, s, runApart)
+			held.apply(t, s, runApart)
+			eagerOut = append(eagerOut, eager.Take()...)
+			eagerDone = append(eagerDone, eager.Completions()...)
+			if (step+1)%every != 0 && len(prog) >= 4 && step+1 < 64 {
+				continue
+			}
+			held.qp.ReleaseResponses()
+			if diff := cmp.Diff(collapseACKs(eagerOut), held.Take()); diff != "" {
+				t.Fatalf("step %d: packets out differ (-eager, ACKs collapsed +held):\n%s", step, diff)
+			}
+			if diff := cmp.Diff(eagerDone, held.Completions()); diff != "" {
+				t.Fatalf("step %d: completions differ (-eager +held):\n%s", step, diff)
+			}
+			if diff := cmp.Diff(eager.responderState(), held.responderState()); diff != "" {
+				t.Fatalf("step %d: responder state differs (-eager +held):\n%s", step, diff)
+			}
+			if diff := cmp.Diff(eager.Events, held.Events); diff != "" {
+				t.Fatalf("step %d: events differ (-eager +held):\n%s", step, diff)
+			}
+			if !bytes.Equal(eager.RAM.Mem, held.RAM.Mem) {
+				t.Fatalf("step %d: guest memory differs", step)
+			}
+			eagerOut, eagerDone = nil, nil
+		}
+	})
+}
+
+// collapseACKs keeps the last of each unbroken series of plain ACKs.
+func collapseACKs(pkts []transporttest.Packet) []transporttest.Packet {
+	plain := func(p *transporttest.Packet) bool {
+		return p.Fields.BTH.Opcode == roce.RCAcknowledge && p.Fields.AETH.Syndrome.IsACK()
+	}
+	var out []transporttest.Packet
+	for i := range pkts {
+		if n := len(out); n > 0 && plain(&pkts[i]) && plain(&out[n-1]) {
+			out[n-1] = pkts[i]
+			continue
+		}
+		out = append(out, pkts[i])
+	}
+	return out
 }
