@@ -158,6 +158,7 @@ type QP struct {
 
 	// Requester.
 	reqs       []*request
+	reqStore   []*request // the array reqs lives in (compactReqs)
 	spare      []*request // completed requests, reused by take (at most SQDepth)
 	nextPSN    uint32     // PSN of the next new request
 	unacked    uint32     // oldest unacknowledged PSN
@@ -290,9 +291,11 @@ func (qp *QP) take() {
 		return
 	}
 	for ; n > 0 && uint32(len(qp.reqs)) < qp.cfg.SQDepth; n-- {
-		req := new(request)
+		var req *request
 		if last := len(qp.spare) - 1; last >= 0 {
 			req, qp.spare = qp.spare[last], qp.spare[:last]
+		} else {
+			req = new(request) // only when no finished one is spare
 		}
 		wr, ok := qp.env.TakeSend(req.wr.Segs)
 		if !ok {
@@ -302,6 +305,9 @@ func (qp *QP) take() {
 		*req = request{wr: wr, status: wr.Status, length: wr.Length}
 		if req.status == transport.StatusSuccess {
 			qp.prepare(req)
+		}
+		if len(qp.reqs) == cap(qp.reqs) {
+			qp.compactReqs()
 		}
 		qp.reqs = append(qp.reqs, req)
 	}
@@ -756,6 +762,18 @@ func (qp *QP) complete() {
 		qp.rnrWait = false
 		qp.env.Drained()
 	}
+}
+
+// compactReqs moves the requests in flight to the front of their storage,
+// which completed requests leave from the front: a steady stream reuses
+// one array instead of appending into a new one whenever the old runs out.
+func (qp *QP) compactReqs() {
+	if cap(qp.reqStore) < 2*len(qp.reqs) {
+		qp.reqStore = make([]*request, 0, max(2*len(qp.reqs), 16))
+	}
+	n := copy(qp.reqStore[:len(qp.reqs)], qp.reqs)
+	clear(qp.reqStore[n:cap(qp.reqStore)])
+	qp.reqs = qp.reqStore[:n]
 }
 
 // completeSend posts the send completion of wr.
