@@ -47,20 +47,14 @@ func TestE2EDeviceFaults(t *testing.T) {
 	if err := os.WriteFile(plan, []byte(devFaultsPlan), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	script := guestTry + `
+	script := guestTry + guestWait + `
 try 18611 ib_read_bw -x 1 -F -s 65536 -n 1000
 try 18612 ib_atomic_bw -x 1 -F -n 2000
 try 18613 ibv_rc_pingpong -g 1 -n 200 -s 100
 [ -z "$HCAEMU_SERVER_IP" ] && exit 0
-# bounded: poll CONDITION (a shell command) every 0.1 s, at most 120 s.
-bounded() { i=0; until eval "$1"; do i=$((i+1)); if [ $i -ge 1200 ]; then echo "TIMEOUT waiting for: $1"; return 1; fi; sleep 0.1; done; }
 ibv_asyncwatch > /tmp/aw.out 2>&1 &
-# gosh sets no $! and its kill takes no signal 0: find the watcher by name,
-# and tell it is alive from its State (gone, or a zombie, once it ends).
-awpid() { for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = ibv_asyncwatch ] && echo ${p#/proc/}; done; }
-running() { grep -q "^State:\s*[RSDT]" /proc/$1/status 2>/dev/null; }
-bounded '[ -n "$(awpid)" ]'
-aw=$(awpid)
+bounded '[ -n "$(pidsof ibv_asyncwatch)" ]'
+aw=$(pidsof ibv_asyncwatch)
 # Listening once its context has an async event file (no fixed sleep).
 bounded 'for f in /proc/$aw/fd/*; do readlink $f; done 2>/dev/null | grep -q infinibandevent'
 ibv_srq_pingpong -g 1 -p 18620 127.0.0.1 >/dev/null 2>&1

@@ -139,14 +139,17 @@ func mustContain(t *testing.T, out string, k int, patterns ...string) {
 
 func TestE2EBringUp(t *testing.T) {
 	needE2E(t)
-	script := `
+	script := guestWait + `
 dmesg | grep -i -e pvrdma -e infiniband
 ibv_devices
 ibv_devinfo -v
 ibv_asyncwatch > /tmp/aw.out 2>&1 &
-aw=$!
-sleep 1
+bounded '[ -n "$(pidsof ibv_asyncwatch)" ]'
+aw=$(pidsof ibv_asyncwatch)
+# Its first line is out once its context has an async event file.
+bounded 'for f in /proc/$aw/fd/*; do readlink $f; done 2>/dev/null | grep -q infinibandevent'
 kill $aw
+bounded '! running $aw'
 echo "ASYNCWATCH: $(cat /tmp/aw.out)"
 `
 	out, code := hcaemuRun(t, "--timeout", "5m", "--", script)

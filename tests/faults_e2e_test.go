@@ -32,6 +32,16 @@ const faultsPlan = `{"seed": 2026, "rules": [
    "action": {"kind": "drop"}, "schedule": {"after": 20}}
 ]}`
 
+// guestWait defines shell functions for guest scripts, which run under
+// u-root's gosh (it sets no $!, and its kill takes no signal 0):
+// bounded CONDITION polls the shell command CONDITION every 0.1 s, at most
+// 120 s; pidsof NAME prints the PIDs of the processes named NAME; running
+// PID tells whether PID is alive (neither gone nor a zombie).
+const guestWait = `bounded() { i=0; until eval "$1"; do i=$((i+1)); if [ $i -ge 1200 ]; then echo "TIMEOUT waiting for: $1"; return 1; fi; sleep 0.1; done; }
+pidsof() { for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = "$1" ] && echo ${p#/proc/}; done; }
+running() { grep -q "^State:\s*[RSDT]" /proc/$1/status 2>/dev/null; }
+`
+
 // guestTry defines try PORT CMD...: guest 0 runs CMD -p PORT once (under
 // a time limit: a server whose client failed waits forever); the others
 // append -p PORT and the server's IP and retry only while the server is not
