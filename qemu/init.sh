@@ -142,6 +142,13 @@ for s in $shares; do
 	fi
 done
 
+# A guest with an emulated HCA has its IB device once the driver's probe is
+# done; when it has none, show what the driver said (a probe that failed).
+if [ -z "$rxe" ] && [ ! -e /sys/class/infiniband/vmw_pvrdma0 ]; then
+	echo "hcaemu-init: no vmw_pvrdma0 after loading the modules; the kernel said:"
+	dmesg | grep -i -e pvrdma -e vmxnet -e infiniband -e rdma | tail -n 20
+fi
+
 export HCAEMU_GUEST="$guest"
 export HCAEMU_SERVER_IP="$server"
 export HCAEMU_RDMA_DEV="$dev"
