@@ -118,7 +118,8 @@ type Device struct {
 	// any other holder (a vCPU's register write, a command).
 	w *worker
 	// batching: a batch from another HCA is being taken; held: the RC QPs
-	// it reached so far, whose responses wait for its end (receiveDirect).
+	// it reached so far, whose responses wait for its end (receiveDirect;
+	// a QP whose class-C NAK ended its hold may be listed twice).
 	batching bool
 	held     []*qp
 

@@ -365,11 +365,10 @@ func (eng *engine) pop() *fabric.Batch {
 func (eng *engine) takeBatches(w *worker, max int) {
 	helper := w != &eng.w
 	for ; max > 0; max-- {
-		if helper && !eng.d.mu.TryLock() {
-			return
-		}
 		if !helper {
 			eng.d.mu.Lock()
+		} else if !eng.d.mu.TryLock() {
+			return
 		}
 		b := eng.pop()
 		if b == nil {

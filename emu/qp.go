@@ -45,7 +45,6 @@ type wq struct {
 // qp is a queue pair.
 type qp struct {
 	handle, qpn uint32
-	held        bool // its RC responses are held while a batch is taken (Device.held)
 	typ         uint8
 	ctx         uint32
 	pd          uint32

@@ -344,7 +344,6 @@ func (d *Device) receiveDirect(b *fabric.Batch) {
 func (d *Device) releaseHeld() {
 	d.batching = false
 	for _, qp := range d.held {
-		qp.held = false
 		if d.res.qp.get(qp.handle) == qp && qp.rc != nil {
 			qp.rc.ReleaseResponses()
 		}
@@ -474,8 +473,7 @@ func (d *Device) receivePacket(qp *qp, pkt *roce.Packet, src, dst netip.Addr, ip
 		if lent != nil {
 			from, size, scratch = lent, lent.n, d.scratch()
 		}
-		if d.batching && qp.rc != nil && !qp.held {
-			qp.held = true
+		if d.batching && qp.rc != nil && !qp.rc.Holding() {
 			qp.rc.HoldResponses()
 			d.held = append(d.held, qp)
 		}

@@ -1278,6 +1278,10 @@ func coalesces(queued, item *respItem) bool {
 // sends what is held first, and itself at once.
 func (qp *QP) HoldResponses() { qp.hold = true }
 
+// Holding reports whether responses are held (HoldResponses; a class-C NAK
+// ends the hold early).
+func (qp *QP) Holding() bool { return qp.hold }
+
 // ReleaseResponses ends HoldResponses and sends what is queued.
 func (qp *QP) ReleaseResponses() {
 	qp.hold = false
