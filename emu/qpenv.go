@@ -35,14 +35,14 @@ type qpEnv struct {
 	timerGen uint64
 	armed    bool
 	fireGen  atomic.Uint64
-	deadline atomic.Int64 // of the current arming, on monoClock
-	wqe      []byte       // one SQ slot, reused
-	wqeSGEs  []uverbs.SGE // the SGEs of the WQE being taken, reused
-	udSegs   []mr.Seg     // a UD send's segments, reused (sent at once)
-	rwqe     []byte       // the receive WQE being peeked, reused
-	rwqeSGEs []uverbs.SGE // its SGEs, reused
-	recvSegs []mr.Seg     // its segments, reused (see peekRecv)
-	sges     []mr.SGE     // the SGE list being validated, reused
+	deadline atomic.Int64     // of the current arming, on monoClock
+	wqe      []byte           // one SQ slot, reused
+	wqeSGEs  []uverbs.SGE     // the SGEs of the WQE being taken, reused
+	udWR     transport.SendWR // a UD send (sent at once): its Segs storage is reused
+	rwqe     []byte           // the receive WQE being peeked, reused
+	rwqeSGEs []uverbs.SGE     // its SGEs, reused
+	recvSegs []mr.Seg         // its segments, reused (see peekRecv)
+	sges     []mr.SGE         // the SGE list being validated, reused
 	// The path Path resolved last, good while the GID table (gen, from
 	// d.gidGen+1; 0: none) and the QP's address vector and destination QP
 	// are what they were: resolved once per packet otherwise (every RC
@@ -127,7 +127,7 @@ func (env *qpEnv) PendingSends() (uint32, bool) {
 	return n, true
 }
 
-func (env *qpEnv) TakeSend(segs []mr.Seg) (transport.SendWR, bool) {
+func (env *qpEnv) TakeSend(wr *transport.SendWR) bool {
 	d, qp := env.d, env.qp
 	if uint32(len(env.wqe)) != qp.sq.stride {
 		env.wqe = make([]byte, qp.sq.stride)
@@ -135,17 +135,17 @@ func (env *qpEnv) TakeSend(segs []mr.Seg) (transport.SendWR, bool) {
 	slot := qp.sq.ring.Slot(qp.sq.cons)
 	if err := d.takeWQE(qp.pages, &qp.sq, env.wqe); err != nil {
 		d.qpError(qp, pvrdma.EventQPFatal)
-		return transport.SendWR{}, false
+		return false
 	}
 	w, err := uverbs.DecodeSendWQEInto(env.wqe, qp.sq.maxSGE, env.wqeSGEs)
 	if err == nil {
 		env.wqeSGEs = w.SGE[:0] // (sendWR keeps none of them)
 	}
-	wr := env.sendWR(&w, err, slot, segs)
+	env.sendWR(wr, &w, err, slot)
 	if d.tracer != nil {
-		d.traceWQE(qp, &wr)
+		d.traceWQE(qp, wr)
 	}
-	return wr, true
+	return true
 }
 
 // opcodes maps PVRDMA send opcodes to the transport's (missing ones are
@@ -165,20 +165,19 @@ func opcodeOf(op uint32) transport.Opcode {
 	return opcodes[op]
 }
 
-// sendWR turns a decoded send WQE into a work request: its variant as the
-// QP type reads it, and its SGEs validated against the QP's PD.
-func (env *qpEnv) sendWR(w *uverbs.SendWQE, decodeErr error, slot uint32, segs []mr.Seg) transport.SendWR {
+// sendWR turns a decoded send WQE into a work request in *wr (zero but for
+// the storage of its Segs): its variant as the QP type reads it, and its
+// SGEs validated against the QP's PD.
+func (env *qpEnv) sendWR(wr *transport.SendWR, w *uverbs.SendWQE, decodeErr error, slot uint32) {
 	qp := env.qp
-	wr := transport.SendWR{
-		ID: w.WRID, Opcode: opcodeOf(w.Opcode),
-		Signaled:  w.SendFlags&uverbs.SendSignaled != 0,
-		Solicited: w.SendFlags&uverbs.SendSolicited != 0,
-		Fence:     w.SendFlags&uverbs.SendFence != 0,
-	}
+	wr.ID, wr.Opcode = w.WRID, opcodeOf(w.Opcode)
+	wr.Signaled = w.SendFlags&uverbs.SendSignaled != 0
+	wr.Solicited = w.SendFlags&uverbs.SendSolicited != 0
+	wr.Fence = w.SendFlags&uverbs.SendFence != 0
 	if decodeErr != nil {
 		env.d.findSendWQE(qp, slot, w)
 		wr.Status = transport.StatusLocLenErr
-		return wr
+		return
 	}
 	env.d.checkSendOpcode(qp, slot, w.Opcode, wr.Opcode)
 	switch wr.Opcode {
@@ -207,11 +206,10 @@ func (env *qpEnv) sendWR(w *uverbs.SendWQE, decodeErr error, slot uint32, segs [
 	if wr.Opcode.HasSGEs() {
 		if env.d.faultDMA(qp, wr.Opcode.Completion(), w.SGE, sgeBytes(w.SGE)) {
 			wr.Status = transport.StatusLocProtErr
-			return wr
+			return
 		}
-		wr.Segs, wr.Length, wr.Status = env.segs(w.SGE, wr.Opcode.WritesLocal(), segs)
+		wr.Segs, wr.Length, wr.Status = env.segs(w.SGE, wr.Opcode.WritesLocal(), wr.Segs[:0])
 	}
-	return wr
 }
 
 // segs validates an SGE list against the QP's PD (write: the device writes

@@ -75,12 +75,13 @@ func (d *Device) processSQ(qp *qp) {
 		qp.env.wqeSGEs = w.SGE[:0]
 		// A UD request is sent and completed here: the next reuses its
 		// segment list.
-		wr := qp.env.sendWR(&w, nil, slot, qp.env.udSegs)
-		qp.env.udSegs = wr.Segs[:0]
+		wr := &qp.env.udWR
+		*wr = transport.SendWR{Segs: wr.Segs[:0]}
+		qp.env.sendWR(wr, &w, nil, slot)
 		if d.tracer != nil {
-			d.traceWQE(qp, &wr)
+			d.traceWQE(qp, wr)
 		}
-		qp.ud.Send(&wr)
+		qp.ud.Send(wr)
 	}
 	if qp.state == pvrdma.QPStateErr {
 		d.flush(qp)

@@ -229,10 +229,11 @@ type Env interface {
 	// taken; ok=false: the send queue is unreadable and the device has
 	// moved the QP to ERR.
 	PendingSends() (n uint32, ok bool)
-	// TakeSend takes the next send request off the send queue; ok=false as
-	// for PendingSends. The request's Segs may use segs's storage (a
-	// finished request's, handed back for reuse; nil for none).
-	TakeSend(segs []mr.Seg) (wr SendWR, ok bool)
+	// TakeSend takes the next send request off the send queue into *wr;
+	// ok=false as for PendingSends. *wr comes zero but for Segs, an empty
+	// slice whose storage (a finished request's, or nil) the request's
+	// segments may use: a request is filled where it stays, not copied.
+	TakeSend(wr *SendWR) (ok bool)
 	// PeekRecv returns the next receive request without consuming it;
 	// ok=false: none posted. A request that fails validation comes back
 	// with status != StatusSuccess. Its Segs may live in the Env's own

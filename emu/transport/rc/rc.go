@@ -297,12 +297,12 @@ func (qp *QP) take() {
 		} else {
 			req = new(request) // only when no finished one is spare
 		}
-		wr, ok := qp.env.TakeSend(req.wr.Segs)
-		if !ok {
+		*req = request{wr: transport.SendWR{Segs: req.wr.Segs[:0]}}
+		if !qp.env.TakeSend(&req.wr) {
 			qp.spare = append(qp.spare, req)
 			return
 		}
-		*req = request{wr: wr, status: wr.Status, length: wr.Length}
+		req.status, req.length = req.wr.Status, req.wr.Length
 		if req.status == transport.StatusSuccess {
 			qp.prepare(req)
 		}

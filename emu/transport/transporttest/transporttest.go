@@ -135,10 +135,10 @@ func (env *Env) Completions() []transport.Completion {
 func (env *Env) PendingSends() (uint32, bool) { return uint32(len(env.Sends)), true }
 
 // TakeSend implements transport.Env.
-func (env *Env) TakeSend([]mr.Seg) (transport.SendWR, bool) {
-	wr := env.Sends[0]
+func (env *Env) TakeSend(wr *transport.SendWR) bool {
+	*wr = env.Sends[0]
 	env.Sends = env.Sends[1:]
-	return wr, true
+	return true
 }
 
 // PeekRecv implements transport.Env.
