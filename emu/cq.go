@@ -17,6 +17,7 @@ type cq struct {
 	refs   int    // QPs and SRQs using it
 	armed  uint8  // 0, armNext or armSolicited
 	broken bool   // overrun or corrupt ring: CQ_ERR posted, no more CQEs
+	dirty  bool   // prod is ahead of the prod_tail the guest sees: in Device.dirtyCQs
 }
 
 const (
@@ -101,10 +102,13 @@ func (d *Device) post(c *cq, cqe *uverbs.CQE, solicited bool) bool {
 			break
 		}
 		c.prod = c.ring.Next(c.prod)
-		if err := dma.StoreUint32(d.mem, c.pages[0]+uverbs.RxProdTail, c.prod); err != nil {
-			break
+		if !c.dirty {
+			// prod_tail is stored once per batch of CQEs (publishRings).
+			c.dirty = true
+			d.dirtyCQs = append(d.dirtyCQs, c)
 		}
 		if c.armed == armNext || (c.armed == armSolicited && (solicited || cqe.Status != uverbs.WCSuccess)) {
+			d.publishRings() // the CQE is in the ring before the notification
 			if d.notifyCQ(c.handle) {
 				c.armed = 0
 			}

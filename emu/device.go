@@ -122,6 +122,10 @@ type Device struct {
 	// a QP whose class-C NAK ended its hold may be listed twice).
 	batching bool
 	held     []*qp
+	// The CQs and send queues whose ring index the guest has not been
+	// shown yet (publishRings, at the latest in unlock).
+	dirtyCQs []*cq
+	dirtySQs []*qp
 
 	// The register file a vCPU reads. Reads never take mu: a register read
 	// must not wait behind the engine's batch of frames or a long send queue.
@@ -521,6 +525,9 @@ func (d *Device) raise(cause int) {
 // unlock releases the device lock, then sends the interrupts raised while it
 // was held: an MSI-X write (an eventfd) never happens under the lock.
 func (d *Device) unlock() {
+	if len(d.dirtyCQs)+len(d.dirtySQs) > 0 {
+		d.publishRings()
+	}
 	if d.out.batch != nil {
 		d.flushOut() // packets built under the lock go before it is let go
 	}

@@ -52,6 +52,7 @@ type qp struct {
 	recvCQ      uint32
 	srq         uint32 // 0 = own RQ
 	sigAll      bool
+	sqDirty     bool // sq.cons is ahead of the cons_head the guest sees: in Device.dirtySQs
 	pages       dma.Pages
 	sq, rq      wq
 	state       uint8

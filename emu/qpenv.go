@@ -133,7 +133,7 @@ func (env *qpEnv) TakeSend(wr *transport.SendWR) bool {
 		env.wqe = make([]byte, qp.sq.stride)
 	}
 	slot := qp.sq.ring.Slot(qp.sq.cons)
-	if err := d.takeWQE(qp.pages, &qp.sq, env.wqe); err != nil {
+	if err := d.takeSendWQE(qp, env.wqe); err != nil {
 		d.qpError(qp, pvrdma.EventQPFatal)
 		return false
 	}
@@ -283,6 +283,12 @@ var events = [...]uint32{
 func (env *qpEnv) Error(ev transport.Event) { env.d.qpError(env.qp, events[ev]) }
 
 func (env *qpEnv) Drained() { env.d.checkDrained(env.qp) }
+
+func (env *qpEnv) Publish() {
+	if d := env.d; len(d.dirtyCQs)+len(d.dirtySQs) > 0 {
+		d.publishRings()
+	}
+}
 
 // Path is where an RC QP's packets go: its primary path.
 func (env *qpEnv) Path() (transport.Path, bool) {

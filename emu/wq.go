@@ -32,12 +32,64 @@ func (d *Device) pendingWQEs(pages dma.Pages, w *wq) (uint32, error) {
 // takeWQE copies the WQE at the consumer index out of guest memory (once)
 // and advances the consumer index.
 func (d *Device) takeWQE(pages dma.Pages, w *wq, buf []byte) error {
-	off := w.base + uint64(w.ring.Slot(w.cons))*uint64(w.stride)
-	if err := pages.ReadAt(d.mem, buf[:w.stride], off); err != nil {
+	if err := d.readWQE(pages, w, buf); err != nil {
 		return err
 	}
 	w.cons = w.ring.Next(w.cons)
 	return dma.StoreUint32(d.mem, pages[0]+w.consOff, w.cons)
+}
+
+// readWQE copies the WQE at w's consumer index out of guest memory.
+func (d *Device) readWQE(pages dma.Pages, w *wq, buf []byte) error {
+	off := w.base + uint64(w.ring.Slot(w.cons))*uint64(w.stride)
+	return pages.ReadAt(d.mem, buf[:w.stride], off)
+}
+
+// takeSendWQE is takeWQE for qp's send queue, whose consumer index the
+// guest sees once per batch: publishRings stores it.
+func (d *Device) takeSendWQE(qp *qp, buf []byte) error {
+	if err := d.readWQE(qp.pages, &qp.sq, buf); err != nil {
+		return err
+	}
+	qp.sq.cons = qp.sq.ring.Next(qp.sq.cons)
+	if !qp.sqDirty {
+		qp.sqDirty = true
+		d.dirtySQs = append(d.dirtySQs, qp)
+	}
+	return nil
+}
+
+// publishRings stores the ring indexes the device advanced since it last
+// did (a CQ's prod_tail, a send queue's cons_head), once each: the guest
+// sees the entries of a batch together. unlock calls it before the lock
+// goes, so the guest never waits for more than the hold that wrote them,
+// and before any interrupt of that hold. An object destroyed in the
+// meantime is skipped: each is looked up again by its handle.
+func (d *Device) publishRings() {
+	for i, c := range d.dirtyCQs {
+		d.dirtyCQs[i] = nil
+		c.dirty = false
+		if d.res.cq.get(c.handle) != c {
+			continue
+		}
+		if err := dma.StoreUint32(d.mem, c.pages[0]+uverbs.RxProdTail, c.prod); err != nil && !c.broken {
+			d.find(FindingPageDir, "CQ_ERR, the CQ takes no more", "cq %d pvrdma_ring.prod_tail: %v", c.handle, err)
+			c.broken = true
+			d.event(pvrdma.EventCQErr, c.handle)
+		}
+	}
+	d.dirtyCQs = d.dirtyCQs[:0]
+	for i, qp := range d.dirtySQs {
+		d.dirtySQs[i] = nil
+		qp.sqDirty = false
+		if d.res.qp.get(qp.handle) != qp {
+			continue
+		}
+		// (A store that fails here follows a load of the same page in the
+		// same hold; the QP's next doorbell finds the page gone.)
+		_ = dma.StoreUint32(d.mem, qp.pages[0]+qp.sq.consOff, qp.sq.cons)
+	}
+	d.dirtySQs = d.dirtySQs[:0]
 }
 
 // processSQ hands posted send WQEs of a UD or GSI QP to its transport in
@@ -59,7 +111,7 @@ func (d *Device) processSQ(qp *qp) {
 	buf := make([]byte, qp.sq.stride)
 	for ; n > 0 && qp.state != pvrdma.QPStateErr; n-- {
 		slot := qp.sq.ring.Slot(qp.sq.cons)
-		if err := d.takeWQE(qp.pages, &qp.sq, buf); err != nil {
+		if err := d.takeSendWQE(qp, buf); err != nil {
 			d.log.Warn("SQ WQE unreadable", "qp", qp.handle, "err", err)
 			d.qpError(qp, pvrdma.EventQPFatal)
 			return

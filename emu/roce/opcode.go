@@ -123,6 +123,14 @@ var extHeaderNames = [numExtHeaders]string{
 
 // Len is the total size in bytes of the headers in h.
 func (h ExtHeaders) Len() int {
+	if h < 1<<numExtHeaders {
+		return int(extHeadersLen[h]) // (it is asked several times per packet)
+	}
+	return h.sum()
+}
+
+// sum adds up the sizes of the headers in h, one by one.
+func (h ExtHeaders) sum() int {
 	n := 0
 	for i := range numExtHeaders {
 		if h&(1<<i) != 0 {
@@ -131,6 +139,14 @@ func (h ExtHeaders) Len() int {
 	}
 	return n
 }
+
+// extHeadersLen is ExtHeaders.sum of every combination of headers.
+var extHeadersLen = func() (t [1 << numExtHeaders]uint8) {
+	for h := range t {
+		t[h] = uint8(ExtHeaders(h).sum())
+	}
+	return t
+}()
 
 func (h ExtHeaders) String() string {
 	if h == 0 {

@@ -249,6 +249,11 @@ type Env interface {
 	Error(ev Event)
 	// Drained reports that the requester holds no send request.
 	Drained()
+	// Publish shows the consumer what TakeSend and Complete changed so far
+	// (a ring index the device stores once per batch, not per entry). The
+	// device publishes anyway before it lets its lock go; a transport calls
+	// Publish where waiting for that would delay a completion.
+	Publish()
 	// Path resolves where the QP's packets go; false: nowhere (no packet
 	// is sent).
 	Path() (Path, bool)

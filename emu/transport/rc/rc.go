@@ -729,6 +729,14 @@ func (qp *QP) acked(psn uint32, progress bool) {
 
 // complete posts completions for finished requests at the head, in order.
 func (qp *QP) complete() {
+	qp.completeReqs()
+	// What take and completeReqs did, the guest sees now: before the
+	// packets Pump sends next, not once they are all sent.
+	qp.env.Publish()
+}
+
+// completeReqs completes the finished requests at the head of the queue.
+func (qp *QP) completeReqs() {
 	for len(qp.reqs) > 0 && qp.state != transport.StateErr {
 		req := qp.reqs[0]
 		switch {

@@ -167,6 +167,9 @@ func (env *Env) Error(ev transport.Event) {
 // Drained implements transport.Env.
 func (env *Env) Drained() {}
 
+// Publish implements transport.Env.
+func (env *Env) Publish() {}
+
 // Path implements transport.Env.
 func (env *Env) Path() (transport.Path, bool) { return env.Route, !env.NoPath }
 
