@@ -50,7 +50,7 @@ marker.0)
 	echo "ready 0" >> "$FAKE_LOG"
 	echo "HCAEMU-READY"
 	;;
-fail0.0) echo "HCAEMU-EXIT $nonce 3"; exit 0;;
+fail0.0) echo "qemu: vfio-user: request timed out" >&2; echo "HCAEMU-EXIT $nonce 3"; exit 0;;
 fail0late.0)
 	echo "HCAEMU-READY $nonce"
 	while ! grep -q "started 1" "$FAKE_LOG"; do sleep 0.1; done
@@ -288,6 +288,10 @@ func TestClusterFakeGuest0Fails(t *testing.T) {
 				t.Errorf("guest 1: %+v, want %q", res[1], tc.why)
 			}
 			if want := "hcaemu: guest 1: killed: " + tc.why + "\n"; !strings.Contains(diag, want) || strings.Contains(diag, "last console lines") {
+				t.Errorf("diagnostics:\n%s\nwant %q", diag, want)
+			}
+			// A command that failed on its own shows what QEMU said.
+			if want := "hcaemu: guest 0: QEMU's messages:\n    qemu: vfio-user: request timed out"; tc.mode == "fail0" && !strings.Contains(diag, want) {
 				t.Errorf("diagnostics:\n%s\nwant %q", diag, want)
 			}
 			if d := time.Since(t0); d > time.Minute {

@@ -580,7 +580,8 @@ func (c *Cluster) Run(ctx context.Context, script string) ([]GuestResult, error)
 				r.Err = fmt.Errorf("QEMU exited (%v) before the command finished", gr.cmd.ProcessState)
 			}
 		}
-		if r.Err != nil {
+		switch {
+		case r.Err != nil:
 			var b strings.Builder
 			fmt.Fprintf(&b, "hcaemu: guest %d: %v", k, r.Err)
 			if s := gr.qerr.String(); s != "" && !gr.brief {
@@ -590,6 +591,13 @@ func (c *Cluster) Run(ctx context.Context, script string) ([]GuestResult, error)
 				fmt.Fprintf(&b, "\nhcaemu: guest %d: last console lines:\n%s", k, indent(s))
 			}
 			diag.line("", b.String())
+		case r.ExitStatus > 0 && !gr.brief:
+			// The command failed on its own; what QEMU said (a vfio-user
+			// request that timed out, a device it could not realize) may
+			// be why, and is otherwise seen nowhere.
+			if s := gr.qerr.String(); s != "" {
+				diag.line("", fmt.Sprintf("hcaemu: guest %d: QEMU's messages:\n%s", k, indent(s)))
+			}
 		}
 		gr.mu.Unlock()
 		results[k] = r
