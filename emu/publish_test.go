@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/hcaemu/hcaemu/emu"
-	"github.com/hcaemu/hcaemu/emu/emutest"
 	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/uverbs"
@@ -81,18 +80,9 @@ func TestRingIndexesPublished(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ud, err := a.CreateQP(emutest.QPSpec{PD: a.pd, SendCQ: cq, RecvCQ: cq, Type: pvrdma.QPTypeUD, SendWR: 8, RecvWR: 8, SendSGE: 1, RecvSGE: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ud.Modify(pvrdma.AttrState|pvrdma.AttrPKeyIndex|pvrdma.AttrPort|pvrdma.AttrQKey, pvrdma.QPAttr{State: 1, PortNum: 1, QKey: 1})
-	ud.Modify(pvrdma.AttrState, pvrdma.QPAttr{State: 2})
-	ud.Modify(pvrdma.AttrState|pvrdma.AttrSQPSN, pvrdma.QPAttr{State: 3})
-	av := uverbs.AV{GIDIndex: 1, DGID: [16]byte{10: 0xff, 11: 0xff, 12: 10, 15: 9}}
+	ud := a.readyUD(t, cq)
 	for i := 0; i < 3; i++ {
-		w := send(uverbs.OpSend, uint64(i), 0, uverbs.SGE{Addr: src, Length: 10, LKey: lkA})
-		w.SetUD(5, 1, av)
-		ud.WriteSend(w)
+		ud.WriteSend(udSendTo9(uint64(i), uverbs.SGE{Addr: src, Length: 10, LKey: lkA}))
 	}
 	ud.RingSend()
 	a.dev.Sync()

@@ -186,18 +186,9 @@ func TestCQOverrun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q, err := a.CreateQP(emutest.QPSpec{PD: a.pd, SendCQ: cq, RecvCQ: cq, Type: pvrdma.QPTypeUD, SendWR: 8, RecvWR: 8, SendSGE: 1, RecvSGE: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	q.Modify(pvrdma.AttrState|pvrdma.AttrPKeyIndex|pvrdma.AttrPort|pvrdma.AttrQKey, pvrdma.QPAttr{State: 1, PortNum: 1, QKey: 1})
-	q.Modify(pvrdma.AttrState, pvrdma.QPAttr{State: 2})
-	q.Modify(pvrdma.AttrState|pvrdma.AttrSQPSN, pvrdma.QPAttr{State: 3})
-	av := uverbs.AV{GIDIndex: 1, DGID: [16]byte{10: 0xff, 11: 0xff, 12: 10, 15: 9}}
+	q := a.readyUD(t, cq)
 	for i := 0; i < 5; i++ { // the guest never polls
-		w := send(uverbs.OpSend, uint64(i), 0, uverbs.SGE{Addr: src, Length: 10, LKey: lk})
-		w.SetUD(5, 1, av)
-		q.PostSend(w)
+		q.PostSend(udSendTo9(uint64(i), uverbs.SGE{Addr: src, Length: 10, LKey: lk}))
 	}
 	for i := 0; i < 3; i++ {
 		a.dev.Sync()
@@ -288,4 +279,26 @@ func TestWQEFetchedOnce(t *testing.T) {
 	if !mem.done {
 		t.Fatal("the rewrite never happened: test is void")
 	}
+}
+
+// readyUD creates a UD QP (8 WRs, one SGE) whose queues complete to cq and
+// takes it to RTS with QKey 1.
+func (h *host) readyUD(t *testing.T, cq *emutest.CQ) *emutest.QP {
+	t.Helper()
+	q, err := h.CreateQP(emutest.QPSpec{PD: h.pd, SendCQ: cq, RecvCQ: cq, Type: pvrdma.QPTypeUD, SendWR: 8, RecvWR: 8, SendSGE: 1, RecvSGE: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.Modify(pvrdma.AttrState|pvrdma.AttrPKeyIndex|pvrdma.AttrPort|pvrdma.AttrQKey, pvrdma.QPAttr{State: 1, PortNum: 1, QKey: 1})
+	q.Modify(pvrdma.AttrState, pvrdma.QPAttr{State: 2})
+	q.Modify(pvrdma.AttrState|pvrdma.AttrSQPSN, pvrdma.QPAttr{State: 3})
+	return q
+}
+
+// udSendTo9 is a signaled UD SEND to QP 5 (QKey 1) at 10.0.0.9, a host no
+// test attaches: it goes to the wire and completes.
+func udSendTo9(wrid uint64, sge uverbs.SGE) uverbs.SendWQE {
+	w := send(uverbs.OpSend, wrid, 0, sge)
+	w.SetUD(5, 1, uverbs.AV{GIDIndex: 1, DGID: [16]byte{10: 0xff, 11: 0xff, 12: 10, 15: 9}})
+	return w
 }
