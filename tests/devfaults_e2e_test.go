@@ -17,12 +17,25 @@ import (
 //   - on hca1 (guest 1), a chain of device faults, each armed by the one
 //     before: the first CREATE_SRQ takes the port down for 8 s, the next
 //     CREATE_MR fails, the next CREATE_SRQ declares DEVICE_FATAL.
+// The lossy rules hit READ and atomic frames and the atomic ACKs, not the
+// plain ACKs of ibv_rc_pingpong's SENDs: its server exits as soon as its
+// last message is acknowledged, with no handshake after, so a lost ACK of
+// the client's last SEND leaves the client resending to a QP that is gone
+// until its retries run out (RETRY_EXC_ERR, as on hardware; it failed one
+// CI run in this way). perftest's tests shake hands over TCP before they
+// destroy their QPs.
 const devFaultsPlan = `{"seed": 2027, "rules": [
-  {"name": "loss", "match": {"transport": "rc", "classes": ["read_request", "read_response", "atomic", "ack"]},
+  {"name": "loss", "match": {"transport": "rc", "classes": ["read_request", "read_response", "atomic"]},
    "action": {"kind": "drop"}, "schedule": {"probability": 0.05}},
-  {"name": "dup", "match": {"transport": "rc", "classes": ["read_request", "read_response", "atomic", "ack"]},
+  {"name": "loss-aack", "match": {"transport": "rc", "opcodes": ["RC_ATOMIC_ACKNOWLEDGE"]},
+   "action": {"kind": "drop"}, "schedule": {"probability": 0.05}},
+  {"name": "dup", "match": {"transport": "rc", "classes": ["read_request", "read_response", "atomic"]},
    "action": {"kind": "duplicate"}, "schedule": {"probability": 0.01}},
-  {"name": "reorder", "match": {"transport": "rc", "classes": ["read_request", "read_response", "atomic", "ack"]},
+  {"name": "dup-aack", "match": {"transport": "rc", "opcodes": ["RC_ATOMIC_ACKNOWLEDGE"]},
+   "action": {"kind": "duplicate"}, "schedule": {"probability": 0.01}},
+  {"name": "reorder", "match": {"transport": "rc", "classes": ["read_request", "read_response", "atomic"]},
+   "action": {"kind": "reorder", "frames": 2}, "schedule": {"probability": 0.01}},
+  {"name": "reorder-aack", "match": {"transport": "rc", "opcodes": ["RC_ATOMIC_ACKNOWLEDGE"]},
    "action": {"kind": "reorder", "frames": 2}, "schedule": {"probability": 0.01}},
   {"name": "rnr", "match": {"device": "hca0", "classes": ["send"]},
    "action": {"kind": "rnr_nak", "timer": 1}, "schedule": {"every": 10}},
