@@ -108,7 +108,7 @@ func (d *Device) post(c *cq, cqe *uverbs.CQE, solicited bool) bool {
 			d.dirtyCQs = append(d.dirtyCQs, c)
 		}
 		if c.armed == armNext || (c.armed == armSolicited && (solicited || cqe.Status != uverbs.WCSuccess)) {
-			d.publishRings() // the CQE is in the ring before the notification
+			d.publishDirty() // the CQE is in the ring before the notification
 			if d.notifyCQ(c.handle) {
 				c.armed = 0
 			}

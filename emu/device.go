@@ -525,9 +525,7 @@ func (d *Device) raise(cause int) {
 // unlock releases the device lock, then sends the interrupts raised while it
 // was held: an MSI-X write (an eventfd) never happens under the lock.
 func (d *Device) unlock() {
-	if len(d.dirtyCQs)+len(d.dirtySQs) > 0 {
-		d.publishRings()
-	}
+	d.publishDirty()
 	if d.out.batch != nil {
 		d.flushOut() // packets built under the lock go before it is let go
 	}

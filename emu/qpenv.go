@@ -284,11 +284,7 @@ func (env *qpEnv) Error(ev transport.Event) { env.d.qpError(env.qp, events[ev]) 
 
 func (env *qpEnv) Drained() { env.d.checkDrained(env.qp) }
 
-func (env *qpEnv) Publish() {
-	if d := env.d; len(d.dirtyCQs)+len(d.dirtySQs) > 0 {
-		d.publishRings()
-	}
-}
+func (env *qpEnv) Publish() { env.d.publishDirty() }
 
 // Path is where an RC QP's packets go: its primary path.
 func (env *qpEnv) Path() (transport.Path, bool) {

@@ -59,6 +59,14 @@ func (d *Device) takeSendWQE(qp *qp, buf []byte) error {
 	return nil
 }
 
+// publishDirty publishes the ring indexes the guest has not seen, if any
+// (small enough to inline where the lock is let go).
+func (d *Device) publishDirty() {
+	if len(d.dirtyCQs)+len(d.dirtySQs) > 0 {
+		d.publishRings()
+	}
+}
+
 // publishRings stores the ring indexes the device advanced since it last
 // did (a CQ's prod_tail, a send queue's cons_head), once each: the guest
 // sees the entries of a batch together. unlock calls it before the lock
@@ -163,7 +171,7 @@ func (d *Device) flush(qp *qp) {
 	if n, err := d.pendingWQEs(qp.pages, &qp.sq); err == nil {
 		buf := make([]byte, qp.sq.stride)
 		for ; n > 0; n-- {
-			if d.takeWQE(qp.pages, &qp.sq, buf) != nil {
+			if d.takeSendWQE(qp, buf) != nil {
 				break
 			}
 			w, _ := uverbs.DecodeSendWQE(buf, qp.sq.maxSGE)

@@ -9,21 +9,19 @@ import (
 )
 
 // devFaultsPlan is the plan of TestE2EDeviceFaults:
-//   - RC READ and atomic traffic (requests, responses, acknowledges) is lost
-//     (5 %), duplicated (1 %) and reordered (1 %): ib_read_bw and
-//     ib_atomic_bw;
+//   - RC READ and atomic traffic (requests, responses, atomic acknowledges)
+//     is lost (5 %), duplicated (1 %) and reordered (1 %): ib_read_bw and
+//     ib_atomic_bw. Not the plain ACKs of ibv_rc_pingpong's SENDs: its
+//     server exits as soon as its last message is acknowledged, with no
+//     handshake after, so a lost ACK of the client's last SEND leaves the
+//     client resending to a QP that is gone until its retries run out
+//     (RETRY_EXC_ERR, as on hardware; it failed one CI run in this way).
+//     perftest's tests shake hands over TCP before they destroy their QPs;
 //   - every 10th RC SEND reaching hca0 is answered with an RNR NAK (the
 //     guest tools set rnr_retry 7, infinite: the pingpong finishes);
 //   - on hca1 (guest 1), a chain of device faults, each armed by the one
 //     before: the first CREATE_SRQ takes the port down for 8 s, the next
 //     CREATE_MR fails, the next CREATE_SRQ declares DEVICE_FATAL.
-// The lossy rules hit READ and atomic frames and the atomic ACKs, not the
-// plain ACKs of ibv_rc_pingpong's SENDs: its server exits as soon as its
-// last message is acknowledged, with no handshake after, so a lost ACK of
-// the client's last SEND leaves the client resending to a QP that is gone
-// until its retries run out (RETRY_EXC_ERR, as on hardware; it failed one
-// CI run in this way). perftest's tests shake hands over TCP before they
-// destroy their QPs.
 const devFaultsPlan = `{"seed": 2027, "rules": [
   {"name": "loss", "match": {"transport": "rc", "classes": ["read_request", "read_response", "atomic"]},
    "action": {"kind": "drop"}, "schedule": {"probability": 0.05}},

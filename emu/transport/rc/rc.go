@@ -159,7 +159,7 @@ type QP struct {
 	// Requester.
 	reqs       []*request
 	reqStore   []*request // the array reqs lives in (compactReqs)
-	spare      []*request // completed requests, reused by take (at most SQDepth)
+	spare      []*request // completed requests, reset for take to reuse (at most SQDepth)
 	nextPSN    uint32     // PSN of the next new request
 	unacked    uint32     // oldest unacknowledged PSN
 	sentEnd    uint32     // one past the newest PSN sent (a READ's last response PSN)
@@ -297,8 +297,10 @@ func (qp *QP) take() {
 		} else {
 			req = new(request) // only when no finished one is spare
 		}
-		*req = request{wr: transport.SendWR{Segs: req.wr.Segs[:0]}}
+		// (A spare request is kept zero but for its Segs storage, as
+		// TakeSend wants it.)
 		if !qp.env.TakeSend(&req.wr) {
+			*req = request{wr: transport.SendWR{Segs: req.wr.Segs[:0]}}
 			qp.spare = append(qp.spare, req)
 			return
 		}
