@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -389,20 +390,31 @@ func TestUnmapDuringConcurrentAccess(t *testing.T) {
 			}
 		}()
 	}
-	for i := 0; i < 500; i++ {
+	// At least 500 rounds, and on until the accessors have both reached a
+	// mapped window and faulted on an unmapped one (a loaded machine may
+	// not schedule them at first); bounded, so a run that never races
+	// fails instead of passing without testing anything.
+	const maxRounds = 200_000
+	i := 0
+	for ; i < 500 || ok.Load() == 0 || faults.Load() == 0; i++ {
+		if i == maxRounds {
+			break
+		}
 		if err := m.Map(0, 0x20000, uint64(i%2)*0x20000, dup(t, fd), true); err != nil {
 			t.Fatal(err)
 		}
+		runtime.Gosched() // let an accessor find the window mapped
 		if i%3 == 0 {
 			m.UnmapAll()
 		} else if err := m.Unmap(0, 0x20000); err != nil {
 			t.Fatal(err)
 		}
+		runtime.Gosched() // and unmapped
 	}
 	stop.Store(true)
 	wg.Wait()
 	if ok.Load() == 0 || faults.Load() == 0 {
-		t.Logf("accesses: %d ok, %d faults (want both nonzero for a meaningful run)", ok.Load(), faults.Load())
+		t.Fatalf("after %d rounds: %d accesses ok, %d faults; the test raced nothing", i, ok.Load(), faults.Load())
 	}
 	if len(m.files) != 0 {
 		t.Fatalf("%d mappings left after unmapping everything", len(m.files))

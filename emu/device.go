@@ -141,8 +141,15 @@ type Device struct {
 	irqPending [Vectors]atomic.Uint32
 	irqRaised  atomic.Bool // some irqPending is non-zero: unlock's fast path
 
-	mu     sync.Mutex // guards everything below; held while a command or doorbell runs
-	errReg uint32     // ERR as the command in progress sets it; published to errShadow
+	// mu, the device lock, is held while a command, a doorbell or a unit
+	// of the engine's work runs. It guards the fields from here to the end
+	// of the struct (strict's counts excepted: atomics) and, above, the
+	// engine's worker (w), the batch state (batching, held), the dirty
+	// rings, cqeBuf, timerGens and gidGen. Lock order: the engine's taking
+	// lock, then mu (engine.go); interrupts raised under mu are sent by
+	// unlock once it is released.
+	mu     sync.Mutex
+	errReg uint32 // ERR as the command in progress sets it; published to errShadow
 	// State from the DSR, nil until loaded.
 	dsr     *dsrState
 	active  bool

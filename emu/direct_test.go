@@ -234,12 +234,12 @@ func TestPathFollowsGIDTable(t *testing.T) {
 	for range 1000 {
 		a.dev.Sync()
 		b.dev.Sync()
-		if b.dev.Counters().AddrMismatches > 0 {
+		if b.dev.AddrMismatches() > 0 {
 			break
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if n := b.dev.Counters().AddrMismatches; n == 0 || sw.Spoofed.Load() != 0 {
+	if n := b.dev.AddrMismatches(); n == 0 || sw.Spoofed.Load() != 0 {
 		t.Fatalf("b dropped %d packets from outside the connection; the switch refused %d as spoofed", n, sw.Spoofed.Load())
 	}
 }

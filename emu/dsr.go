@@ -91,14 +91,13 @@ func (d *Device) parseDSR(addr uint64) (*dsrState, error) {
 // masks anyway; the device follows the same arithmetic, and never lets more
 // entries be outstanding than there are distinct slots on the index cycle.
 type devRing struct {
-	pages   dma.Pages
-	elem    uint32
-	ring    uverbs.Ring
-	cycle   uint32 // length of the index cycle under the 2N-1 mask
-	period  uint32 // distinct consecutive slots: most entries outstanding
-	prod    uint32 // device-owned producer index (authoritative)
-	broken  bool   // guest corrupted the consumer index: ignored until reset
-	dropped uint64
+	pages  dma.Pages
+	elem   uint32
+	ring   uverbs.Ring
+	cycle  uint32 // length of the index cycle under the 2N-1 mask
+	period uint32 // distinct consecutive slots: most entries outstanding
+	prod   uint32 // device-owned producer index (authoritative)
+	broken bool   // guest corrupted the consumer index: ignored until reset
 }
 
 func (d *Device) mapDevRing(name string, npages uint32, pdir uint64, elem uint32) (devRing, error) {
@@ -118,10 +117,9 @@ func (d *Device) mapDevRing(name string, npages uint32, pdir uint64, elem uint32
 }
 
 // push appends one entry. It returns false when the entry was dropped (ring
-// full or broken).
+// full or broken); the caller counts it.
 func (d *Device) push(r *devRing, entry []byte) bool {
 	if r.broken || r.pages == nil {
-		r.dropped++
 		return false
 	}
 	consAddr, _ := r.pages.Addr(uverbs.RxConsHead)
@@ -133,12 +131,10 @@ func (d *Device) push(r *devRing, entry []byte) bool {
 		return false
 	}
 	if (r.prod-cons)&(r.cycle-1) >= r.period {
-		r.dropped++
 		return false
 	}
 	off := dma.PageSize + uint64(r.ring.Slot(r.prod))*uint64(r.elem)
 	if err := r.pages.WriteAt(d.mem, entry, off); err != nil {
-		r.dropped++
 		return false
 	}
 	r.prod = r.ring.Next(r.prod)
@@ -160,9 +156,11 @@ func (d *Device) event(typ, info uint32) {
 	var e [pvrdma.EQESize]byte
 	eqe := pvrdma.EQE{Type: typ, Info: info}
 	eqe.Encode(e[:])
-	if d.push(&d.dsr.async, e[:]) {
-		d.raise(pvrdma.IntrVectorAsync)
+	if !d.push(&d.dsr.async, e[:]) {
+		d.stats.eventsLost++
+		return
 	}
+	d.raise(pvrdma.IntrVectorAsync)
 }
 
 // notifyCQ posts a CQ notification and raises vector 2.
@@ -173,9 +171,10 @@ func (d *Device) notifyCQ(handle uint32) bool {
 	var e [pvrdma.CQNESize]byte
 	cqne := pvrdma.CQNE{Info: handle}
 	cqne.Encode(e[:])
-	if d.push(&d.dsr.cqNotify, e[:]) {
-		d.raise(pvrdma.IntrVectorCQ)
-		return true
+	if !d.push(&d.dsr.cqNotify, e[:]) {
+		d.stats.cqNotifyLost++
+		return false
 	}
-	return false
+	d.raise(pvrdma.IntrVectorCQ)
+	return true
 }

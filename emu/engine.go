@@ -540,6 +540,9 @@ func (d *Device) serviceQP(qp *qp, flags uint32) {
 	case pvrdma.QPStateReset:
 		return
 	case pvrdma.QPStateErr:
+		if qp.rc != nil && flags&kickResp != 0 {
+			qp.rc.FlushResponses() // the NAK it may still owe (rc.QP.nak)
+		}
 		d.flush(qp)
 		return
 	}

@@ -22,3 +22,17 @@ func (d *Device) HoldTaking(fn func()) {
 	defer d.eng.taking.Unlock()
 	fn()
 }
+
+// Receive hands the device a frame as its fabric port does (false: the
+// receive queue was full and the frame was dropped).
+func (d *Device) Receive(frame []byte) bool { return d.receive(frame) }
+
+// RxQueue is how many frames the device's receive queue holds.
+const RxQueue = rxQueue
+
+// AddrMismatches is the device's count of RC packets dropped for coming
+// from outside their QP's connection (Stats().Port.Address).
+func (d *Device) AddrMismatches() uint64 {
+	st, _ := d.Stats()
+	return st.Port.Address
+}

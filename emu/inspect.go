@@ -124,7 +124,7 @@ func (d *Device) Inspect() State {
 	defer d.unlock()
 	r := &d.res
 	st := State{Device: d.name, Active: d.active, Fatal: d.fatal, PinnedPages: r.pinned,
-		Counters: Counters{QKeyViolations: r.qkeyViolations, AddrMismatches: r.addrMismatches},
+		Counters: Counters{QKeyViolations: r.qkeyViolations},
 		Findings: map[string]uint64{}}
 	st.Port.State = "ACTIVE"
 	if d.portDown {

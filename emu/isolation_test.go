@@ -198,7 +198,7 @@ func TestIsolationHostilePeer(t *testing.T) {
 			if got := sw.Spoofed.Load(); got != wantSpoofed {
 				t.Errorf("switch: %d spoofed frames, want %d", got, wantSpoofed)
 			}
-			if got := victim.dev.Counters().AddrMismatches; got != wantMismatch {
+			if got := victim.dev.AddrMismatches(); got != wantMismatch {
 				t.Errorf("victim device: %d address mismatches, want %d", got, wantMismatch)
 			}
 		})

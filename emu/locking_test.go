@@ -92,11 +92,33 @@ func TestInterruptsRaisedOutsideDeviceLock(t *testing.T) {
 }
 
 // TestCloseTwice: closing a device again (a second disconnect path, a test's
-// cleanup after an explicit Close) does nothing.
+// cleanup after an explicit Close) does nothing: both calls return, the
+// first freed everything and stopped the engine, the second changed
+// nothing, and no goroutine is left (checkGoroutines).
 func TestCloseTwice(t *testing.T) {
+	checkGoroutines(t)
 	r := probed(t, nil)
-	r.dev.Close()
-	r.dev.Close() // and the rig's cleanup closes it a third time
+	if _, err := r.CreatePD(0); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		r.dev.Close()
+		r.dev.Close() // and the rig's cleanup closes it a third time
+	}()
+	select {
+	case <-closed:
+	case <-time.After(time.Minute): // a watchdog, not a timing
+		t.Fatal("closing the device twice did not return within a minute")
+	}
+	st := r.dev.Inspect()
+	if st.Active || len(st.PDs) != 0 || len(st.Contexts) != 0 || st.PinnedPages != 0 {
+		t.Errorf("after Close: active %v, %d PDs, %d contexts, %d pinned pages; want nothing", st.Active, len(st.PDs), len(st.Contexts), st.PinnedPages)
+	}
+	if !r.dev.Idle() {
+		t.Error("after Close the engine still has work")
+	}
 }
 
 // TestGuestTriggeredLogsAreBounded: a guest that writes REQUEST 100 000 times

@@ -103,7 +103,6 @@ type resources struct {
 
 	pinned         uint64 // page-list entries held by all objects
 	qkeyViolations uint32
-	addrMismatches uint64 // RC packets from outside their QP's connection
 
 	// mrVariants holds the key variant each MR handle last ended with
 	// (kept across deregistrations and device resets, at most one entry
@@ -129,7 +128,6 @@ func (r *resources) init(c *pvrdma.DeviceCaps) {
 	r.gids = make([]GIDEntry, c.GIDTblLen)
 	r.pinned = 0
 	r.qkeyViolations = 0
-	r.addrMismatches = 0
 	if r.mrVariants == nil {
 		r.mrVariants = map[uint32]uint8{}
 	}

@@ -105,6 +105,9 @@ type PortStats struct {
 	// Revoked: packets of runs whose payload, lent by the sending HCA of
 	// this process, was no longer its to lend (a region changed meanwhile).
 	Revoked uint64 `json:"dropped_revoked"`
+	// RxQueueFull: frames refused because the device's receive queue was
+	// full (the sender backs off and sends them again).
+	RxQueueFull uint64 `json:"dropped_rx_queue_full"`
 }
 
 // CommandCount is how often a command ended one way: Errno 0 is success,
@@ -120,6 +123,11 @@ type DeviceStats struct {
 	Port     PortStats      `json:"port"`
 	QPs      QPStats        `json:"qps"` // every QP's, live and destroyed
 	Commands []CommandCount `json:"commands"`
+	// EventsLost and CQNotificationsLost: async events and CQ
+	// notifications the device could not post (the driver's ring full,
+	// broken by a bad index, or not mapped).
+	EventsLost          uint64 `json:"async_events_lost"`
+	CQNotificationsLost uint64 `json:"cq_notifications_lost"`
 	// Findings are the strict-mode findings by kind.
 	Findings map[string]uint64 `json:"findings,omitempty"`
 }
@@ -128,8 +136,10 @@ type DeviceStats struct {
 type deviceCounters struct {
 	port    PortStats
 	retired QPStats // of the QPs destroyed
-	cmdOK   [pvrdma.NumOpcodes]uint64
-	cmdErr  map[cmdOutcome]uint64
+	// Entries the device could not post to its rings (event, notifyCQ).
+	eventsLost, cqNotifyLost uint64
+	cmdOK                    [pvrdma.NumOpcodes]uint64
+	cmdErr                   map[cmdOutcome]uint64
 }
 
 type cmdOutcome struct {
@@ -234,7 +244,11 @@ func (d *Device) Stats() (DeviceStats, map[uint32]QPStats) {
 }
 
 func (d *Device) statsLocked() (DeviceStats, map[uint32]QPStats) {
-	st := DeviceStats{Port: d.stats.port, QPs: d.stats.retired}
+	st := DeviceStats{Port: d.stats.port, QPs: d.stats.retired,
+		EventsLost: d.stats.eventsLost, CQNotificationsLost: d.stats.cqNotifyLost}
+	d.eng.mu.Lock()
+	st.Port.RxQueueFull = d.eng.rxDrops
+	d.eng.mu.Unlock()
 	qps := map[uint32]QPStats{}
 	for _, h := range d.res.qp.handles() {
 		qp := d.res.qp.get(h)

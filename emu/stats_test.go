@@ -180,3 +180,52 @@ func waitFor(t *testing.T, what string, cond func() bool, hosts ...*host) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestLostEntriesCounted: what the device drops for want of room shows in
+// its stats (and so in inspect and the metrics): frames its full receive
+// queue refused, async events and CQ notifications the driver's broken
+// rings could not take. Each was counted nowhere before.
+func TestLostEntriesCounted(t *testing.T) {
+	checkGoroutines(t)
+	sw := fabric.NewSwitch()
+	a := newHost(t, sw, 1)
+
+	// The engine is held under the device lock, so its queue fills.
+	refused := 0
+	a.dev.WithLock(func() {
+		for i := 0; i < emu.RxQueue+1024; i++ {
+			if !a.dev.Receive(fabric.NewFrame()[:64]) {
+				refused++
+			}
+		}
+	})
+	a.dev.Sync()
+	st, _ := a.dev.Stats()
+	if refused == 0 || st.Port.RxQueueFull != uint64(refused) {
+		t.Errorf("%d frames refused, stats say dropped_rx_queue_full %d", refused, st.Port.RxQueueFull)
+	}
+
+	// The driver corrupts both rings' consumer indexes: the CQ notification
+	// of an armed CQ and the CQ_ERR of its overrun are lost, and counted.
+	a.Put32(a.AsyncRing[0]+uverbs.RxConsHead, 0xFFFF_FFF0)
+	a.Put32(a.CQRing[0]+uverbs.RxConsHead, 0xFFFF_FFF0)
+	src, lk, _ := a.mr(t, 4096, allAccess)
+	cq, err := a.CreateCQ(0, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq.Arm(false)
+	q := a.readyUD(t, cq)
+	for i := 0; i < 5; i++ { // the guest never polls
+		q.PostSend(udSendTo9(uint64(i), uverbs.SGE{Addr: src, Length: 10, LKey: lk}))
+	}
+	for i := 0; i < 3; i++ {
+		a.dev.Sync()
+	}
+	// The CQ stays armed while its notification cannot be posted, so each
+	// of its 4 CQEs tries once.
+	st, _ = a.dev.Stats()
+	if st.EventsLost != 1 || st.CQNotificationsLost != 4 {
+		t.Errorf("async_events_lost %d, cq_notifications_lost %d: want 1 (CQ_ERR) and 4 (one per CQE of the armed CQ)", st.EventsLost, st.CQNotificationsLost)
+	}
+}

@@ -3,6 +3,7 @@ package emu_test
 import (
 	"bytes"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/hcaemu/hcaemu/dma"
@@ -301,4 +302,55 @@ func udSendTo9(wrid uint64, sge uverbs.SGE) uverbs.SendWQE {
 	w := send(uverbs.OpSend, wrid, 0, sge)
 	w.SetUD(5, 1, uverbs.AV{GIDIndex: 1, DGID: [16]byte{10: 0xff, 11: 0xff, 12: 10, 15: 9}})
 	return w
+}
+
+// storeFailingMem refuses writes over one guest address once armed, as a
+// page the guest unmapped between the device's reads and its writes would.
+type storeFailingMem struct {
+	dma.Memory
+	bad atomic.Uint64 // 0: none
+}
+
+func (m *storeFailingMem) hit(gpa, n uint64) bool {
+	bad := m.bad.Load()
+	return bad != 0 && gpa <= bad && bad < gpa+n
+}
+
+func (m *storeFailingMem) WriteAt(p []byte, gpa uint64) error {
+	if m.hit(gpa, uint64(len(p))) {
+		return dma.Fault(gpa, uint64(len(p)), "unmapped (test)")
+	}
+	return m.Memory.WriteAt(p, gpa)
+}
+
+func (m *storeFailingMem) Access(gpa, n uint64, write bool, fn func([]byte)) error {
+	if write && m.hit(gpa, n) {
+		return dma.Fault(gpa, n, "unmapped (test)")
+	}
+	return m.Memory.Access(gpa, n, write, fn)
+}
+
+// TestSQIndexUnwritable: when the device cannot store a send queue's
+// cons_head, the guest would never see its queue emptied and wait for a
+// free slot for ever; the QP fails with QP_FATAL instead (the store's error
+// was dropped before).
+func TestSQIndexUnwritable(t *testing.T) {
+	checkGoroutines(t)
+	sw := fabric.NewSwitch()
+	var mem *storeFailingMem
+	a := newHostConfig(t, sw, 1, 16<<20, func(cfg *emu.Config) {
+		mem = &storeFailingMem{Memory: cfg.Mem}
+		cfg.Mem = mem
+	})
+	src, lk, _ := a.mr(t, 4096, allAccess)
+	q := a.readyUD(t, a.cq)
+	mem.bad.Store(q.Pages[0] + uverbs.TxConsHead)
+	q.PostSend(udSendTo9(1, uverbs.SGE{Addr: src, Length: 10, LKey: lk}))
+	a.dev.Sync()
+	if !hasEvent(a.AsyncEvents(), pvrdma.EventQPFatal, q.Handle) {
+		t.Fatal("no QP_FATAL for a send queue whose cons_head the device cannot store")
+	}
+	if n := a.dev.Findings()[emu.FindingPageDir]; n == 0 {
+		t.Error("no page-directory finding")
+	}
 }

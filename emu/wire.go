@@ -478,7 +478,6 @@ func (d *Device) receivePacket(qp *qp, pkt *roce.Packet, src, dst netip.Addr, ip
 			d.held = append(d.held, qp)
 		}
 		if qp.rc != nil && !qp.rc.ReceiveRunFrom(pkt, run, src, dst, from, scratch) {
-			d.res.addrMismatches += uint64(run)
 			d.stats.port.Address += uint64(run)
 			if d.tracer != nil {
 				d.traceRx(qp, pkt, "address")
@@ -489,19 +488,17 @@ func (d *Device) receivePacket(qp *qp, pkt *roce.Packet, src, dst netip.Addr, ip
 	}
 }
 
-// Counters are the device's counts of received packets it dropped.
+// Counters are the drop counts the driver can read (QUERY_PORT), which a
+// reset clears; Stats().Port has every drop by reason, over the device's life.
 type Counters struct {
 	// QKeyViolations: UD datagrams with the wrong Q_Key (QUERY_PORT's
 	// qkey_viol_cntr).
 	QKeyViolations uint32
-	// AddrMismatches: RC packets whose IP source and destination are not
-	// the addresses of the QP's connection (another port's injection).
-	AddrMismatches uint64
 }
 
 // Counters returns the drop counters (since the last reset).
 func (d *Device) Counters() Counters {
 	d.mu.Lock()
 	defer d.unlock()
-	return Counters{QKeyViolations: d.res.qkeyViolations, AddrMismatches: d.res.addrMismatches}
+	return Counters{QKeyViolations: d.res.qkeyViolations}
 }

@@ -87,17 +87,29 @@ func (d *Device) publishRings() {
 		}
 	}
 	d.dirtyCQs = d.dirtyCQs[:0]
+	var lost []*qp // send queues whose index the guest cannot be shown
+	var lostErr error
 	for i, qp := range d.dirtySQs {
 		d.dirtySQs[i] = nil
 		qp.sqDirty = false
 		if d.res.qp.get(qp.handle) != qp {
 			continue
 		}
-		// (A store that fails here follows a load of the same page in the
-		// same hold; the QP's next doorbell finds the page gone.)
-		_ = dma.StoreUint32(d.mem, qp.pages[0]+qp.sq.consOff, qp.sq.cons)
+		if err := dma.StoreUint32(d.mem, qp.pages[0]+qp.sq.consOff, qp.sq.cons); err != nil && qp.state != pvrdma.QPStateErr {
+			lost, lostErr = append(lost, qp), err
+		}
 	}
 	d.dirtySQs = d.dirtySQs[:0]
+	// A guest that cannot see its send queue emptied would wait for a slot
+	// for ever: its QP fails instead, and the flush it takes is published
+	// in turn (a QP in ERR is not failed again, so this ends).
+	for _, qp := range lost {
+		d.find(FindingPageDir, "QP to ERR with QP_FATAL", "qp %d sq pvrdma_ring.cons_head: %v", qp.handle, lostErr)
+		d.qpError(qp, pvrdma.EventQPFatal)
+	}
+	if len(lost) > 0 {
+		d.publishDirty()
+	}
 }
 
 // processSQ hands posted send WQEs of a UD or GSI QP to its transport in

@@ -235,9 +235,10 @@ func printInspected(w io.Writer, what string, devs []inspected) {
 		if all || what == "stats" {
 			p := &st.Stats.Port
 			fmt.Fprintf(tw, "  port\tframes in %d out %d\tbytes in %d out %d\n", p.FramesIn, p.FramesOut, p.BytesIn, p.BytesOut)
-			fmt.Fprintf(tw, "  dropped\tmalformed %d bad_icrc %d no_qp %d address %d qkey %d port_down %d revoked %d\n",
-				p.Malformed, p.BadICRC, p.NoQP, p.Address, p.QKey, p.PortDown, p.Revoked)
-			fmt.Fprintf(tw, "  drops\tqkey_violations %d\taddr_mismatches %d\t(since the last reset)\n", st.Counters.QKeyViolations, st.Counters.AddrMismatches)
+			fmt.Fprintf(tw, "  dropped\tmalformed %d bad_icrc %d no_qp %d address %d qkey %d port_down %d revoked %d rx_queue_full %d\n",
+				p.Malformed, p.BadICRC, p.NoQP, p.Address, p.QKey, p.PortDown, p.Revoked, p.RxQueueFull)
+			fmt.Fprintf(tw, "  lost\tasync_events %d cq_notifications %d\n", st.Stats.EventsLost, st.Stats.CQNotificationsLost)
+			fmt.Fprintf(tw, "  drops\tqkey_violations %d\t(since the last reset)\n", st.Counters.QKeyViolations)
 			fmt.Fprintf(tw, "  pinned_pages\t%d\n", st.PinnedPages)
 			printQPStats(tw, "  all qps", &st.Stats.QPs)
 			for _, q := range st.QPs {

@@ -91,6 +91,7 @@ var (
 
 	descPortFrames  = prometheus.NewDesc("hcaemu_port_frames_total", "Ethernet frames through port 1 of the HCA.", []string{"device", "dir"}, nil)
 	descPortBytes   = prometheus.NewDesc("hcaemu_port_bytes_total", "Bytes of the Ethernet frames through port 1 of the HCA.", []string{"device", "dir"}, nil)
+	descLost        = prometheus.NewDesc("hcaemu_device_entries_lost_total", "Async events and CQ notifications the device could not post to the driver's rings (full, broken or not mapped), by ring.", []string{"device", "ring"}, nil)
 	descPortDropped = prometheus.NewDesc("hcaemu_port_dropped_frames_total", "Frames dropped before a QP took them (or lost to a port held down), by reason.", []string{"device", "reason"}, nil)
 	descCommands    = prometheus.NewDesc("hcaemu_commands_total", "Commands of the driver's command channel, by command and errno (0: success).", []string{"device", "command", "errno"}, nil)
 	descFindings    = prometheus.NewDesc("hcaemu_strict_findings_total", "Strict-mode findings (driver mistakes) by kind.", []string{"device", "kind"}, nil)
@@ -161,9 +162,11 @@ func (c *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 			for _, r := range []struct {
 				reason string
 				n      uint64
-			}{{"malformed", p.Malformed}, {"bad_icrc", p.BadICRC}, {"no_qp", p.NoQP}, {"address", p.Address}, {"qkey", p.QKey}, {"port_down", p.PortDown}, {"revoked", p.Revoked}} {
+			}{{"malformed", p.Malformed}, {"bad_icrc", p.BadICRC}, {"no_qp", p.NoQP}, {"address", p.Address}, {"qkey", p.QKey}, {"port_down", p.PortDown}, {"revoked", p.Revoked}, {"rx_queue_full", p.RxQueueFull}} {
 				counter(descPortDropped, r.n, name, r.reason)
 			}
+			counter(descLost, st.EventsLost, name, "async_event")
+			counter(descLost, st.CQNotificationsLost, name, "cq_notification")
 			for _, cmd := range st.Commands {
 				counter(descCommands, cmd.Count, name, cmd.Command, strconv.FormatUint(uint64(cmd.Errno), 10))
 			}

@@ -1,17 +1,18 @@
 // Package fabric models the network the emulated HCAs and the guests' NICs
 // are attached to:
 //
-//   - Switch, the RoCE fabric joining emulated HCAs in one process: each HCA's
-//     port forwards RoCEv2 frames (Ethernet / IPv4 or IPv6 / UDP 4791 /
-//     InfiniBand transport) to the port that owns the destination IP address,
-//     which is the destination GID. A frame for an address nobody owns is
-//     dropped, as on a real segment; a receiver whose queue is full refuses a
-//     frame and the sender backs off (lossless, like PFC). Ports are
-//     untrusted: an address belongs to one port at a time (SetAddrs refuses
-//     an address another port owns), and a port's frame enters the fabric
-//     only when its IP source is one of the sending port's addresses.
-//   - Segment, the guests' L2 Ethernet segment: a learning switch QEMU's
-//     vmxnet3 NICs join over unix datagram sockets.
+//   - Switch, the one lossless Ethernet segment of the HCAs' ports and the
+//     guests' NICs: RoCEv2 frames (Ethernet / IPv4 or IPv6 / UDP 4791 /
+//     InfiniBand transport) go to the HCA port that owns the destination IP
+//     address, which is the destination GID; every other frame goes to a
+//     station's NIC by MAC (learnt, flooded when unknown). A receiver whose
+//     queue is full refuses a frame and the sender backs off (lossless,
+//     like PFC). Ports are untrusted: an address belongs to one port at a
+//     time (SetAddrs refuses an address another port owns), a port's frame
+//     enters the fabric only when its IP source is one of the sending
+//     port's addresses, and no NIC may speak for another station's HCA.
+//   - StreamNIC, a QEMU NIC on the segment (its -netdev stream socket), and
+//     Uplink, a trunk to other networks (a TAP device or AF_PACKET).
 //   - Links and decorators: a port's frames pass through a chain of Link
 //     decorators before the switch forwards them. Capture (package
 //     capture, with its pcap writer) is one; fault injection plugs in at
@@ -24,8 +25,9 @@
 //     part of the fabric's API, so a decorator never needs the device model.
 //
 // The package knows nothing of the device model (package emu) nor of the
-// transport's header formats (package roce): it looks at a frame's Ethernet
-// and IP destination only.
+// transport's header formats (package roce): of a frame it reads the
+// Ethernet header, the IP addresses, the UDP destination port (to tell
+// RoCEv2) and ARP's sender fields.
 package fabric
 
 import (

@@ -193,6 +193,11 @@ type QP struct {
 	outStore []respItem // the storage out starts in when it starts empty (no allocation per response)
 	// hold: responses wait in out until ReleaseResponses (HoldResponses).
 	hold bool
+	// lastWord is the class-C NAK the QP still owes its peer after it went
+	// to ERR (owesNAK): the receiver's queue was full when it was first sent.
+	// In ERR it is the only response the QP sends (FlushResponses).
+	lastWord respItem
+	owesNAK  bool
 
 	stats Stats
 }
@@ -1245,13 +1250,15 @@ func (qp *QP) sendAck(psn uint32, syn roce.Syndrome) {
 // respond sends a response now, or queues it behind the ones waiting.
 //
 // The queue is bounded, whatever the peer sends while a long READ stream is
-// queued: an ACK replaces a queued ACK at the tail (ACKs are cumulative),
-// and beyond maxQueuedResponses a response is dropped (the requester's
-// retry asks again).
+// queued: an ACK or NAK replaces a plain ACK queued at the tail behind
+// another response (ACKs are cumulative: the later one acknowledges what
+// the earlier did; a NAK acknowledges the PSNs before its own), and beyond
+// maxQueuedResponses a response is dropped (the requester's retry asks
+// again). A queued NAK is never replaced.
 func (qp *QP) respond(item respItem) {
 	out := qp.out
 	switch {
-	case !qp.hold && len(out) > 1 && item.kind == respAck && out[len(out)-1].kind == respAck:
+	case !qp.hold && len(out) > 1 && item.kind == respAck && out[len(out)-1].kind == respAck && out[len(out)-1].syn.IsACK():
 		out[len(out)-1] = item
 		return
 	case qp.hold && len(out) > 0 && coalesces(&out[len(out)-1], &item):
@@ -1303,7 +1310,13 @@ func (qp *QP) ReleaseResponses() {
 // FlushResponses sends queued responses in order: at most respBatch READ
 // response packets per call; the device is kicked to go on (later, when the
 // requester's queue is full).
+//
+// In ERR it sends only the class-C NAK the QP still owes (nak), if any.
 func (qp *QP) FlushResponses() {
+	if qp.state == transport.StateErr {
+		qp.flushLastWord()
+		return
+	}
 	budget := respBatch
 	for len(qp.out) > 0 {
 		item := &qp.out[0]
@@ -1353,13 +1366,34 @@ func (qp *QP) sendAckNow(psn uint32, syn roce.Syndrome, msn uint32) error {
 }
 
 // nak sends a class-C NAK (at once: the QP stops here) and moves the QP to
-// ERR.
+// ERR. The segment is lossless: where the NAK cannot go now (responses
+// still queued before it, or the receiver's queue full) it is owed, and
+// FlushResponses sends it once the peer takes it, so the requester ends
+// with the remote error and not with a retry count exceeded.
 func (qp *QP) nak(psn uint32, code roce.NAKCode, ev transport.Event) {
 	if qp.hold {
 		qp.ReleaseResponses() // the ACKs held before it go first
 	}
-	qp.sendAckNow(psn, roce.NAKSyndrome(code), qp.msn)
+	item := respItem{kind: respAck, psn: psn, syn: roce.NAKSyndrome(code), msn: qp.msn}
+	if len(qp.out) > 0 || errors.Is(qp.sendAckNow(psn, item.syn, item.msn), transport.ErrPeerBusy) {
+		qp.lastWord, qp.owesNAK = item, true
+		qp.env.Kick(transport.WorkRespond, true)
+	}
 	qp.env.Error(ev)
+}
+
+// flushLastWord sends the NAK a QP in ERR still owes (nak).
+func (qp *QP) flushLastWord() {
+	qp.out = nil // a QP in ERR answers nothing else
+	if !qp.owesNAK {
+		return
+	}
+	w := &qp.lastWord
+	if errors.Is(qp.sendAckNow(w.psn, w.syn, w.msn), transport.ErrPeerBusy) {
+		qp.env.Kick(transport.WorkRespond, true)
+		return
+	}
+	qp.owesNAK = false
 }
 
 func isSendOp(op roce.Opcode) bool {

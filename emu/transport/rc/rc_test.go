@@ -630,3 +630,37 @@ func TestHeldResponses(t *testing.T) {
 		})
 	}
 }
+
+// TestNAKOwedWhenPeerBusy: a class-C NAK the receiver's full queue refuses
+// is owed, not lost: the QP goes to ERR at once, asks to be kicked, and
+// sends the NAK (and nothing else) when the kick comes, as often as the
+// peer is still busy. Lost, the requester would retry until RETRY_EXC_ERR
+// instead of ending with the remote access error.
+func TestNAKOwedWhenPeerBusy(t *testing.T) {
+	for _, busy := range []int{1, 3} {
+		h := newHarness(t, nil)
+		h.Busy = busy
+		bad := reqPacket(roce.RCRDMAWriteOnly, testRQPSN, true, make([]byte, 8))
+		bad.RETH = roce.RETHFields{VA: testVA, RKey: testKey + 1, DMALength: 8}
+		h.receive(bad)
+		if sent := h.Take(); len(sent) != 0 {
+			t.Fatalf("busy %d: %d packets sent into a full queue", busy, len(sent))
+		}
+		if len(h.Events) != 1 || h.Events[0] != transport.EventQPAccessError {
+			t.Fatalf("busy %d: events %v, want QP access error at once", busy, h.Events)
+		}
+		for i := 0; i < busy; i++ {
+			if n := len(h.Kicks); n == 0 || h.Kicks[n-1] != transport.WorkRespond {
+				t.Fatalf("busy %d, round %d: kicks %v, want a respond kick", busy, i, h.Kicks)
+			}
+			h.Kicks = nil
+			h.qp.FlushResponses()
+		}
+		checkPackets(t, h.Take(), []wantPacket{{op: roce.RCAcknowledge, psn: testRQPSN, syn: nakRemoteAccess}})
+		h.Kicks = nil
+		h.qp.FlushResponses()
+		if sent := h.Take(); len(sent) != 0 || len(h.Kicks) != 0 {
+			t.Errorf("busy %d: after the NAK went, %d more packets and kicks %v", busy, len(sent), h.Kicks)
+		}
+	}
+}

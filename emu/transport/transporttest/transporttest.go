@@ -69,6 +69,9 @@ type Env struct {
 	// RunLimit is the most packets TransmitRun takes as one run; 0: the
 	// wire carries no runs.
 	RunLimit int
+	// Busy is how many of the next Transmit calls find the receiver's
+	// queue full (transport.ErrPeerBusy, nothing sent).
+	Busy int
 }
 
 // NewEnv makes an Env with its memory registered and its queues empty.
@@ -180,6 +183,10 @@ func (env *Env) PathTo(*transport.AddressHandle) (transport.Path, bool) {
 
 // Transmit implements transport.Env: it records the packet.
 func (env *Env) Transmit(_ transport.Path, f roce.PacketFields, payload transport.Payload) error {
+	if env.Busy > 0 {
+		env.Busy--
+		return transport.ErrPeerBusy
+	}
 	b := make([]byte, payload.Len)
 	if payload.Len > 0 {
 		if err := payload.Gather(env.Mem(), b); err != nil {
