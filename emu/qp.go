@@ -6,7 +6,6 @@ import (
 	"github.com/hcaemu/hcaemu/dma"
 	"github.com/hcaemu/hcaemu/emu/mr"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
-	"github.com/hcaemu/hcaemu/emu/transport"
 	"github.com/hcaemu/hcaemu/emu/transport/rc"
 	"github.com/hcaemu/hcaemu/emu/transport/ud"
 	"github.com/hcaemu/hcaemu/uverbs"
@@ -277,9 +276,9 @@ func (d *Device) setState(qp *qp, next uint8) {
 	// it holds before the ring's.
 	switch {
 	case qp.rc != nil:
-		qp.rc.SetState(transport.State(next))
+		qp.rc.SetState(transportState(next))
 	case qp.ud != nil:
-		qp.ud.SetState(transport.State(next))
+		qp.ud.SetState(transportState(next))
 	}
 	switch next {
 	case pvrdma.QPStateReset:

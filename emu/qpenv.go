@@ -148,23 +148,6 @@ func (env *qpEnv) TakeSend(wr *transport.SendWR) bool {
 	return true
 }
 
-// opcodes maps PVRDMA send opcodes to the transport's (missing ones are
-// OpUnsupported).
-var opcodes = [...]transport.Opcode{
-	uverbs.OpSend: transport.OpSend, uverbs.OpSendImm: transport.OpSendImm, uverbs.OpSendInv: transport.OpSendInv,
-	uverbs.OpRDMAWrite: transport.OpWrite, uverbs.OpRDMAWriteImm: transport.OpWriteImm,
-	uverbs.OpRDMARead: transport.OpRead, uverbs.OpAtomicCmpSwp: transport.OpCompSwap,
-	uverbs.OpAtomicFetchAdd: transport.OpFetchAdd, uverbs.OpLocalInv: transport.OpLocalInv,
-	uverbs.OpFastRegMR: transport.OpFastReg,
-}
-
-func opcodeOf(op uint32) transport.Opcode {
-	if op >= uint32(len(opcodes)) {
-		return transport.OpUnsupported
-	}
-	return opcodes[op]
-}
-
 // sendWR turns a decoded send WQE into a work request in *wr (zero but for
 // the storage of its Segs): its variant as the QP type reads it, and its
 // SGEs validated against the QP's PD.
@@ -235,17 +218,9 @@ func (env *qpEnv) PeekRecv() (transport.RecvWR, transport.Status, bool) {
 
 func (env *qpEnv) PopRecv() { env.d.popRecv(env.qp) }
 
-// wcOpcodes maps the transport's completion opcodes to PVRDMA's.
-var wcOpcodes = [...]uint32{
-	transport.WCSend: uverbs.WCSend, transport.WCWrite: uverbs.WCRDMAWrite, transport.WCRead: uverbs.WCRDMARead,
-	transport.WCCompSwap: uverbs.WCCompSwap, transport.WCFetchAdd: uverbs.WCFetchAdd,
-	transport.WCLocalInv: uverbs.WCLocalInv, transport.WCFastReg: uverbs.WCFastRegMR,
-	transport.WCRecv: uverbs.WCRecv, transport.WCRecvWriteImm: uverbs.WCRecvRDMAImm,
-}
-
 func (env *qpEnv) Complete(c transport.Completion) {
 	d, qp := env.d, env.qp
-	cqe := uverbs.CQE{WRID: c.WRID, Opcode: wcOpcodes[c.Opcode], Status: uint32(c.Status), ByteLen: c.ByteLen}
+	cqe := uverbs.CQE{WRID: c.WRID, Opcode: wcOpcode(c.Opcode), Status: wcStatus(c.Status), ByteLen: c.ByteLen}
 	if d.faults != nil && (c.Recv || c.Signaled || qp.sigAll || c.Status != transport.StatusSuccess) {
 		cqh := qp.sendCQ
 		if c.Recv {
@@ -275,12 +250,7 @@ func (env *qpEnv) Complete(c transport.Completion) {
 	d.completeRecv(qp, &cqe, c.Solicited)
 }
 
-// events maps the transport's QP errors to PVRDMA async events.
-var events = [...]uint32{
-	transport.EventQPFatal: pvrdma.EventQPFatal, transport.EventQPRequestErr: pvrdma.EventQPReqErr, transport.EventQPAccessError: pvrdma.EventQPAccessErr,
-}
-
-func (env *qpEnv) Error(ev transport.Event) { env.d.qpError(env.qp, events[ev]) }
+func (env *qpEnv) Error(ev transport.Event) { env.d.qpError(env.qp, qpEvent(ev)) }
 
 func (env *qpEnv) Drained() { env.d.checkDrained(env.qp) }
 

@@ -161,7 +161,7 @@ func (d *Device) processSQ(qp *qp) {
 }
 
 // sendWCOpcode is the completion opcode of a PVRDMA send opcode.
-func sendWCOpcode(op uint32) uint32 { return wcOpcodes[opcodeOf(op).Completion()] }
+func sendWCOpcode(op uint32) uint32 { return wcOpcode(opcodeOf(op).Completion()) }
 
 // completeSend posts a send-side completion when it is signaled (or
 // failed).
