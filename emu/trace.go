@@ -103,7 +103,7 @@ func (d *Device) traceWQE(qp *qp, wr *transport.SendWR) {
 		ev.Opcode = WROpcodeNames[op]
 	}
 	if wr.Status != transport.StatusSuccess {
-		ev.Status = wcStatusName(uint32(wr.Status))
+		ev.Status = wcStatusName(wcStatus(wr.Status))
 	}
 	d.trace(&ev)
 }
