@@ -102,15 +102,21 @@ func (w *worker) offer() {
 	w.help, w.next = w.help[:0], 0
 }
 
+// A kick names its object by a target and a handle ...
 const (
-	kickQP  = 1
-	kickSRQ = 2
+	targetQP  = 1
+	targetSRQ = 2
+)
 
-	kickSend  = 1
-	kickRecv  = 2
-	kickTimer = 4
-	kickResp  = 8 // the RC responder has queued responses to send
+// ... and says what the object has to do, in flags.
+const (
+	workSend  = 1 << iota // the send queue has new WQEs
+	workRecv              // the receive queue has new WQEs
+	workTimer             // the QP's timer expired
+	workResp              // the RC responder has queued responses to send
+)
 
+const (
 	backoff = 50 * time.Microsecond // wait for a busy receiver
 
 	rxQueue = 8192 // frames queued per device; beyond that the wire drops
@@ -157,7 +163,7 @@ func (eng *engine) signal() {
 func (eng *engine) kickTimer(h uint32, gen uint64) {
 	eng.mu.Lock()
 	eng.fired[h] = gen
-	eng.pending[uint64(kickQP)<<32|uint64(h)] |= kickTimer
+	eng.pending[uint64(targetQP)<<32|uint64(h)] |= workTimer
 	eng.mu.Unlock()
 	eng.signal()
 }
@@ -236,14 +242,14 @@ func (eng *engine) run(d *Device) {
 				}
 				kind, h := uint32(key>>32), uint32(key)
 				switch kind {
-				case kickQP:
+				case targetQP:
 					if qp := d.res.qp.get(h); qp != nil {
-						if gen, ok := fired[h]; ok && flags&kickTimer != 0 {
+						if gen, ok := fired[h]; ok && flags&workTimer != 0 {
 							d.qpTimer(qp, gen)
 						}
 						d.serviceQP(qp, flags)
 					}
-				case kickSRQ:
+				case targetSRQ:
 					// SRQ WQEs are consumed when a message arrives; nothing to do.
 				}
 			})
@@ -430,7 +436,7 @@ func (d *Device) receive(frame []byte) bool {
 
 // kickLater services QP h again after a short back-off (a busy receiver).
 func (eng *engine) kickLater(h, flags uint32) {
-	time.AfterFunc(backoff, func() { eng.kick(kickQP, h, flags) })
+	time.AfterFunc(backoff, func() { eng.kick(targetQP, h, flags) })
 }
 
 // sync waits until the work queued before the call has been done.
@@ -488,13 +494,13 @@ func (d *Device) doorbell(off uint64, v uint32) {
 		}
 		var f uint32
 		if db.Flags&doorbell.QPSend != 0 {
-			f |= kickSend
+			f |= workSend
 		}
 		if db.Flags&doorbell.QPRecv != 0 {
-			f |= kickRecv
+			f |= workRecv
 		}
 		if f != 0 {
-			d.eng.kick(kickQP, db.Handle, f)
+			d.eng.kick(targetQP, db.Handle, f)
 		}
 	case doorbell.CQ:
 		c := d.res.cq.get(db.Handle)
@@ -516,7 +522,7 @@ func (d *Device) doorbell(off uint64, v uint32) {
 			return
 		}
 		if db.Flags&doorbell.SRQRecv != 0 {
-			d.eng.kick(kickSRQ, db.Handle, kickRecv)
+			d.eng.kick(targetSRQ, db.Handle, workRecv)
 		}
 	}
 }
@@ -540,13 +546,13 @@ func (d *Device) serviceQP(qp *qp, flags uint32) {
 	case pvrdma.QPStateReset:
 		return
 	case pvrdma.QPStateErr:
-		if qp.rc != nil && flags&kickResp != 0 {
+		if qp.rc != nil && flags&workResp != 0 {
 			qp.rc.FlushResponses() // the NAK it may still owe (rc.QP.nak)
 		}
 		d.flush(qp)
 		return
 	}
-	if flags&kickRecv != 0 && qp.srq == 0 {
+	if flags&workRecv != 0 && qp.srq == 0 {
 		// Receive WQEs stay in the ring until a message consumes them; check
 		// the guest's producer index now so a corrupt one fails early.
 		if _, err := d.pendingWQEs(qp.pages, &qp.rq); err != nil {
@@ -556,15 +562,15 @@ func (d *Device) serviceQP(qp *qp, flags uint32) {
 		}
 	}
 	if qp.rc != nil {
-		if flags&kickResp != 0 {
+		if flags&workResp != 0 {
 			qp.rc.FlushResponses()
 		}
-		if flags&(kickSend|kickTimer) != 0 {
+		if flags&(workSend|workTimer) != 0 {
 			qp.rc.Pump()
 		}
 		return
 	}
-	if flags&kickSend != 0 && qp.state == pvrdma.QPStateRTS {
+	if flags&workSend != 0 && qp.state == pvrdma.QPStateRTS {
 		d.processSQ(qp)
 	}
 }

@@ -151,7 +151,7 @@ func (d *Device) faultCompletion(qp *qp, cqe *uverbs.CQE, op transport.WCOpcode,
 			// the CQE is the report); the engine moves it after this
 			// completion, outside the transport's call.
 			qp.faultErr = true
-			d.eng.kick(kickQP, qp.handle, kickSend)
+			d.eng.kick(targetQP, qp.handle, workSend)
 		}
 	case FaultCQError:
 		if c != nil && !c.broken {
@@ -218,7 +218,7 @@ func (d *Device) deviceFault(act FaultAction, qp *qp, c *cq) {
 			// Deferred to the engine: the point may be inside the QP's
 			// transport, which ERR flushes.
 			qp.faultEvent = act.Event
-			d.eng.kick(kickQP, qp.handle, kickSend)
+			d.eng.kick(targetQP, qp.handle, workSend)
 		}
 	case FaultSRQError, FaultSRQLimit:
 		if qp != nil && qp.srq != 0 {

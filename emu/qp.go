@@ -290,7 +290,7 @@ func (d *Device) setState(qp *qp, next uint8) {
 		}
 	case pvrdma.QPStateRTS:
 		if prev != pvrdma.QPStateRTS {
-			d.eng.kick(kickQP, qp.handle, kickSend)
+			d.eng.kick(targetQP, qp.handle, workSend)
 		}
 	case pvrdma.QPStateSQD:
 		if prev != pvrdma.QPStateSQD {

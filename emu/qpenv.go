@@ -358,14 +358,14 @@ func (env *qpEnv) StopTimer() {
 }
 
 func (env *qpEnv) Kick(work transport.Work, later bool) {
-	flags := uint32(kickSend)
+	flags := uint32(workSend)
 	if work == transport.WorkRespond {
-		flags = kickResp
+		flags = workResp
 	}
 	if later {
 		env.d.eng.kickLater(env.qp.handle, flags)
 	} else {
-		env.d.eng.kick(kickQP, env.qp.handle, flags)
+		env.d.eng.kick(targetQP, env.qp.handle, flags)
 	}
 }
 

@@ -126,7 +126,7 @@ func (d *Device) processSQ(qp *qp) {
 		// Come back for the rest after other queues and frames have had
 		// the device lock.
 		n = sqBatch
-		d.eng.kick(kickQP, qp.handle, kickSend)
+		d.eng.kick(targetQP, qp.handle, workSend)
 	}
 	buf := make([]byte, qp.sq.stride)
 	for ; n > 0 && qp.state != pvrdma.QPStateErr; n-- {
