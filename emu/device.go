@@ -80,52 +80,32 @@ type Config struct {
 }
 
 // Device is one emulated PVRDMA function.
+//
+// Its fields are grouped by what guards them: set once by New; the
+// register file, atomics; the engine, with locks of its own; and the
+// device lock mu with everything it guards. Lock order: the engine's
+// taking lock, then mu, then the engine's queue locks (engine.go); no
+// eventfd is written under mu (unlock sends what was raised).
 type Device struct {
+	// Set by New, read-only after.
 	name string
 	log  *slog.Logger
 	caps pvrdma.DeviceCaps
 	// activeMTU is the port's active IB MTU (an enum pvrdma_mtu value).
 	activeMTU uint32
-	// timerGens numbers the arming of QP timers, device-wide, so that a
-	// late expiry never matches a later QP's arming (d.mu held).
-	timerGens uint64
-	// cqeBuf is where post encodes a CQE before writing it to the ring
-	// (d.mu held).
-	cqeBuf [uverbs.CQESize]byte
-	mac    [6]byte // configured: node GUID, MACL/MACH
-	msix   func(int)
-	pci    *mmio.Config
-	mem    *busMem // a pointer: a struct in a dma.Memory would be boxed, an allocation per access
-	port   Port
-	// gidGen counts the GID table's changes: a QP's cached path (qpEnv.Path)
-	// is good while it has not moved.
-	gidGen uint64
+	mac       [6]byte // configured: node GUID, MACL/MACH
+	msix      func(int)
+	pci       *mmio.Config
+	mem       *busMem // a pointer: a struct in a dma.Memory would be boxed, an allocation per access
+	port      Port
 	// direct is port when it is the switch's own (no recorder between):
 	// RC packets to other HCAs may go without frames (out).
 	direct *fabric.Port
-	out    directOut
 	// lend lends the payloads of runs to the HCAs they go to (nil: no
-	// guest memory); lent and runScratch are where this device reads runs
-	// lent to it (receive side, engine goroutine).
-	lend       *lender
-	lent       lentPayload
-	runScratch []byte
-	extents    []fabric.Extent // the sender's, while it builds a lent run
-	filler     *mr.Filler      // the receiver's, while it copies a lent run
-
-	eng engine
-	// w: the engine goroutine working under the lock (engineWork), nil for
-	// any other holder (a vCPU's register write, a command).
-	w *worker
-	// batching: a batch from another HCA is being taken; held: the RC QPs
-	// it reached so far, whose responses wait for its end (receiveDirect;
-	// a QP whose class-C NAK ended its hold may be listed twice).
-	batching bool
-	held     []*qp
-	// The CQs and send queues whose ring index the guest has not been
-	// shown yet (publishRings, at the latest in unlock).
-	dirtyCQs []*cq
-	dirtySQs []*qp
+	// guest memory); it has a lock of its own (lend.go).
+	lend   *lender
+	filler *mr.Filler // the receiver's, while it copies a lent run
+	faults FaultHook
 
 	// The register file a vCPU reads. Reads never take mu: a register read
 	// must not wait behind the engine's batch of frames or a long send queue.
@@ -141,13 +121,12 @@ type Device struct {
 	irqPending [Vectors]atomic.Uint32
 	irqRaised  atomic.Bool // some irqPending is non-zero: unlock's fast path
 
+	// The engine goroutine and its queues (engine.go), guarded by its own
+	// locks: taking (before mu), mu and qmu (after).
+	eng engine
+
 	// mu, the device lock, is held while a command, a doorbell or a unit
-	// of the engine's work runs. It guards the fields from here to the end
-	// of the struct (strict's counts excepted: atomics) and, above, the
-	// engine's worker (w), the batch state (batching, held), the dirty
-	// rings, cqeBuf, timerGens and gidGen. Lock order: the engine's taking
-	// lock, then mu (engine.go); interrupts raised under mu are sent by
-	// unlock once it is released.
+	// of the engine's work runs. It guards every field below.
 	mu     sync.Mutex
 	errReg uint32 // ERR as the command in progress sets it; published to errShadow
 	// State from the DSR, nil until loaded.
@@ -158,8 +137,33 @@ type Device struct {
 	qpns    qpnSource
 	closed  bool
 	fatal   bool // the engine panicked: DEVICE_FATAL declared, no more engine work until reset
-
-	faults FaultHook
+	// gidGen counts the GID table's changes: a QP's cached path (qpEnv.Path)
+	// is good while it has not moved.
+	gidGen uint64
+	// timerGens numbers the arming of QP timers, device-wide, so that a
+	// late expiry never matches a later QP's arming.
+	timerGens uint64
+	// cqeBuf is where post encodes a CQE before writing it to the ring.
+	cqeBuf [uverbs.CQESize]byte
+	// w: the engine goroutine working under the lock (engineWork), nil for
+	// any other holder (a vCPU's register write, a command).
+	w *worker
+	// out: the batch being built for another HCA of the process (wire.go).
+	out directOut
+	// batching: a batch from another HCA is being taken; held: the RC QPs
+	// it reached so far, whose responses wait for its end (receiveDirect;
+	// a QP whose class-C NAK ended its hold may be listed twice).
+	batching bool
+	held     []*qp
+	// lent and runScratch are where this device reads runs lent to it;
+	// extents, the sender's, while it builds a lent run.
+	lent       lentPayload
+	runScratch []byte
+	extents    []fabric.Extent
+	// The CQs and send queues whose ring index the guest has not been
+	// shown yet (publishRings, at the latest in unlock).
+	dirtyCQs []*cq
+	dirtySQs []*qp
 	// tracer, when set, hears every step of every QP (SetTracer).
 	tracer Tracer
 	// stats are the device's counters (stats.go).
