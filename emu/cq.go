@@ -2,8 +2,9 @@ package emu
 
 import (
 	"github.com/hcaemu/hcaemu/dma"
+	pagedir "github.com/hcaemu/hcaemu/dma/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
-	"github.com/hcaemu/hcaemu/uverbs"
+	uverbs "github.com/hcaemu/hcaemu/uverbs/pvrdma"
 )
 
 // cq is a completion queue: a ring of 64-byte CQEs in guest memory that the
@@ -34,8 +35,8 @@ func (d *Device) cmdCreateCQ(req *pvrdma.CmdCreateCQ) (pvrdma.Response, *cmdErr)
 		return nil, fail(errInval, "pvrdma_cmd_create_cq.cqe=%d: not a power of two in 1..%d", n, d.caps.MaxCQE)
 	}
 	need := 1 + (uint64(n)*uverbs.CQESize+dma.PageSize-1)/dma.PageSize
-	if uint64(nchunks) < need || nchunks > dma.MaxDirPages {
-		return nil, fail(errInval, "pvrdma_cmd_create_cq.nchunks=%d: a CQ of %d entries needs %d pages (at most %d)", nchunks, n, need, dma.MaxDirPages).as(FindingPageDir)
+	if uint64(nchunks) < need || nchunks > pagedir.MaxDirPages {
+		return nil, fail(errInval, "pvrdma_cmd_create_cq.nchunks=%d: a CQ of %d entries needs %d pages (at most %d)", nchunks, n, need, pagedir.MaxDirPages).as(FindingPageDir)
 	}
 	pages, e := d.pinPages("CQ", pdir, nchunks)
 	if e != nil {

@@ -27,7 +27,7 @@ import (
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/ratelog"
 	"github.com/hcaemu/hcaemu/mmio"
-	"github.com/hcaemu/hcaemu/uverbs"
+	uverbs "github.com/hcaemu/hcaemu/uverbs/pvrdma"
 )
 
 // PCI identity and layout.
@@ -217,7 +217,7 @@ func New(cfg Config) *Device {
 			{Size: BAR0Size},
 			{Size: BAR1Size},
 			{Size: uint64(caps.MaxUAR) * 4096},
-		}, &mmio.MSIX{Vectors: Vectors, TableBAR: 0, TableOff: 0, PBABAR: 0, PBAOff: PBAOff}),
+		}, &mmio.MSIX{Vectors: Vectors, TableBAR: regionMSIX, TableOff: 0, PBABAR: regionMSIX, PBAOff: PBAOff}),
 	}
 	d.mem = &busMem{m: cfg.Mem, pci: d.pci}
 	d.qpns = newQPNSource(cfg.SequentialQPNs)
@@ -320,16 +320,25 @@ func (d *Device) nextTimerGen() uint64 {
 	return d.timerGens
 }
 
+// The function's regions: BAR0 holds the MSI-X table and PBA (the client
+// emulates the table), BAR1 the register file, BAR2 the UAR doorbell pages.
+const (
+	regionMSIX   = mmio.RegionBAR0
+	regionRegs   = mmio.RegionBAR1
+	regionUAR    = mmio.RegionBAR2
+	regionConfig = mmio.RegionConfig
+)
+
 // RegionSize implements vfio.Device.
 func (d *Device) RegionSize(index int) uint64 {
 	switch index {
-	case 0:
+	case regionMSIX:
 		return BAR0Size
-	case 1:
+	case regionRegs:
 		return BAR1Size
-	case 2:
+	case regionUAR:
 		return uint64(d.caps.MaxUAR) * 4096
-	case 7:
+	case regionConfig:
 		return mmio.ConfigSize
 	}
 	return 0
@@ -337,7 +346,7 @@ func (d *Device) RegionSize(index int) uint64 {
 
 // IRQCount implements vfio.Device: MSI-X only.
 func (d *Device) IRQCount(index int) uint32 {
-	if index == 2 {
+	if index == mmio.IRQMSIX {
 		return Vectors
 	}
 	return 0
@@ -346,20 +355,20 @@ func (d *Device) IRQCount(index int) uint32 {
 // ReadRegion implements vfio.Device.
 func (d *Device) ReadRegion(index int, off uint64, p []byte) error {
 	switch index {
-	case 7:
+	case regionConfig:
 		d.pci.Read(off, p)
-	case 0:
+	case regionMSIX:
 		// The client emulates the MSI-X table; only PBA reads arrive. Nothing
 		// is ever pending here: vectors without an eventfd are dropped.
 		clear(p)
-	case 1:
+	case regionRegs:
 		clear(p)
 		reg := off &^ 3
 		if off+uint64(len(p)) > reg+4 {
 			return nil // straddles registers: reads 0
 		}
 		mmio.Put32(p, off, d.readReg(reg))
-	case 2:
+	case regionUAR:
 		// UAR pages are write-only doorbells.
 		clear(p)
 	default:
@@ -371,18 +380,18 @@ func (d *Device) ReadRegion(index int, off uint64, p []byte) error {
 // WriteRegion implements vfio.Device.
 func (d *Device) WriteRegion(index int, off uint64, p []byte) error {
 	switch index {
-	case 7:
+	case regionConfig:
 		d.pci.Write(off, p)
-	case 0:
+	case regionMSIX:
 		// MSI-X table writes are the client's; ignore.
-	case 1:
+	case regionRegs:
 		reg, v, ok := mmio.Reg32(off, p)
 		if !ok {
 			d.reportf(FindingRegister, "ignored", "BAR1 register %#x written %d bytes wide: registers are 32-bit", off, len(p))
 			return nil
 		}
 		d.writeReg(reg, v)
-	case 2:
+	case regionUAR:
 		if len(p) != 4 {
 			d.reportf(FindingRegister, "ignored", "UAR doorbell at %#x written %d bytes wide: doorbells are 32-bit", off, len(p))
 			return nil

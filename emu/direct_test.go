@@ -15,7 +15,7 @@ import (
 	"github.com/hcaemu/hcaemu/emu/fabric/capture"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/roce"
-	"github.com/hcaemu/hcaemu/uverbs"
+	uverbs "github.com/hcaemu/hcaemu/uverbs/pvrdma"
 )
 
 // directRun is what one run of the equivalence workload leaves behind.

@@ -5,8 +5,9 @@ import (
 	"math/bits"
 
 	"github.com/hcaemu/hcaemu/dma"
+	pagedir "github.com/hcaemu/hcaemu/dma/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
-	"github.com/hcaemu/hcaemu/uverbs"
+	uverbs "github.com/hcaemu/hcaemu/uverbs/pvrdma"
 )
 
 // maxRingPages bounds the device rings (CVE-2021-3607 / CVE-2023-1544).
@@ -104,7 +105,7 @@ func (d *Device) mapDevRing(name string, npages uint32, pdir uint64, elem uint32
 	if npages < 2 || npages > maxRingPages {
 		return devRing{}, fmt.Errorf("%s: num_pages %d outside 2..%d", name, npages, maxRingPages)
 	}
-	pages, err := dma.ReadPageDir(d.mem, pdir, npages, maxRingPages)
+	pages, err := pagedir.Read(d.mem, pdir, npages, maxRingPages)
 	if err != nil {
 		return devRing{}, fmt.Errorf("%s: %w", name, err)
 	}

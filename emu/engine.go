@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hcaemu/hcaemu/doorbell"
+	doorbell "github.com/hcaemu/hcaemu/doorbell/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
 )

@@ -7,7 +7,7 @@ import (
 
 	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/roce"
-	"github.com/hcaemu/hcaemu/uverbs"
+	uverbs "github.com/hcaemu/hcaemu/uverbs/pvrdma"
 )
 
 // FuzzRCPackets plays a hostile peer: arbitrary InfiniBand transport packets

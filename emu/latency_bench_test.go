@@ -15,10 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hcaemu/hcaemu/doorbell"
+	doorbell "github.com/hcaemu/hcaemu/doorbell/pvrdma"
 	"github.com/hcaemu/hcaemu/emu"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
-	"github.com/hcaemu/hcaemu/uverbs"
+	uverbs "github.com/hcaemu/hcaemu/uverbs/pvrdma"
 )
 
 // reportPercentiles adds the median, 99th percentile and maximum of samples

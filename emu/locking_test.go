@@ -9,13 +9,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hcaemu/hcaemu/doorbell"
+	doorbell "github.com/hcaemu/hcaemu/doorbell/pvrdma"
 	"github.com/hcaemu/hcaemu/emu"
 	"github.com/hcaemu/hcaemu/emu/emutest"
 	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/ratelog"
-	"github.com/hcaemu/hcaemu/uverbs"
+	uverbs "github.com/hcaemu/hcaemu/uverbs/pvrdma"
 )
 
 // watchdog fails the test if done is not closed in a long time: the

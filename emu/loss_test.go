@@ -10,7 +10,7 @@ import (
 
 	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
-	"github.com/hcaemu/hcaemu/uverbs"
+	uverbs "github.com/hcaemu/hcaemu/uverbs/pvrdma"
 )
 
 // lossy is a link decorator that loses frames at random (seeded, so a run

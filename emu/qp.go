@@ -4,11 +4,12 @@ import (
 	"fmt"
 
 	"github.com/hcaemu/hcaemu/dma"
+	pagedir "github.com/hcaemu/hcaemu/dma/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/mr"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/transport/rc"
 	"github.com/hcaemu/hcaemu/emu/transport/ud"
-	"github.com/hcaemu/hcaemu/uverbs"
+	uverbs "github.com/hcaemu/hcaemu/uverbs/pvrdma"
 )
 
 var stateNames = [pvrdma.NumQPStates]string{"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"}
@@ -498,8 +499,8 @@ func (d *Device) cmdCreateSRQ(req *pvrdma.CmdCreateSRQ) (pvrdma.Response, *cmdEr
 	}
 	stride := uverbs.RQStride(maxSGE)
 	need := 1 + (uint64(maxWR)*uint64(stride)+dma.PageSize-1)/dma.PageSize
-	if uint64(nchunks) < need || nchunks > dma.MaxDirPages {
-		return nil, fail(errInval, "pvrdma_cmd_create_srq.nchunks=%d: an SRQ of %dx%d B needs %d pages (at most %d)", nchunks, maxWR, stride, need, dma.MaxDirPages).as(FindingPageDir)
+	if uint64(nchunks) < need || nchunks > pagedir.MaxDirPages {
+		return nil, fail(errInval, "pvrdma_cmd_create_srq.nchunks=%d: an SRQ of %dx%d B needs %d pages (at most %d)", nchunks, maxWR, stride, need, pagedir.MaxDirPages).as(FindingPageDir)
 	}
 	pages, e := d.pinPages("SRQ", pdir, nchunks)
 	if e != nil {

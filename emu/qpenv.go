@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hcaemu/hcaemu/dma"
+	pagedir "github.com/hcaemu/hcaemu/dma/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/mr"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
@@ -13,7 +14,7 @@ import (
 	"github.com/hcaemu/hcaemu/emu/transport"
 	"github.com/hcaemu/hcaemu/emu/transport/rc"
 	"github.com/hcaemu/hcaemu/emu/transport/ud"
-	"github.com/hcaemu/hcaemu/uverbs"
+	uverbs "github.com/hcaemu/hcaemu/uverbs/pvrdma"
 )
 
 // The glue between a PVRDMA QP and its transport (an rc.QP or a ud.QP, on
@@ -390,7 +391,7 @@ func (d *Device) localOp(qp *qp, wr *transport.SendWR, mem mr.Space) transport.S
 		if _, ok := dma.End(fr.IOVA, uint64(fr.Length)); !ok {
 			return transport.StatusLocProtErr
 		}
-		pages, err := dma.ReadPageDir(d.mem, fr.PageListDir, fr.PageListLen, region.MaxPages)
+		pages, err := pagedir.Read(d.mem, fr.PageListDir, fr.PageListLen, region.MaxPages)
 		if err != nil {
 			return transport.StatusLocProtErr
 		}

@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"github.com/hcaemu/hcaemu/dma"
+	pagedir "github.com/hcaemu/hcaemu/dma/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/mr"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
 )
@@ -171,7 +172,7 @@ func (d *Device) pinPages(what string, pdir uint64, n uint32) (dma.Pages, *cmdEr
 	if e := d.res.pin(n); e != nil {
 		return nil, e
 	}
-	pages, err := dma.ReadPageDir(d.mem, pdir, n, dma.MaxDirPages)
+	pages, err := pagedir.Read(d.mem, pdir, n, pagedir.MaxDirPages)
 	if err != nil {
 		d.res.unpin(int(n))
 		return nil, fail(errInval, "%s pdir_dma=%#x (%d pages): %v", what, pdir, n, err).as(FindingPageDir)

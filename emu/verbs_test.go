@@ -11,7 +11,7 @@ import (
 	"github.com/hcaemu/hcaemu/emu/emutest"
 	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
-	"github.com/hcaemu/hcaemu/uverbs"
+	uverbs "github.com/hcaemu/hcaemu/uverbs/pvrdma"
 )
 
 func hasEvent(evs [][2]uint32, typ, info uint32) bool {

@@ -15,7 +15,7 @@ import (
 // (docs/architecture.md, "Import rules").
 //
 // The layers, bottom up:
-//   - plain formats and memory: dma, mmio, doorbell, uverbs, emu/pvrdma,
+//   - plain formats and memory: dma, dma/pvrdma, mmio, doorbell/pvrdma, uverbs/pvrdma, emu/pvrdma,
 //     emu/roce, emu/ratelog
 //   - the network: emu/fabric, emu/fabric/capture
 //   - memory regions and the transport, which belong to no device model:
@@ -31,9 +31,10 @@ import (
 // them.
 var allowedImports = map[string][]string{
 	"dma":                            nil,
+	"dma/pvrdma":                     {"dma"},
 	"mmio":                           nil,
-	"doorbell":                       nil,
-	"uverbs":                         nil,
+	"doorbell/pvrdma":                nil,
+	"uverbs/pvrdma":                  nil,
 	"emu/pvrdma":                     nil,
 	"emu/roce":                       nil,
 	"emu/ratelog":                    nil,
@@ -45,8 +46,8 @@ var allowedImports = map[string][]string{
 	"emu/transport/rc":               {"dma", "emu/mr", "emu/roce", "emu/transport"},
 	"emu/transport/ud":               {"dma", "emu/mr", "emu/roce", "emu/transport"},
 	"emu/transport/transporttest":    {"dma", "emu/mr", "emu/roce", "emu/transport"},
-	"emu":                            {"dma", "doorbell", "emu/fabric", "emu/mr", "emu/pvrdma", "emu/ratelog", "emu/roce", "emu/transport", "emu/transport/rc", "emu/transport/ud", "mmio", "uverbs"},
-	"emu/emutest":                    {"dma", "emu", "emu/pvrdma", "uverbs"},
+	"emu":                            {"dma", "dma/pvrdma", "doorbell/pvrdma", "emu/fabric", "emu/mr", "emu/pvrdma", "emu/ratelog", "emu/roce", "emu/transport", "emu/transport/rc", "emu/transport/ud", "mmio", "uverbs/pvrdma"},
+	"emu/emutest":                    {"dma", "emu", "emu/pvrdma", "uverbs/pvrdma"},
 	"vfio":                           {"dma"},
 	"vfio/record":                    {"dma", "vfio"},
 	"vfio/vfiotest":                  {"vfio"},

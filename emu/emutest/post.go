@@ -1,6 +1,6 @@
 package emutest
 
-import "github.com/hcaemu/hcaemu/uverbs"
+import uverbs "github.com/hcaemu/hcaemu/uverbs/pvrdma"
 
 // WriteSend writes a send WQE at the SQ producer index and advances the
 // index, without ringing the doorbell: a test that writes guest memory only

@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
-	"github.com/hcaemu/hcaemu/uverbs"
+	uverbs "github.com/hcaemu/hcaemu/uverbs/pvrdma"
 )
 
 // CQ is a completion queue as the driver keeps it.

@@ -5,7 +5,7 @@ import (
 	"sync"
 
 	"github.com/hcaemu/hcaemu/dma"
-	"github.com/hcaemu/hcaemu/uverbs"
+	uverbs "github.com/hcaemu/hcaemu/uverbs/pvrdma"
 )
 
 // WriteWatch is guest memory as a device reaches it, with every device write

@@ -1,10 +1,13 @@
-// Package doorbell decodes writes to the PVRDMA UAR (BAR2): the doorbells by
+// Package pvrdma decodes writes to the PVRDMA UAR (BAR2): the doorbells by
 // which the kernel driver and user processes tell the device that a queue
 // pair, completion queue or shared receive queue has new work or wants an
 // interrupt. Each 4 KiB UAR page belongs to one user context (page 0 to the
 // kernel); within a page, offset 0x0 is the QP doorbell, 0x4 the CQ doorbell
 // and 0x8 the SRQ doorbell.
-package doorbell
+//
+// Importers name it doorbell, the concept it holds for its model: another
+// model's doorbells sit beside it (doorbell/<model>).
+package pvrdma
 
 // Kind says which object a doorbell names.
 type Kind uint8

@@ -1,14 +1,17 @@
-// Package uverbs holds the formats that the unprivileged guest (the rdma-core
-// vmw_pvrdma provider) and the kernel driver write into guest memory for the
-// device to read, and that the device writes back: ring indices, send and
+// Package pvrdma holds the PVRDMA formats (pvrdma-abi.h) that the
+// unprivileged guest (the rdma-core vmw_pvrdma provider) and the kernel
+// driver write into guest memory for the device to read, and that the device writes back: ring indices, send and
 // receive work queue elements (WQEs), scatter/gather elements (SGEs), address
 // vectors and completion queue entries (CQEs). It decodes bytes into Go
 // values and encodes Go values into bytes; what the values mean is the
 // device's business (package emu).
 //
+// Importers name it uverbs, the concept it holds for its model: another
+// model's formats sit beside it (uverbs/<model>).
+//
 // All integers are little-endian. Decoders take byte slices that were copied
 // out of guest memory once; they never see guest memory itself.
-package uverbs
+package pvrdma
 
 import (
 	"encoding/binary"

@@ -1,4 +1,4 @@
-package uverbs
+package pvrdma
 
 import (
 	"testing"

@@ -1,4 +1,4 @@
-package doorbell
+package pvrdma
 
 import "testing"
 
