@@ -14,14 +14,35 @@ func (p Pages) Size() uint64 { return uint64(len(p)) * PageSize }
 // Range calls fn for each piece of [off, off+n) of the buffer, split at page
 // boundaries, with the piece's GPA, length and offset from off.
 func (p Pages) Range(off, n uint64, fn func(gpa, n, done uint64) error) error {
+	return p.RangeShift(PageShift, off, n, fn)
+}
+
+// PageShift is log2 of PageSize.
+const PageShift = 12
+
+// Page shifts a page list may have (RangeShift): 4 KiB up to 1 TiB pages.
+const (
+	MinPageShift = PageShift
+	MaxPageShift = 40
+)
+
+// RangeShift is Range over a list whose pages are 1<<shift bytes each (a
+// memory key's page size: 4 KiB, 64 KiB, 2 MiB huge pages...), each page
+// address aligned to its size (the caller validated the list). A shift
+// outside MinPageShift..MaxPageShift visits nothing and faults.
+func (p Pages) RangeShift(shift uint8, off, n uint64, fn func(gpa, n, done uint64) error) error {
+	if shift < MinPageShift || shift > MaxPageShift {
+		return Fault(off, n, "page shift outside 12..40")
+	}
+	size := uint64(1) << shift
 	end, ok := End(off, n)
-	if !ok || end > p.Size() {
-		return fmt.Errorf("%w: [%#x, +%#x) outside a %d-page buffer", ErrFault, off, n, len(p))
+	if !ok || uint64(len(p)) > (1<<64-1)>>shift || end > uint64(len(p))<<shift {
+		return fmt.Errorf("%w: [%#x, +%#x) outside a %d-page buffer of %d-byte pages", ErrFault, off, n, len(p), size)
 	}
 	for done := uint64(0); done < n; {
 		o := off + done
-		chunk := min(n-done, PageSize-o%PageSize)
-		if err := fn(p[o/PageSize]+o%PageSize, chunk, done); err != nil {
+		chunk := min(n-done, size-o%size)
+		if err := fn(p[o>>shift]+o%size, chunk, done); err != nil {
 			return err
 		}
 		done += chunk

@@ -49,3 +49,34 @@ func TestWordAccess(t *testing.T) {
 		})
 	}
 }
+
+// TestRangeShift: a page list of big pages is split at its own page
+// boundaries; a range past its end, an overflowing one, or a shift out of
+// 12..40 faults before visiting anything.
+func TestRangeShift(t *testing.T) {
+	p := Pages{0x40_0000, 0x20_0000}
+	type piece struct{ gpa, n, done uint64 }
+	var got []piece
+	visit := func(gpa, n, done uint64) error { got = append(got, piece{gpa, n, done}); return nil }
+	if err := p.RangeShift(21, 0x1f_f000, 0x2000, visit); err != nil {
+		t.Fatal(err)
+	}
+	if want := []piece{{0x5f_f000, 0x1000, 0}, {0x20_0000, 0x1000, 0x1000}}; len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("pieces %+v, want %+v", got, want)
+	}
+	for _, tc := range []struct {
+		name   string
+		shift  uint8
+		off, n uint64
+	}{
+		{"past the end", 21, 0x3f_ff00, 0x200},
+		{"overflow", 21, 1<<64 - 0x100, 0x200},
+		{"shift too small", 11, 0, 16},
+		{"shift too large", 41, 0, 16},
+	} {
+		got = nil
+		if err := p.RangeShift(tc.shift, tc.off, tc.n, visit); !errors.Is(err, ErrFault) || got != nil {
+			t.Errorf("%s: err %v, visited %+v", tc.name, err, got)
+		}
+	}
+}

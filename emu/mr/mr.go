@@ -2,7 +2,8 @@
 // Regions"): what a registered region covers, the L_Key and R_Key checks
 // against its protection domain, access rights and bounds, the
 // translation of a virtual address range (or an SGE list) into the guest
-// pages behind it, and the references that in-flight work holds.
+// pages behind it (pages of any power-of-two size from 4 KiB, the region's
+// own), and the references that in-flight work holds.
 //
 // A key is the region's handle (bits 31:8) and a variant (bits 7:0, the
 // IBTA "key" portion): the device picks a new variant every time it
@@ -46,8 +47,14 @@ type Region struct {
 	Valid    bool   // FRMRs are invalid until registered
 	Start    uint64 // I/O virtual address of byte 0
 	Length   uint64
-	Pages    dma.Pages
-	LKey     uint32
+	// Pages translate the region: the guest-physical address of each of
+	// its pages, of 1<<PageShift bytes each (0: 4 KiB), byte 0 of the
+	// first page being Start rounded down to the page size. A model whose
+	// keys carry a page size (mlx5's log_page_size) sets PageShift; each
+	// page address is aligned to it (validated by the model).
+	Pages     dma.Pages
+	PageShift uint8
+	LKey      uint32
 	RKey     uint32
 	MaxPages uint32 // FRMR page list capacity
 	// Gen identifies the registration: a number the device never hands
@@ -118,13 +125,21 @@ func (r *Region) InRange(va, n uint64) bool {
 }
 
 // Span visits the guest memory behind [va, va+n) of the region, split into
-// pieces that are contiguous in guest-physical memory. The caller has
-// checked InRange.
+// pieces that are contiguous in guest-physical memory (at its page
+// boundaries). The caller has checked InRange.
 func (r *Region) Span(va, n uint64, fn func(gpa, n, done uint64) error) error {
 	if r.DMA {
 		return fn(va, n, 0)
 	}
-	return r.Pages.Range(va-r.Start&^(dma.PageSize-1), n, fn)
+	shift := r.PageShift
+	if shift == 0 {
+		shift = dma.PageShift
+	}
+	if shift < dma.MinPageShift || shift > dma.MaxPageShift {
+		return dma.Fault(va, n, "region page size out of range")
+	}
+	base := r.Start &^ (uint64(1)<<shift - 1)
+	return r.Pages.RangeShift(shift, va-base, n, fn)
 }
 
 // Ref is what in-flight work holds instead of a region: resolved (and so
