@@ -1,6 +1,7 @@
 package emu
 
 import (
+	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/transport"
 	uverbs "github.com/hcaemu/hcaemu/uverbs/pvrdma"
@@ -103,4 +104,39 @@ func qpEvent(ev transport.Event) uint32 {
 		return pvrdma.EventQPFatal
 	}
 	return qpEvents[ev]
+}
+
+// eqeTypes maps the core's async events to PVRDMA's (enum pvrdma_eqe_type).
+var eqeTypes = [hca.NumEvents]uint32{
+	hca.EventCQErr: pvrdma.EventCQErr, hca.EventQPFatal: pvrdma.EventQPFatal, hca.EventQPReqErr: pvrdma.EventQPReqErr,
+	hca.EventQPAccessErr: pvrdma.EventQPAccessErr, hca.EventCommEst: pvrdma.EventCommEst,
+	hca.EventSQDrained: pvrdma.EventSQDrained, hca.EventPathMig: pvrdma.EventPathMig,
+	hca.EventPathMigErr: pvrdma.EventPathMigErr, hca.EventDeviceFatal: pvrdma.EventDeviceFatal,
+	hca.EventPortActive: pvrdma.EventPortActive, hca.EventPortErr: pvrdma.EventPortErr,
+	hca.EventLIDChange: pvrdma.EventLIDChange, hca.EventPKeyChange: pvrdma.EventPKeyChange,
+	hca.EventSMChange: pvrdma.EventSMChange, hca.EventSRQErr: pvrdma.EventSRQErr,
+	hca.EventSRQLimitReached: pvrdma.EventSRQLimitReached, hca.EventQPLastWQEReached: pvrdma.EventQPLastWQEReached,
+	hca.EventClientReregister: pvrdma.EventClientReregister, hca.EventGIDChange: pvrdma.EventGIDChange,
+}
+
+// eqeType is the PVRDMA async event of the core's ev (QP_FATAL for one
+// out of range: the core names no other).
+func eqeType(ev hca.Event) uint32 {
+	if ev >= hca.NumEvents {
+		return pvrdma.EventQPFatal
+	}
+	return eqeTypes[ev]
+}
+
+// command is a PVRDMA command as the core names it.
+func command(op pvrdma.Opcode) hca.Command { return hca.Command{Op: uint32(op), Name: op.String()} }
+
+// The PVRDMA command names (PVRDMA_CMD_*), for what checks the names a
+// user writes (fault plans).
+func init() {
+	set := hca.CommandSet{Model: "pvrdma", Prefix: "PVRDMA_CMD_"}
+	for op := range pvrdma.NumOpcodes {
+		set.Names = append(set.Names, op.String())
+	}
+	hca.RegisterCommands(set)
 }

@@ -3,6 +3,8 @@ package emu
 import (
 	"testing"
 
+	"github.com/hcaemu/hcaemu/emu/hca"
+	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/transport"
 )
 
@@ -86,5 +88,43 @@ func TestQPEvent(t *testing.T) {
 		if got := qpEvent(tc.ev); got != tc.want {
 			t.Errorf("qpEvent(%d) = %d, want %d", tc.ev, got, tc.want)
 		}
+	}
+}
+
+func TestEQEType(t *testing.T) {
+	// enum pvrdma_eqe_type, which pvrdma_dev_api.h numbers as ib_event_type.
+	want := [...]uint32{
+		hca.EventCQErr: 0, hca.EventQPFatal: 1, hca.EventQPReqErr: 2, hca.EventQPAccessErr: 3,
+		hca.EventCommEst: 4, hca.EventSQDrained: 5, hca.EventPathMig: 6, hca.EventPathMigErr: 7,
+		hca.EventDeviceFatal: 8, hca.EventPortActive: 9, hca.EventPortErr: 10, hca.EventLIDChange: 11,
+		hca.EventPKeyChange: 12, hca.EventSMChange: 13, hca.EventSRQErr: 14, hca.EventSRQLimitReached: 15,
+		hca.EventQPLastWQEReached: 16, hca.EventClientReregister: 17, hca.EventGIDChange: 18,
+	}
+	if len(want) != int(hca.NumEvents) {
+		t.Fatalf("%d events checked, the core has %d", len(want), hca.NumEvents)
+	}
+	for ev, w := range want {
+		if got := eqeType(hca.Event(ev)); got != w {
+			t.Errorf("eqeType(%v) = %d, want %d", hca.Event(ev), got, w)
+		}
+	}
+	if got := eqeType(hca.NumEvents); got != 1 {
+		t.Errorf("eqeType(out of range) = %d, want QP_FATAL", got)
+	}
+}
+
+func TestCommandNames(t *testing.T) {
+	for _, tc := range []struct {
+		in, want string
+	}{{"CREATE_QP", "CREATE_QP"}, {"pvrdma_cmd_create_qp", "CREATE_QP"}, {"destroy_srq", "DESTROY_SRQ"}} {
+		if got, ok := hca.CommandName(tc.in); !ok || got != tc.want {
+			t.Errorf("CommandName(%q) = %q, %v; want %q", tc.in, got, ok, tc.want)
+		}
+	}
+	if _, ok := hca.CommandName("MLX5_CMD_OP_CREATE_QP"); ok {
+		t.Error("a prefix no registered model has was taken")
+	}
+	if c := command(pvrdma.OpCreateQP); c.Name != "CREATE_QP" || c.Op != uint32(pvrdma.OpCreateQP) {
+		t.Errorf("command(OpCreateQP) = %+v", c)
 	}
 }

@@ -13,125 +13,6 @@ import (
 // it (Stats, Inspect). A destroyed QP's counts move into the device's totals,
 // so those never go backwards while the device lives (resets included).
 
-// NAKCounts counts NAKs by their code (IBTA 9.7.5.2.4; rocev2.md §3.5).
-type NAKCounts struct {
-	PSNSequence       uint64 `json:"psn_sequence"`
-	InvalidRequest    uint64 `json:"invalid_request"`
-	RemoteAccess      uint64 `json:"remote_access"`
-	RemoteOperational uint64 `json:"remote_operational"`
-	InvalidRDRequest  uint64 `json:"invalid_rd_request"`
-}
-
-func (n *NAKCounts) count(code roce.NAKCode) {
-	switch code {
-	case roce.NAKPSNSequenceError:
-		n.PSNSequence++
-	case roce.NAKInvalidRequest:
-		n.InvalidRequest++
-	case roce.NAKRemoteAccessError:
-		n.RemoteAccess++
-	case roce.NAKRemoteOperationalErr:
-		n.RemoteOperational++
-	case roce.NAKInvalidRDRequest:
-		n.InvalidRDRequest++
-	}
-}
-
-func (n *NAKCounts) add(o NAKCounts) {
-	n.PSNSequence += o.PSNSequence
-	n.InvalidRequest += o.InvalidRequest
-	n.RemoteAccess += o.RemoteAccess
-	n.RemoteOperational += o.RemoteOperational
-	n.InvalidRDRequest += o.InvalidRDRequest
-}
-
-// QPStats are one QP's counters (or, in DeviceStats, every QP's of the
-// device, the destroyed ones included). Bytes are payload bytes.
-type QPStats struct {
-	PacketsSent     uint64 `json:"packets_sent"`
-	BytesSent       uint64 `json:"bytes_sent"`
-	PacketsReceived uint64 `json:"packets_received"`
-	BytesReceived   uint64 `json:"bytes_received"`
-	// Retransmitted: request packets sent again (a timeout, a sequence
-	// NAK, the end of an RNR wait); Timeouts: the retransmission timer's
-	// expiries.
-	Retransmitted uint64 `json:"retransmitted"`
-	Timeouts      uint64 `json:"timeouts"`
-	// NAKs sent (as responder) and received (as requester), by code; RNR
-	// NAKs apart.
-	NAKsSent        NAKCounts `json:"naks_sent"`
-	NAKsReceived    NAKCounts `json:"naks_received"`
-	RNRNAKsSent     uint64    `json:"rnr_naks_sent"`
-	RNRNAKsReceived uint64    `json:"rnr_naks_received"`
-	// Duplicates: requests received again (answered, not executed);
-	// OutOfSequence: requests ahead of the expected PSN (dropped, one NAK).
-	Duplicates    uint64 `json:"duplicates"`
-	OutOfSequence uint64 `json:"out_of_sequence"`
-}
-
-func (s *QPStats) add(o *QPStats) {
-	s.PacketsSent += o.PacketsSent
-	s.BytesSent += o.BytesSent
-	s.PacketsReceived += o.PacketsReceived
-	s.BytesReceived += o.BytesReceived
-	s.Retransmitted += o.Retransmitted
-	s.Timeouts += o.Timeouts
-	s.NAKsSent.add(o.NAKsSent)
-	s.NAKsReceived.add(o.NAKsReceived)
-	s.RNRNAKsSent += o.RNRNAKsSent
-	s.RNRNAKsReceived += o.RNRNAKsReceived
-	s.Duplicates += o.Duplicates
-	s.OutOfSequence += o.OutOfSequence
-}
-
-// PortStats count the frames (whole Ethernet frames) through port 1, and
-// the received ones dropped before a QP took them, by reason.
-type PortStats struct {
-	FramesOut uint64 `json:"frames_out"`
-	BytesOut  uint64 `json:"bytes_out"`
-	FramesIn  uint64 `json:"frames_in"`
-	BytesIn   uint64 `json:"bytes_in"`
-	// Dropped on receive: not a RoCEv2 frame for us (Malformed), bad ICRC,
-	// no QP of that number (NoQP), not from the RC QP's connection
-	// (Address), a UD datagram with the wrong Q_Key (QKey), the port held
-	// down by a fault (PortDown: sent frames lost too), a lent payload
-	// revoked (Revoked).
-	Malformed uint64 `json:"dropped_malformed"`
-	BadICRC   uint64 `json:"dropped_bad_icrc"`
-	NoQP      uint64 `json:"dropped_no_qp"`
-	Address   uint64 `json:"dropped_address"`
-	QKey      uint64 `json:"dropped_qkey"`
-	PortDown  uint64 `json:"dropped_port_down"`
-	// Revoked: packets of runs whose payload, lent by the sending HCA of
-	// this process, was no longer its to lend (a region changed meanwhile).
-	Revoked uint64 `json:"dropped_revoked"`
-	// RxQueueFull: frames refused because the device's receive queue was
-	// full (the sender backs off and sends them again).
-	RxQueueFull uint64 `json:"dropped_rx_queue_full"`
-}
-
-// CommandCount is how often a command ended one way: Errno 0 is success,
-// else the errno the driver saw in ERR.
-type CommandCount struct {
-	Command string `json:"command"`
-	Errno   uint32 `json:"errno"`
-	Count   uint64 `json:"count"`
-}
-
-// DeviceStats are a device's counters.
-type DeviceStats struct {
-	Port     PortStats      `json:"port"`
-	QPs      QPStats        `json:"qps"` // every QP's, live and destroyed
-	Commands []CommandCount `json:"commands"`
-	// EventsLost and CQNotificationsLost: async events and CQ
-	// notifications the device could not post (the driver's ring full,
-	// broken by a bad index, or not mapped).
-	EventsLost          uint64 `json:"async_events_lost"`
-	CQNotificationsLost uint64 `json:"cq_notifications_lost"`
-	// Findings are the strict-mode findings by kind.
-	Findings map[string]uint64 `json:"findings,omitempty"`
-}
-
 // deviceCounters are the device's own counts (d.mu).
 type deviceCounters struct {
 	port    PortStats
@@ -162,7 +43,7 @@ func (d *Device) countCommand(op pvrdma.Opcode, errno uint32) {
 // retire moves a QP's counts into the device's totals (it is going away).
 func (d *Device) retire(qp *qp) {
 	st := qp.statsNow()
-	d.stats.retired.add(&st)
+	d.stats.retired.Add(&st)
 	qp.stats = QPStats{}
 }
 
@@ -178,7 +59,7 @@ func (qp *qp) countTx(f *roce.PacketFields, n int) (again bool) {
 		case syn.IsRNRNAK():
 			qp.stats.RNRNAKsSent++
 		case syn.IsNAK():
-			qp.stats.NAKsSent.count(syn.NAKCode())
+			qp.stats.NAKsSent.Count(syn.NAKCode())
 		}
 	case !info.Response && qp.rc != nil:
 		// A request at or before the highest PSN sent is sent again.
@@ -219,7 +100,7 @@ func (qp *qp) countRx(pkt *roce.Packet, run, payload int) {
 		case syn.IsRNRNAK():
 			qp.stats.RNRNAKsReceived++
 		case syn.IsNAK():
-			qp.stats.NAKsReceived.count(syn.NAKCode())
+			qp.stats.NAKsReceived.Count(syn.NAKCode())
 		}
 	}
 }
@@ -254,7 +135,7 @@ func (d *Device) statsLocked() (DeviceStats, map[uint32]QPStats) {
 		qp := d.res.qp.get(h)
 		qs := qp.statsNow()
 		qps[qp.qpn] = qs
-		st.QPs.add(&qs)
+		st.QPs.Add(&qs)
 	}
 	for op, n := range d.stats.cmdOK {
 		if n > 0 {

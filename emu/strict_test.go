@@ -293,7 +293,7 @@ func TestStrictNotMistakes(t *testing.T) {
 type failCreatePD struct{ armed atomic.Bool }
 
 func (f *failCreatePD) Fault(ev *emu.FaultEvent) emu.FaultAction {
-	if f.armed.Load() && ev.Point == emu.FaultAtCommand && ev.Command == pvrdma.OpCreatePD {
+	if f.armed.Load() && ev.Point == emu.FaultAtCommand && ev.Command.Op == uint32(pvrdma.OpCreatePD) && ev.Command.Name == "CREATE_PD" {
 		return emu.FaultAction{Kind: emu.FaultFailCommand, Errno: 22}
 	}
 	return emu.FaultAction{}

@@ -20,9 +20,13 @@ import (
 //   - the network: emu/fabric, emu/fabric/capture
 //   - memory regions and the transport, which belong to no device model:
 //     emu/mr, emu/transport, emu/transport/rc, emu/transport/ud
+//   - the HCA core shared by the device models, which imports none: emu/hca
+//     (today its vocabulary: commands, events, faults, findings, stats,
+//     traces)
 //   - the PVRDMA device model: emu
 //   - fault injection: emu/fault (a fabric decorator for packet faults, and
-//     the emu.FaultHook the device asks for its own faults)
+//     the hca.FaultHook a device asks for its own faults), which imports the
+//     core and no model
 //   - the vfio-user server, which knows nothing of RDMA: vfio, vfio/record
 //   - provisioning and launching: qemu
 //   - the CLI: cmd/hcaemu
@@ -40,13 +44,14 @@ var allowedImports = map[string][]string{
 	"emu/ratelog":                    nil,
 	"emu/fabric":                     nil,
 	"emu/fabric/capture":             {"emu/fabric"},
-	"emu/fault":                      {"emu", "emu/fabric", "emu/pvrdma", "emu/roce"},
+	"emu/fault":                      {"emu/fabric", "emu/hca", "emu/roce"},
+	"emu/hca":                        {"emu/roce", "emu/transport"},
 	"emu/mr":                         {"dma"},
 	"emu/transport":                  {"dma", "emu/mr", "emu/roce"},
 	"emu/transport/rc":               {"dma", "emu/mr", "emu/roce", "emu/transport"},
 	"emu/transport/ud":               {"dma", "emu/mr", "emu/roce", "emu/transport"},
 	"emu/transport/transporttest":    {"dma", "emu/mr", "emu/roce", "emu/transport"},
-	"emu":                            {"dma", "dma/pvrdma", "doorbell/pvrdma", "emu/fabric", "emu/mr", "emu/pvrdma", "emu/ratelog", "emu/roce", "emu/transport", "emu/transport/rc", "emu/transport/ud", "mmio", "uverbs/pvrdma"},
+	"emu":                            {"dma", "dma/pvrdma", "doorbell/pvrdma", "emu/fabric", "emu/hca", "emu/mr", "emu/pvrdma", "emu/ratelog", "emu/roce", "emu/transport", "emu/transport/rc", "emu/transport/ud", "mmio", "uverbs/pvrdma"},
 	"emu/emutest":                    {"dma", "emu", "emu/pvrdma", "uverbs/pvrdma"},
 	"vfio":                           {"dma"},
 	"vfio/record":                    {"dma", "vfio"},
@@ -113,5 +118,38 @@ func TestImportGraph(t *testing.T) {
 	sort.Strings(stale)
 	for _, pkg := range stale {
 		t.Errorf("allowedImports names %s, which does not exist any more", pkg)
+	}
+}
+
+// deviceModels are the packages of the device models and of their formats:
+// what the core and the fault injector must never import.
+var deviceModels = []string{"emu", "emu/pvrdma", "uverbs/pvrdma", "doorbell/pvrdma", "dma/pvrdma", "emu/emutest"}
+
+// TestCoreImportsNoModel: the HCA core and the fault injector import no
+// device model, directly or through another package of the module; every
+// device model imports the core.
+func TestCoreImportsNoModel(t *testing.T) {
+	const mod = "github.com/hcaemu/hcaemu/"
+	for _, pkg := range []string{"emu/hca", "emu/fault", "emu/transport", "emu/transport/rc", "emu/transport/ud", "emu/mr", "emu/fabric", "emu/roce"} {
+		out, err := exec.Command("go", "list", "-deps", mod+pkg).Output()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v", pkg, err)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			for _, model := range deviceModels {
+				if dep == mod+model {
+					t.Errorf("%s depends on the device model package %s", pkg, model)
+				}
+			}
+		}
+	}
+	for _, model := range []string{"emu"} {
+		out, err := exec.Command("go", "list", "-f", "{{join .Imports \" \"}}", mod+model).Output()
+		if err != nil {
+			t.Fatalf("go list %s: %v", model, err)
+		}
+		if !strings.Contains(" "+string(out)+" ", " "+mod+"emu/hca ") {
+			t.Errorf("device model %s does not import the core emu/hca", model)
+		}
 	}
 }

@@ -7,40 +7,39 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hcaemu/hcaemu/emu"
-	"github.com/hcaemu/hcaemu/emu/pvrdma"
+	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/roce"
 )
 
 // The device and transport actions: rules asked by an HCA at its fault
-// points (emu.FaultHook) instead of by the fabric. They share the rule
+// points (hca.FaultHook) instead of by the fabric. They share the rule
 // language, the schedule, the counters, the log and replay with the packet
 // actions.
 
 // pointFrame is the fabric's "point": a packet action's rules see frames.
-const pointFrame emu.FaultPoint = 0
+const pointFrame hca.FaultPoint = 0
 
-var pointsByName = map[string]emu.FaultPoint{
-	"command": emu.FaultAtCommand, "completion": emu.FaultAtCompletion,
-	"responder": emu.FaultAtResponder, "dma": emu.FaultAtDMA,
+var pointsByName = map[string]hca.FaultPoint{
+	"command": hca.FaultAtCommand, "completion": hca.FaultAtCompletion,
+	"responder": hca.FaultAtResponder, "dma": hca.FaultAtDMA,
 }
 
 // actionPoints lists where each device or transport action may fire; the
 // first is its default point.
-var actionPoints = map[string][]emu.FaultPoint{
-	ActNAK:            {emu.FaultAtResponder},
-	ActRNRNAK:         {emu.FaultAtResponder},
-	ActSuppressACK:    {emu.FaultAtResponder},
-	ActFailCommand:    {emu.FaultAtCommand},
-	ActCompleteStatus: {emu.FaultAtCompletion},
-	ActFailDMA:        {emu.FaultAtDMA},
-	ActQPError:        {emu.FaultAtCompletion, emu.FaultAtResponder, emu.FaultAtDMA},
-	ActCQError:        {emu.FaultAtCompletion, emu.FaultAtResponder, emu.FaultAtDMA},
-	ActSRQError:       {emu.FaultAtCompletion, emu.FaultAtResponder, emu.FaultAtDMA},
-	ActSRQLimit:       {emu.FaultAtCompletion, emu.FaultAtResponder, emu.FaultAtDMA},
-	ActPortDown:       {emu.FaultAtCompletion, emu.FaultAtCommand, emu.FaultAtResponder, emu.FaultAtDMA},
-	ActGIDChange:      {emu.FaultAtCompletion, emu.FaultAtCommand, emu.FaultAtResponder, emu.FaultAtDMA},
-	ActDeviceFatal:    {emu.FaultAtCompletion, emu.FaultAtCommand, emu.FaultAtResponder, emu.FaultAtDMA},
+var actionPoints = map[string][]hca.FaultPoint{
+	ActNAK:            {hca.FaultAtResponder},
+	ActRNRNAK:         {hca.FaultAtResponder},
+	ActSuppressACK:    {hca.FaultAtResponder},
+	ActFailCommand:    {hca.FaultAtCommand},
+	ActCompleteStatus: {hca.FaultAtCompletion},
+	ActFailDMA:        {hca.FaultAtDMA},
+	ActQPError:        {hca.FaultAtCompletion, hca.FaultAtResponder, hca.FaultAtDMA},
+	ActCQError:        {hca.FaultAtCompletion, hca.FaultAtResponder, hca.FaultAtDMA},
+	ActSRQError:       {hca.FaultAtCompletion, hca.FaultAtResponder, hca.FaultAtDMA},
+	ActSRQLimit:       {hca.FaultAtCompletion, hca.FaultAtResponder, hca.FaultAtDMA},
+	ActPortDown:       {hca.FaultAtCompletion, hca.FaultAtCommand, hca.FaultAtResponder, hca.FaultAtDMA},
+	ActGIDChange:      {hca.FaultAtCompletion, hca.FaultAtCommand, hca.FaultAtResponder, hca.FaultAtDMA},
+	ActDeviceFatal:    {hca.FaultAtCompletion, hca.FaultAtCommand, hca.FaultAtResponder, hca.FaultAtDMA},
 }
 
 // isPacketAction reports whether a kind acts on frames on the fabric.
@@ -60,8 +59,8 @@ var wcStatusNames = []string{
 }
 
 // qpEvents are the async events a qp_error raises.
-var qpEvents = map[string]uint32{
-	"QP_FATAL": pvrdma.EventQPFatal, "QP_REQ_ERR": pvrdma.EventQPReqErr, "QP_ACCESS_ERR": pvrdma.EventQPAccessErr,
+var qpEvents = map[string]hca.Event{
+	"QP_FATAL": hca.EventQPFatal, "QP_REQ_ERR": hca.EventQPReqErr, "QP_ACCESS_ERR": hca.EventQPAccessErr,
 }
 
 // nakCodes are the NAK codes a nak action sends.
@@ -111,12 +110,12 @@ func compilePoint(c *rule, m *Match) error {
 	} else {
 		packetFields := m.Transport != "" || len(m.Opcodes) > 0 || len(m.Classes) > 0 || m.PSN != nil
 		switch {
-		case len(m.Commands) > 0 && slices.Contains(allowed, emu.FaultAtCommand):
-			c.point = emu.FaultAtCommand
-		case packetFields && slices.Contains(allowed, emu.FaultAtResponder):
-			c.point = emu.FaultAtResponder
-		case m.Key != nil && slices.Contains(allowed, emu.FaultAtDMA) && c.point != emu.FaultAtResponder:
-			c.point = emu.FaultAtDMA
+		case len(m.Commands) > 0 && slices.Contains(allowed, hca.FaultAtCommand):
+			c.point = hca.FaultAtCommand
+		case packetFields && slices.Contains(allowed, hca.FaultAtResponder):
+			c.point = hca.FaultAtResponder
+		case m.Key != nil && slices.Contains(allowed, hca.FaultAtDMA) && c.point != hca.FaultAtResponder:
+			c.point = hca.FaultAtDMA
 		}
 	}
 	at := c.point
@@ -130,22 +129,22 @@ func compilePoint(c *rule, m *Match) error {
 		return fieldError("match.peer", "%s acts inside the device, not on the wire: leave it out", a.Kind)
 	case m.Occurrence != 0 && (c.device == "" || m.Point == ""):
 		return fieldError("match.occurrence", "at a device point, it needs device and point")
-	case at != emu.FaultAtResponder && (m.Transport != "" || len(m.Opcodes) > 0 || len(m.Classes) > 0):
+	case at != hca.FaultAtResponder && (m.Transport != "" || len(m.Opcodes) > 0 || len(m.Classes) > 0):
 		return notHere("match.opcodes")
-	case at != emu.FaultAtResponder && m.PSN != nil:
+	case at != hca.FaultAtResponder && m.PSN != nil:
 		return notHere("match.psn")
-	case at != emu.FaultAtCommand && len(m.Commands) > 0:
+	case at != hca.FaultAtCommand && len(m.Commands) > 0:
 		return notHere("match.commands")
-	case at == emu.FaultAtCommand && m.QPN != nil:
+	case at == hca.FaultAtCommand && m.QPN != nil:
 		return notHere("match.qpn")
-	case at == emu.FaultAtCommand && m.Size != nil:
+	case at == hca.FaultAtCommand && m.Size != nil:
 		return notHere("match.size")
-	case at != emu.FaultAtCompletion && at != emu.FaultAtDMA && len(m.WROpcodes) > 0:
+	case at != hca.FaultAtCompletion && at != hca.FaultAtDMA && len(m.WROpcodes) > 0:
 		return notHere("match.wr_opcodes")
-	case at != emu.FaultAtDMA && at != emu.FaultAtResponder && m.Key != nil:
+	case at != hca.FaultAtDMA && at != hca.FaultAtResponder && m.Key != nil:
 		return notHere("match.key")
 	}
-	if at == emu.FaultAtResponder {
+	if at == hca.FaultAtResponder {
 		if m.Size != nil && m.Size.Min > roce.MaxPMTU {
 			return fieldError("match.size.min", "%d: no packet carries more than %d bytes", m.Size.Min, roce.MaxPMTU)
 		}
@@ -162,16 +161,17 @@ func compilePoint(c *rule, m *Match) error {
 		}
 	}
 	for i, name := range m.Commands {
-		op, err := parseCommand(name)
-		if err != nil {
+		if c.commands == nil {
+			c.commands, c.commandOps = map[string]bool{}, map[uint32]bool{}
+		}
+		if err := parseCommand(name, c.commands, c.commandOps); err != nil {
 			return fieldError(fmt.Sprintf("match.commands[%d]", i), "%v", err)
 		}
-		c.commands[op] = true
 		c.hasCommands = true
 	}
 	for i, name := range m.WROpcodes {
-		if !slices.Contains(emu.WROpcodeNames[:], strings.ToLower(name)) || name == "" {
-			return fieldError(fmt.Sprintf("match.wr_opcodes[%d]", i), "%q: want one of %s", name, strings.Join(slices.DeleteFunc(slices.Clone(emu.WROpcodeNames[:]), func(s string) bool { return s == "" }), ", "))
+		if !slices.Contains(hca.WROpcodeNames[:], strings.ToLower(name)) || name == "" {
+			return fieldError(fmt.Sprintf("match.wr_opcodes[%d]", i), "%q: want one of %s", name, strings.Join(slices.DeleteFunc(slices.Clone(hca.WROpcodeNames[:]), func(s string) bool { return s == "" }), ", "))
 		}
 		c.wrOps = append(c.wrOps, strings.ToLower(name))
 	}
@@ -191,9 +191,9 @@ func compileDeviceAction(c *rule, a *Action) error {
 		if !ok {
 			return fieldError("action.code", "%q: want psn_sequence_error, invalid_request, remote_access_error or remote_operational_error", a.Code)
 		}
-		act.Kind, act.NAK = emu.FaultNAK, code
+		act.Kind, act.NAK = hca.FaultNAK, code
 	case ActRNRNAK:
-		act.Kind, act.RNRTimer = emu.FaultRNRNAK, defaultRNRTimer
+		act.Kind, act.RNRTimer = hca.FaultRNRNAK, defaultRNRTimer
 		if a.Timer != nil {
 			if *a.Timer < 0 || *a.Timer > 31 {
 				return fieldError("action.timer", "%d is not an RNR timer code (0..31)", *a.Timer)
@@ -201,9 +201,9 @@ func compileDeviceAction(c *rule, a *Action) error {
 			act.RNRTimer = uint8(*a.Timer)
 		}
 	case ActSuppressACK:
-		act.Kind = emu.FaultSuppressACK
+		act.Kind = hca.FaultSuppressACK
 	case ActFailCommand:
-		act.Kind, act.Errno = emu.FaultFailCommand, defaultErrno
+		act.Kind, act.Errno = hca.FaultFailCommand, defaultErrno
 		if a.Errno != 0 {
 			if a.Errno < 1 || a.Errno > 255 {
 				return fieldError("action.errno", "%d is not an errno (1..255)", a.Errno)
@@ -216,9 +216,9 @@ func compileDeviceAction(c *rule, a *Action) error {
 		if i < 0 {
 			return fieldError("action.status", "%q is not an ibv_wc_status (IBV_WC_SUCCESS … IBV_WC_GENERAL_ERR)", a.Status)
 		}
-		act.Kind, act.Status = emu.FaultCompleteStatus, uint32(i)
+		act.Kind, act.Status = hca.FaultCompleteStatus, uint32(i)
 	case ActQPError:
-		act.Kind, act.Event = emu.FaultQPError, pvrdma.EventQPFatal
+		act.Kind, act.Event = hca.FaultQPError, hca.EventQPFatal
 		if a.Event != "" {
 			ev, ok := qpEvents[strings.ToUpper(a.Event)]
 			if !ok {
@@ -227,49 +227,51 @@ func compileDeviceAction(c *rule, a *Action) error {
 			act.Event = ev
 		}
 	case ActCQError:
-		act.Kind = emu.FaultCQError
+		act.Kind = hca.FaultCQError
 	case ActSRQError:
-		act.Kind = emu.FaultSRQError
+		act.Kind = hca.FaultSRQError
 	case ActSRQLimit:
-		act.Kind = emu.FaultSRQLimit
+		act.Kind = hca.FaultSRQLimit
 	case ActFailDMA:
-		act.Kind = emu.FaultFailDMA
+		act.Kind = hca.FaultFailDMA
 	case ActPortDown:
 		if a.Duration == 0 || time.Duration(a.Duration) > maxPortDown {
 			return fieldError("action.duration", "%v: give how long the port stays down (up to %v)", time.Duration(a.Duration), maxPortDown)
 		}
-		act.Kind, act.Duration = emu.FaultPortDown, time.Duration(a.Duration)
+		act.Kind, act.Duration = hca.FaultPortDown, time.Duration(a.Duration)
 	case ActGIDChange:
-		act.Kind = emu.FaultGIDChange
+		act.Kind = hca.FaultGIDChange
 	case ActDeviceFatal:
-		act.Kind = emu.FaultDeviceFatal
+		act.Kind = hca.FaultDeviceFatal
 	}
 	return nil
 }
 
-func parseCommand(s string) (pvrdma.Opcode, error) {
-	name := strings.TrimPrefix(strings.ToUpper(s), "PVRDMA_CMD_")
-	for op := range pvrdma.NumOpcodes {
-		if op.String() == name {
-			return op, nil
-		}
+// parseCommand adds the command s names to names (a command some device
+// model has, by its name, with or without the model's prefix) or ops (a
+// number: the opcode of whichever model the HCA has).
+func parseCommand(s string, names map[string]bool, ops map[uint32]bool) error {
+	if name, ok := hca.CommandName(s); ok {
+		names[name] = true
+		return nil
 	}
-	if v, err := strconv.ParseUint(s, 0, 32); err == nil && v < uint64(pvrdma.NumOpcodes) {
-		return pvrdma.Opcode(v), nil
+	if v, err := strconv.ParseUint(s, 0, 32); err == nil {
+		ops[uint32(v)] = true
+		return nil
 	}
-	return 0, fmt.Errorf("%q is not a command (QUERY_PORT … DESTROY_SRQ, or its number)", s)
+	return fmt.Errorf("%q is not a command (%s; or its number)", s, hca.CommandNames())
 }
 
 // matchDevice reports whether the rule matches an event at device's point.
-func (r *rule) matchDevice(device string, ev *emu.FaultEvent, occ uint64) bool {
+func (r *rule) matchDevice(device string, ev *hca.FaultEvent, occ uint64) bool {
 	if !r.armed || r.point != ev.Point || (r.device != "" && r.device != device) {
 		return false
 	}
 	if r.occurrence != 0 && r.occurrence != occ {
 		return false
 	}
-	if ev.Point == emu.FaultAtCommand {
-		return !r.hasCommands || r.commands[ev.Command]
+	if ev.Point == hca.FaultAtCommand {
+		return !r.hasCommands || r.commands[ev.Command.Name] || r.commandOps[ev.Command.Op]
 	}
 	if r.hasQPN && ev.QPN != r.qpn {
 		return false
@@ -283,7 +285,7 @@ func (r *rule) matchDevice(device string, ev *emu.FaultEvent, occ uint64) bool {
 	if r.hasKey && (!ev.HasKey || ev.Key != r.key) {
 		return false
 	}
-	if ev.Point == emu.FaultAtResponder {
+	if ev.Point == hca.FaultAtResponder {
 		if !r.opcodes[ev.Opcode] || (r.hasPSN && !roce.PSNInRange(ev.PSN, r.psn.First, r.psn.Last)) {
 			return false
 		}
@@ -291,7 +293,7 @@ func (r *rule) matchDevice(device string, ev *emu.FaultEvent, occ uint64) bool {
 	return true
 }
 
-// deviceHook is an Injector as one HCA's emu.FaultHook.
+// deviceHook is an Injector as one HCA's hca.FaultHook.
 type deviceHook struct {
 	inj  *Injector
 	name string
@@ -299,18 +301,18 @@ type deviceHook struct {
 
 // Device returns the fault hook of the HCA called name (emu.Config.Faults):
 // the plan's device and transport actions for that HCA.
-func (inj *Injector) Device(name string) emu.FaultHook { return deviceHook{inj, name} }
+func (inj *Injector) Device(name string) hca.FaultHook { return deviceHook{inj, name} }
 
 type devKey struct {
 	device string
-	point  emu.FaultPoint
+	point  hca.FaultPoint
 }
 
-// Fault implements emu.FaultHook: the first rule that fires decides.
-func (h deviceHook) Fault(ev *emu.FaultEvent) emu.FaultAction {
+// Fault implements hca.FaultHook: the first rule that fires decides.
+func (h deviceHook) Fault(ev *hca.FaultEvent) hca.FaultAction {
 	inj := h.inj
 	if inj.ndev.Load() == 0 {
-		return emu.FaultAction{}
+		return hca.FaultAction{}
 	}
 	inj.mu.Lock()
 	defer inj.mu.Unlock()
@@ -328,9 +330,9 @@ func (h deviceHook) Fault(ev *emu.FaultEvent) emu.FaultAction {
 		a := r.spec.Action
 		line := logLine{Rule: r.spec.Name, Device: h.name, Point: ev.Point.String(), Occurrence: occ, Action: &a}
 		switch ev.Point {
-		case emu.FaultAtCommand:
+		case hca.FaultAtCommand:
 			line.Command = ev.Command.String()
-		case emu.FaultAtResponder:
+		case hca.FaultAtResponder:
 			qpn, psn := ev.QPN, ev.PSN
 			line.QPN, line.PSN, line.Opcode = &qpn, &psn, ev.Opcode.String()
 		default:
@@ -340,5 +342,5 @@ func (h deviceHook) Fault(ev *emu.FaultEvent) emu.FaultAction {
 		inj.writeLog(line)
 		return r.devAct
 	}
-	return emu.FaultAction{}
+	return hca.FaultAction{}
 }

@@ -5,8 +5,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hcaemu/hcaemu/emu"
+	_ "github.com/hcaemu/hcaemu/emu" // registers the PVRDMA command names
 	"github.com/hcaemu/hcaemu/emu/fault"
+	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/roce"
 )
@@ -72,49 +73,49 @@ func TestDeviceMatch(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		rule  string
-		ev    emu.FaultEvent
+		ev    hca.FaultEvent
 		dev   string
 		match bool
-		want  emu.FaultAction
+		want  hca.FaultAction
 	}{
 		{"command", `{"match":{"commands":["CREATE_MR"]},"action":{"kind":"fail_command"}}`,
-			emu.FaultEvent{Point: emu.FaultAtCommand, Command: pvrdma.OpCreateMR}, "hca0", true, emu.FaultAction{Kind: emu.FaultFailCommand, Errno: 22}},
+			hca.FaultEvent{Point: hca.FaultAtCommand, Command: cmd(pvrdma.OpCreateMR)}, "hca0", true, hca.FaultAction{Kind: hca.FaultFailCommand, Errno: 22}},
 		{"other command", `{"match":{"commands":["CREATE_MR"]},"action":{"kind":"fail_command","errno":12}}`,
-			emu.FaultEvent{Point: emu.FaultAtCommand, Command: pvrdma.OpCreateCQ}, "hca0", false, emu.FaultAction{}},
+			hca.FaultEvent{Point: hca.FaultAtCommand, Command: cmd(pvrdma.OpCreateCQ)}, "hca0", false, hca.FaultAction{}},
 		{"command by number", `{"match":{"commands":["4"]},"action":{"kind":"fail_command","errno":12}}`,
-			emu.FaultEvent{Point: emu.FaultAtCommand, Command: pvrdma.OpCreateMR}, "hca0", true, emu.FaultAction{Kind: emu.FaultFailCommand, Errno: 12}},
+			hca.FaultEvent{Point: hca.FaultAtCommand, Command: cmd(pvrdma.OpCreateMR)}, "hca0", true, hca.FaultAction{Kind: hca.FaultFailCommand, Errno: 12}},
 		{"other device", `{"match":{"device":"hca1"},"action":{"kind":"fail_command"}}`,
-			emu.FaultEvent{Point: emu.FaultAtCommand, Command: pvrdma.OpCreateMR}, "hca0", false, emu.FaultAction{}},
+			hca.FaultEvent{Point: hca.FaultAtCommand, Command: cmd(pvrdma.OpCreateMR)}, "hca0", false, hca.FaultAction{}},
 		{"guest", `{"match":{"guest":1},"action":{"kind":"gid_change"},"schedule":{}}`,
-			emu.FaultEvent{Point: emu.FaultAtCompletion, QPN: qpn}, "hca1", true, emu.FaultAction{Kind: emu.FaultGIDChange}},
+			hca.FaultEvent{Point: hca.FaultAtCompletion, QPN: qpn}, "hca1", true, hca.FaultAction{Kind: hca.FaultGIDChange}},
 		{"completion of another point", `{"action":{"kind":"complete_status","status":"REM_OP_ERR"}}`,
-			emu.FaultEvent{Point: emu.FaultAtDMA, QPN: qpn}, "hca0", false, emu.FaultAction{}},
+			hca.FaultEvent{Point: hca.FaultAtDMA, QPN: qpn}, "hca0", false, hca.FaultAction{}},
 		{"completion wr opcode", `{"match":{"qpn":17,"wr_opcodes":["rdma_read"],"size":{"min":4096,"max":8192}},"action":{"kind":"complete_status","status":"IBV_WC_REM_OP_ERR"}}`,
-			emu.FaultEvent{Point: emu.FaultAtCompletion, QPN: qpn, WROpcode: "rdma_read", Size: 4096}, "hca0", true, emu.FaultAction{Kind: emu.FaultCompleteStatus, Status: 11}},
+			hca.FaultEvent{Point: hca.FaultAtCompletion, QPN: qpn, WROpcode: "rdma_read", Size: 4096}, "hca0", true, hca.FaultAction{Kind: hca.FaultCompleteStatus, Status: 11}},
 		{"completion other opcode", `{"match":{"wr_opcodes":["rdma_read"]},"action":{"kind":"complete_status","status":"IBV_WC_REM_OP_ERR"}}`,
-			emu.FaultEvent{Point: emu.FaultAtCompletion, QPN: qpn, WROpcode: "send", Size: 4096}, "hca0", false, emu.FaultAction{}},
+			hca.FaultEvent{Point: hca.FaultAtCompletion, QPN: qpn, WROpcode: "send", Size: 4096}, "hca0", false, hca.FaultAction{}},
 		{"completion too small", `{"match":{"size":{"min":4097,"max":8192}},"action":{"kind":"complete_status","status":"IBV_WC_REM_OP_ERR"}}`,
-			emu.FaultEvent{Point: emu.FaultAtCompletion, QPN: qpn, Size: 4096}, "hca0", false, emu.FaultAction{}},
+			hca.FaultEvent{Point: hca.FaultAtCompletion, QPN: qpn, Size: 4096}, "hca0", false, hca.FaultAction{}},
 		{"completion other qp", `{"match":{"qpn":18},"action":{"kind":"qp_error"}}`,
-			emu.FaultEvent{Point: emu.FaultAtCompletion, QPN: qpn}, "hca0", false, emu.FaultAction{}},
+			hca.FaultEvent{Point: hca.FaultAtCompletion, QPN: qpn}, "hca0", false, hca.FaultAction{}},
 		{"qp error default event", `{"match":{"qpn":17},"action":{"kind":"qp_error"}}`,
-			emu.FaultEvent{Point: emu.FaultAtCompletion, QPN: qpn}, "hca0", true, emu.FaultAction{Kind: emu.FaultQPError, Event: pvrdma.EventQPFatal}},
+			hca.FaultEvent{Point: hca.FaultAtCompletion, QPN: qpn}, "hca0", true, hca.FaultAction{Kind: hca.FaultQPError, Event: hca.EventQPFatal}},
 		{"dma key", `{"match":{"key":99},"action":{"kind":"fail_dma"}}`,
-			emu.FaultEvent{Point: emu.FaultAtDMA, QPN: qpn, Key: 99, HasKey: true}, "hca0", true, emu.FaultAction{Kind: emu.FaultFailDMA}},
+			hca.FaultEvent{Point: hca.FaultAtDMA, QPN: qpn, Key: 99, HasKey: true}, "hca0", true, hca.FaultAction{Kind: hca.FaultFailDMA}},
 		{"dma other key", `{"match":{"key":99},"action":{"kind":"fail_dma"}}`,
-			emu.FaultEvent{Point: emu.FaultAtDMA, QPN: qpn, Key: 98, HasKey: true}, "hca0", false, emu.FaultAction{}},
+			hca.FaultEvent{Point: hca.FaultAtDMA, QPN: qpn, Key: 98, HasKey: true}, "hca0", false, hca.FaultAction{}},
 		{"responder psn", `{"match":{"psn":{"first":10,"last":12}},"action":{"kind":"rnr_nak","timer":14}}`,
-			emu.FaultEvent{Point: emu.FaultAtResponder, QPN: qpn, PSN: 11, Opcode: roce.RCSendOnly}, "hca0", true, emu.FaultAction{Kind: emu.FaultRNRNAK, RNRTimer: 14}},
+			hca.FaultEvent{Point: hca.FaultAtResponder, QPN: qpn, PSN: 11, Opcode: roce.RCSendOnly}, "hca0", true, hca.FaultAction{Kind: hca.FaultRNRNAK, RNRTimer: 14}},
 		{"responder outside psn", `{"match":{"psn":{"first":10,"last":12}},"action":{"kind":"rnr_nak"}}`,
-			emu.FaultEvent{Point: emu.FaultAtResponder, QPN: qpn, PSN: 13, Opcode: roce.RCSendOnly}, "hca0", false, emu.FaultAction{}},
+			hca.FaultEvent{Point: hca.FaultAtResponder, QPN: qpn, PSN: 13, Opcode: roce.RCSendOnly}, "hca0", false, hca.FaultAction{}},
 		{"responder class", `{"match":{"classes":["write"]},"action":{"kind":"nak","code":"remote_access_error"}}`,
-			emu.FaultEvent{Point: emu.FaultAtResponder, QPN: qpn, Opcode: roce.RCRDMAWriteOnly}, "hca0", true, emu.FaultAction{Kind: emu.FaultNAK, NAK: roce.NAKRemoteAccessError}},
+			hca.FaultEvent{Point: hca.FaultAtResponder, QPN: qpn, Opcode: roce.RCRDMAWriteOnly}, "hca0", true, hca.FaultAction{Kind: hca.FaultNAK, NAK: roce.NAKRemoteAccessError}},
 		{"responder other class", `{"match":{"classes":["write"]},"action":{"kind":"suppress_ack"}}`,
-			emu.FaultEvent{Point: emu.FaultAtResponder, QPN: qpn, Opcode: roce.RCSendOnly}, "hca0", false, emu.FaultAction{}},
+			hca.FaultEvent{Point: hca.FaultAtResponder, QPN: qpn, Opcode: roce.RCSendOnly}, "hca0", false, hca.FaultAction{}},
 		{"responder rkey", `{"match":{"key":5},"action":{"kind":"suppress_ack"}}`,
-			emu.FaultEvent{Point: emu.FaultAtResponder, QPN: qpn, Opcode: roce.RCRDMAWriteOnly, Key: 5, HasKey: true}, "hca0", true, emu.FaultAction{Kind: emu.FaultSuppressACK}},
+			hca.FaultEvent{Point: hca.FaultAtResponder, QPN: qpn, Opcode: roce.RCRDMAWriteOnly, Key: 5, HasKey: true}, "hca0", true, hca.FaultAction{Kind: hca.FaultSuppressACK}},
 		{"port down at a command", `{"match":{"commands":["QUERY_PORT"]},"action":{"kind":"port_down","duration":"2s"}}`,
-			emu.FaultEvent{Point: emu.FaultAtCommand, Command: pvrdma.OpQueryPort}, "hca0", true, emu.FaultAction{Kind: emu.FaultPortDown, Duration: 2e9}},
+			hca.FaultEvent{Point: hca.FaultAtCommand, Command: cmd(pvrdma.OpQueryPort)}, "hca0", true, hca.FaultAction{Kind: hca.FaultPortDown, Duration: 2e9}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			plan, err := fault.DecodePlan(strings.NewReader(`{"rules":[` + tc.rule + `]}`))
@@ -159,7 +160,7 @@ func TestDeviceSchedule(t *testing.T) {
 	defer inj.Close()
 	var got []uint32
 	for range 10 {
-		got = append(got, inj.Device("hca0").Fault(&emu.FaultEvent{Point: emu.FaultAtCommand, Command: pvrdma.OpQueryPort}).Errno)
+		got = append(got, inj.Device("hca0").Fault(&hca.FaultEvent{Point: hca.FaultAtCommand, Command: cmd(pvrdma.OpQueryPort)}).Errno)
 	}
 	// 1, 2: skipped (after 2); 3: skipped (every 2); 4: first fires, arms
 	// second; 5: second; 6: first (its 2nd and last time); then second.
@@ -197,7 +198,7 @@ func TestControlDeviceRules(t *testing.T) {
 	if !ok.OK {
 		t.Fatal(ok.Error)
 	}
-	if a := inj.Device("hca0").Fault(&emu.FaultEvent{Point: emu.FaultAtCommand, Command: pvrdma.OpQueryPort}); a.Kind != emu.FaultPortDown {
+	if a := inj.Device("hca0").Fault(&hca.FaultEvent{Point: hca.FaultAtCommand, Command: cmd(pvrdma.OpQueryPort)}); a.Kind != hca.FaultPortDown {
 		t.Fatalf("action %+v", a)
 	}
 	// Removed, and a packet rule added: the device is asked nothing more.
@@ -207,10 +208,13 @@ func TestControlDeviceRules(t *testing.T) {
 	if rsp := inj.Do(fault.Request{Op: "add", Rule: json.RawMessage(`{"name":"loss","action":{"kind":"drop"}}`)}); !rsp.OK {
 		t.Fatal(rsp.Error)
 	}
-	if a := inj.Device("hca0").Fault(&emu.FaultEvent{Point: emu.FaultAtCommand, Command: pvrdma.OpQueryPort}); a.Kind != emu.FaultNone {
+	if a := inj.Device("hca0").Fault(&hca.FaultEvent{Point: hca.FaultAtCommand, Command: cmd(pvrdma.OpQueryPort)}); a.Kind != hca.FaultNone {
 		t.Fatalf("action %+v after rm", a)
 	}
 	if st := inj.Stats(); st.Rules[0].Matched != 0 {
 		t.Fatalf("the packet rule matched a device event: %+v", st.Rules[0])
 	}
 }
+
+// cmd is a PVRDMA command as the device names it to its fault hook.
+func cmd(op pvrdma.Opcode) hca.Command { return hca.Command{Op: uint32(op), Name: op.String()} }

@@ -23,7 +23,7 @@
 // disable, list, stats, clear) as JSON lines on a unix socket.
 //
 // The same rules also act inside the HCAs: Injector.Device gives each HCA
-// an emu.FaultHook, which the device model asks at its fault points (a
+// an hca.FaultHook, which a device model asks at its fault points (a
 // command about to run, a completion about to be written, the RC responder
 // about to answer a request, the DMA to a work request's buffers). A rule
 // whose action is a transport action (NAK, RNR NAK, ACK suppression) or a

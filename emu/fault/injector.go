@@ -12,9 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hcaemu/hcaemu/emu"
 	"github.com/hcaemu/hcaemu/emu/fabric"
-	"github.com/hcaemu/hcaemu/emu/pvrdma"
+	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/roce"
 )
 
@@ -59,9 +58,10 @@ type rule struct {
 
 	// Device and transport actions: where the rule is asked and what it
 	// answers (point 0: a packet action, asked by the fabric).
-	point       emu.FaultPoint
-	devAct      emu.FaultAction
-	commands    [pvrdma.NumOpcodes]bool
+	point       hca.FaultPoint
+	devAct      hca.FaultAction
+	commands    map[string]bool // by the core's name (hca.Command)
+	commandOps  map[uint32]bool // by the model's opcode number
 	hasCommands bool
 	wrOps       []string
 	key         uint32

@@ -39,14 +39,14 @@ const (
 
 // Region is a registered memory region.
 type Region struct {
-	PD       uint32 // protection domain handle
-	Ctx      uint32 // owning user context, 0 = kernel
-	Access   uint32
-	DMA      bool   // the kernel's local DMA L_Key: GPA addressing
-	FRMR     bool   // fast-register MR
-	Valid    bool   // FRMRs are invalid until registered
-	Start    uint64 // I/O virtual address of byte 0
-	Length   uint64
+	PD     uint32 // protection domain handle
+	Ctx    uint32 // owning user context, 0 = kernel
+	Access uint32
+	DMA    bool   // the kernel's local DMA L_Key: GPA addressing
+	FRMR   bool   // fast-register MR
+	Valid  bool   // FRMRs are invalid until registered
+	Start  uint64 // I/O virtual address of byte 0
+	Length uint64
 	// Pages translate the region: the guest-physical address of each of
 	// its pages, of 1<<PageShift bytes each (0: 4 KiB), byte 0 of the
 	// first page being Start rounded down to the page size. A model whose
@@ -55,8 +55,8 @@ type Region struct {
 	Pages     dma.Pages
 	PageShift uint8
 	LKey      uint32
-	RKey     uint32
-	MaxPages uint32 // FRMR page list capacity
+	RKey      uint32
+	MaxPages  uint32 // FRMR page list capacity
 	// Gen identifies the registration: a number the device never hands
 	// out twice, set on every registration and fast-register. References
 	// hold it, so one re-registered under the same key does not resolve.
