@@ -23,6 +23,7 @@ import (
 
 	"github.com/hcaemu/hcaemu/dma"
 	"github.com/hcaemu/hcaemu/emu/fabric"
+	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/mr"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/ratelog"
@@ -103,7 +104,7 @@ type Device struct {
 	direct *fabric.Port
 	// lend lends the payloads of runs to the HCAs they go to (nil: no
 	// guest memory); it has a lock of its own (lend.go).
-	lend   *lender
+	lend   *hca.Lender
 	filler *mr.Filler // the receiver's, while it copies a lent run
 	faults FaultHook
 
@@ -134,7 +135,7 @@ type Device struct {
 	active  bool
 	wireMAC [6]byte // source MAC of RoCE frames: the vmxnet3's, learnt from the default GID
 	res     resources
-	qpns    qpnSource
+	qpns    hca.QPNs
 	closed  bool
 	fatal   bool // the engine panicked: DEVICE_FATAL declared, no more engine work until reset
 	// gidGen counts the GID table's changes: a QP's cached path (qpEnv.Path)
@@ -157,7 +158,7 @@ type Device struct {
 	held     []*qp
 	// lent and runScratch are where this device reads runs lent to it;
 	// extents, the sender's, while it builds a lent run.
-	lent       lentPayload
+	lent       hca.LentPayload
 	runScratch []byte
 	extents    []fabric.Extent
 	// The CQs and send queues whose ring index the guest has not been
@@ -220,7 +221,7 @@ func New(cfg Config) *Device {
 		}, &mmio.MSIX{Vectors: Vectors, TableBAR: regionMSIX, TableOff: 0, PBABAR: regionMSIX, PBAOff: PBAOff}),
 	}
 	d.mem = &busMem{m: cfg.Mem, pci: d.pci}
-	d.qpns = newQPNSource(cfg.SequentialQPNs)
+	d.qpns = hca.NewQPNs(cfg.SequentialQPNs)
 	d.powerOn()
 	d.eng.start(d)
 	if cfg.Attach != nil {
@@ -232,7 +233,7 @@ func New(cfg Config) *Device {
 			d.direct = fp
 			fp.SetDirect(&d.eng)
 			if cfg.Mem != nil {
-				d.lend = &lender{mem: cfg.Mem}
+				d.lend = hca.NewLender(cfg.Mem)
 			}
 			d.filler = mr.NewFiller()
 		}

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 
 	"github.com/hcaemu/hcaemu/emu/fabric"
+	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/mr"
 	"github.com/hcaemu/hcaemu/emu/roce"
 	"github.com/hcaemu/hcaemu/emu/transport"
@@ -221,7 +222,7 @@ func (d *Device) lendRun(p *transport.Path, f *roce.PacketFields, payload *trans
 	if err != nil || len(b.Room()) < hdr || b.ExtentRoom() == 0 {
 		return 0, false, nil
 	}
-	if b.Lender != nil && b.Epoch != d.lend.epoch.Load() {
+	if b.Lender != nil && b.Epoch != d.lend.Epoch() {
 		// Loans were revoked since this batch's first: gathered, not lent
 		// under an epoch the receiver would refuse.
 		return 0, false, nil
@@ -254,7 +255,7 @@ func (d *Device) lendRun(p *transport.Path, f *roce.PacketFields, payload *trans
 		return 0, true, err
 	}
 	if b.Lender == nil {
-		b.Lender, b.Epoch = d.lend, d.lend.epoch.Load()
+		b.Lender, b.Epoch = d.lend, d.lend.Epoch()
 	}
 	b.AddLent(p.Src, p.Dst, ib, k*frameLen, k, size, ext)
 	d.stats.port.FramesOut += uint64(k)
@@ -333,9 +334,9 @@ func (d *Device) receiveDirect(b *fabric.Batch) {
 			d.stats.port.Revoked += uint64(run)
 			continue
 		}
-		d.lent = lentPayload{from: b.Lender, ext: pkt.Extents, n: pkt.PayloadLen}
+		d.lent.Lend(b.Lender, pkt.Extents, pkt.PayloadLen)
 		d.receiveIB(pkt.IB, pkt.Src, pkt.Dst, nil, run, &d.lent)
-		d.lent = lentPayload{}
+		d.lent.Forget()
 		b.Lender.Unpin()
 	}
 }
@@ -383,11 +384,11 @@ func (d *Device) receiveFrame(frame []byte) {
 // number of packets it stands for: more than 1 for a run (roce.ParseRun),
 // which only comes without a frame; lent, when not nil, is its payload
 // lent by the sender (only for runs: roce.ParseRunLent).
-func (d *Device) receiveIB(ib []byte, src, dst netip.Addr, ipHeader []byte, run int, lent *lentPayload) {
+func (d *Device) receiveIB(ib []byte, src, dst netip.Addr, ipHeader []byte, run int, lent *hca.LentPayload) {
 	var pkt roce.Packet
 	var err error
 	if lent != nil {
-		pkt, err = roce.ParseRunLent(ib, run, lent.n)
+		pkt, err = roce.ParseRunLent(ib, run, lent.Len())
 	} else {
 		pkt, err = roce.ParseRun(ib, run)
 	}
@@ -425,13 +426,13 @@ func (d *Device) receiveIB(ib []byte, src, dst netip.Addr, ipHeader []byte, run 
 
 // readLent reads a lent payload into the device's scratch buffer; nil when
 // it cannot be read (the run is lost).
-func (d *Device) readLent(lent *lentPayload) []byte {
+func (d *Device) readLent(lent *hca.LentPayload) []byte {
 	scratch := d.scratch()
-	if lent.n > len(scratch) || lent.ReadAt(scratch[:lent.n], 0) != nil {
+	if n := lent.Len(); n > len(scratch) || lent.ReadAt(scratch[:n], 0) != nil {
 		d.stats.port.Revoked++
 		return nil
 	}
-	return scratch[:lent.n:lent.n]
+	return scratch[:lent.Len():lent.Len()]
 }
 
 // scratch is the buffer a lent run is read into when it is taken apart,
@@ -445,7 +446,7 @@ func (d *Device) scratch() []byte {
 
 // receivePacket hands a parsed packet (a run of run packets, its payload
 // lent when lent is not nil) to its QP.
-func (d *Device) receivePacket(qp *qp, pkt *roce.Packet, src, dst netip.Addr, ipHeader []byte, run int, lent *lentPayload) {
+func (d *Device) receivePacket(qp *qp, pkt *roce.Packet, src, dst netip.Addr, ipHeader []byte, run int, lent *hca.LentPayload) {
 	if d.tracer != nil {
 		d.traceRx(qp, pkt, "")
 	}
@@ -471,7 +472,7 @@ func (d *Device) receivePacket(qp *qp, pkt *roce.Packet, src, dst netip.Addr, ip
 		var scratch []byte
 		size := len(pkt.Payload)
 		if lent != nil {
-			from, size, scratch = lent, lent.n, d.scratch()
+			from, size, scratch = lent, lent.Len(), d.scratch()
 		}
 		if d.batching && qp.rc != nil && !qp.rc.Holding() {
 			qp.rc.HoldResponses()

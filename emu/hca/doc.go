@@ -6,7 +6,8 @@
 // counters, findings and trace events the same for every model; each model
 // converts its own values with explicit mapping functions.
 //
-// The machinery of the core (the engine, the wire, loans, QPN demux, the
-// model-neutral QP) is still written in package emu, as methods of the
-// PVRDMA device; it moves here in steps (docs/architecture.md).
+// Of the core's machinery, the loans of payloads between HCAs (Lender,
+// LentPayload) and QP numbering (QPNs) are here; the engine, the wire and
+// the model-neutral QP are still written in package emu, as methods of the
+// PVRDMA device, and move here in steps (docs/architecture.md).
 package hca
