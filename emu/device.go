@@ -17,7 +17,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -83,10 +82,11 @@ type Config struct {
 // Device is one emulated PVRDMA function.
 //
 // Its fields are grouped by what guards them: set once by New; the
-// register file, atomics; the engine, with locks of its own; and the
-// device lock mu with everything it guards. Lock order: the engine's
-// taking lock, then mu, then the engine's queue locks (engine.go); no
-// eventfd is written under mu (unlock sends what was raised).
+// register file, atomics; and the core (hca.Core: the device lock, the
+// engine with locks of its own, the interrupts sent after unlock) with
+// everything its device lock guards. Lock order: the engine's taking lock,
+// then the device lock, then the engine's queue locks (hca/engine.go); no
+// eventfd is written under the device lock.
 type Device struct {
 	// Set by New, read-only after.
 	name string
@@ -116,19 +116,13 @@ type Device struct {
 	errShadow       atomic.Uint32 // ERR as the driver reads it: errReg once the write that set it is done
 	icr, imr        atomic.Uint32
 	macl, mach      atomic.Uint32
-	// irqPending counts, per vector, the interrupts raised while mu was held;
-	// unlock sends them once mu is released, so no eventfd write happens
-	// under the device lock.
-	irqPending [Vectors]atomic.Uint32
-	irqRaised  atomic.Bool // some irqPending is non-zero: unlock's fast path
 
-	// The engine goroutine and its queues (engine.go), guarded by its own
-	// locks: taking (before mu), mu and qmu (after).
-	eng engine
+	// The core: the device lock (held while a command, a doorbell or a
+	// unit of the engine's work runs; it guards every field below, and the
+	// core's Fatal and Closed), the engine, the interrupts raised under
+	// the lock.
+	core hca.Core
 
-	// mu, the device lock, is held while a command, a doorbell or a unit
-	// of the engine's work runs. It guards every field below.
-	mu     sync.Mutex
 	errReg uint32 // ERR as the command in progress sets it; published to errShadow
 	// State from the DSR, nil until loaded.
 	dsr     *dsrState
@@ -136,8 +130,6 @@ type Device struct {
 	wireMAC [6]byte // source MAC of RoCE frames: the vmxnet3's, learnt from the default GID
 	res     resources
 	qpns    hca.QPNs
-	closed  bool
-	fatal   bool // the engine panicked: DEVICE_FATAL declared, no more engine work until reset
 	// gidGen counts the GID table's changes: a QP's cached path (qpEnv.Path)
 	// is good while it has not moved.
 	gidGen uint64
@@ -146,9 +138,6 @@ type Device struct {
 	timerGens uint64
 	// cqeBuf is where post encodes a CQE before writing it to the ring.
 	cqeBuf [uverbs.CQESize]byte
-	// w: the engine goroutine working under the lock (engineWork), nil for
-	// any other holder (a vCPU's register write, a command).
-	w *worker
 	// out: the batch being built for another HCA of the process (wire.go).
 	out directOut
 	// batching: a batch from another HCA is being taken; held: the RC QPs
@@ -223,15 +212,15 @@ func New(cfg Config) *Device {
 	d.mem = &busMem{m: cfg.Mem, pci: d.pci}
 	d.qpns = hca.NewQPNs(cfg.SequentialQPNs)
 	d.powerOn()
-	d.eng.start(d)
+	d.core.Start(coreModel{d}, log, Vectors, msix)
 	if cfg.Attach != nil {
-		d.port = cfg.Attach(d.receive)
+		d.port = cfg.Attach(d.core.Receive)
 		// A port of the switch itself (not one a recorder wraps) carries
 		// RC packets to other HCAs without frames when nothing watches
 		// the wire.
 		if fp, ok := d.port.(*fabric.Port); ok {
 			d.direct = fp
-			fp.SetDirect(&d.eng)
+			fp.SetDirect(d.core.DirectReceiver())
 			if cfg.Mem != nil {
 				d.lend = hca.NewLender(cfg.Mem)
 			}
@@ -252,7 +241,7 @@ func (d *Device) powerOn() {
 	d.mach.Store(uint32(binary.LittleEndian.Uint16(d.mac[4:6])))
 	d.dsr = nil
 	d.active = false
-	d.fatal = d.strict.latched // strict mode's latch survives resets
+	d.core.Fatal = d.strict.latched // strict mode's latch survives resets
 	d.portDown = false
 	d.portGen++
 	if d.portTimer != nil {
@@ -406,7 +395,7 @@ func (d *Device) WriteRegion(index int, off uint64, p []byte) error {
 
 // Reset implements vfio.Device (DEVICE_RESET): back to power-on state.
 func (d *Device) Reset() {
-	d.mu.Lock()
+	d.core.Lock()
 	d.resetLocked("device reset")
 	d.unlock()
 	d.pci.Reset()
@@ -415,18 +404,18 @@ func (d *Device) Reset() {
 // Close implements vfio.Device: the client is gone; free everything. Later
 // calls do nothing.
 func (d *Device) Close() {
-	d.mu.Lock()
-	if d.closed {
+	d.core.Lock()
+	if d.core.Closed {
 		d.unlock()
 		return
 	}
 	d.resetLocked("disconnect")
-	d.closed = true
+	d.core.Closed = true
 	d.unlock()
 	if d.port != nil {
 		d.port.Detach()
 	}
-	d.eng.stop()
+	d.core.Stop()
 }
 
 // resetLocked drops every object and the DSR. After it returns no DMA
@@ -442,7 +431,7 @@ func (d *Device) resetLocked(why string) {
 		d.resetTransport(qp)
 	}
 	d.powerOn()
-	d.eng.drop()
+	d.core.Drop()
 	d.announce()
 }
 
@@ -487,7 +476,7 @@ func (d *Device) writeReg(reg uint64, v uint32) {
 		d.mach.Store(v)
 		return
 	}
-	d.mu.Lock()
+	d.core.Lock()
 	defer d.unlock()
 	defer func() { d.errShadow.Store(d.errReg) }()
 	switch reg {
@@ -538,27 +527,10 @@ func (d *Device) ctl(v uint32) {
 func (d *Device) raise(cause int) {
 	d.icr.Or(1 << cause)
 	if d.imr.Load()&(1<<cause) == 0 {
-		d.irqPending[cause].Add(1)
-		d.irqRaised.Store(true)
+		d.core.Raise(cause)
 	}
 }
 
-// unlock releases the device lock, then sends the interrupts raised while it
-// was held: an MSI-X write (an eventfd) never happens under the lock.
-func (d *Device) unlock() {
-	d.publishDirty()
-	if d.out.batch != nil {
-		d.flushOut() // packets built under the lock go before it is let go
-	}
-	d.w = nil
-	d.mu.Unlock()
-	if !d.irqRaised.Load() {
-		return // the common case: nothing raised while the lock was held
-	}
-	d.irqRaised.Store(false)
-	for cause := range d.irqPending {
-		for n := d.irqPending[cause].Swap(0); n > 0; n-- {
-			d.msix(cause)
-		}
-	}
-}
+// unlock releases the device lock (hca.Core.Unlock: the ring indexes and
+// the batch out first, the interrupts raised under it after).
+func (d *Device) unlock() { d.core.Unlock() }

@@ -3,6 +3,7 @@ package emu
 import (
 	"time"
 
+	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/roce"
 	"github.com/hcaemu/hcaemu/emu/transport"
@@ -61,7 +62,7 @@ func (d *Device) faultCompletion(qp *qp, cqe *uverbs.CQE, op transport.WCOpcode,
 			// the CQE is the report); the engine moves it after this
 			// completion, outside the transport's call.
 			qp.faultErr = true
-			d.eng.kick(targetQP, qp.handle, workSend)
+			d.core.Kick(hca.TargetQP, qp.handle, hca.WorkSend)
 		}
 	case FaultCQError:
 		if c != nil && !c.broken {
@@ -128,7 +129,7 @@ func (d *Device) deviceFault(act FaultAction, qp *qp, c *cq) {
 			// Deferred to the engine: the point may be inside the QP's
 			// transport, which ERR flushes.
 			qp.faultEvent = eqeType(act.Event)
-			d.eng.kick(targetQP, qp.handle, workSend)
+			d.core.Kick(hca.TargetQP, qp.handle, hca.WorkSend)
 		}
 	case FaultSRQError, FaultSRQLimit:
 		if qp != nil && qp.srq != 0 {
@@ -154,9 +155,9 @@ func (d *Device) deviceFault(act FaultAction, qp *qp, c *cq) {
 	case FaultGIDChange:
 		d.event(pvrdma.EventGIDChange, 1)
 	case FaultDeviceFatal:
-		if !d.fatal {
+		if !d.core.Fatal {
 			d.log.Error("device fatal: fault injected")
-			d.fatal = true
+			d.core.Fatal = true
 			d.event(pvrdma.EventDeviceFatal, 0)
 		}
 	}
@@ -198,9 +199,9 @@ func (d *Device) portDownFor(dur time.Duration) {
 		d.portTimer.Stop()
 	}
 	d.portTimer = time.AfterFunc(dur, func() {
-		d.mu.Lock()
+		d.core.Lock()
 		defer d.unlock()
-		if d.closed || !d.portDown || d.portGen != gen {
+		if d.core.Closed || !d.portDown || d.portGen != gen {
 			return
 		}
 		d.portDown = false
@@ -212,7 +213,7 @@ func (d *Device) portDownFor(dur time.Duration) {
 
 // PortDown reports whether a fault holds the port down (tests).
 func (d *Device) PortDown() bool {
-	d.mu.Lock()
+	d.core.Lock()
 	defer d.unlock()
 	return d.portDown
 }

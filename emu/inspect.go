@@ -120,10 +120,10 @@ type SRQState struct {
 
 // Inspect returns what the device holds.
 func (d *Device) Inspect() State {
-	d.mu.Lock()
+	d.core.Lock()
 	defer d.unlock()
 	r := &d.res
-	st := State{Device: d.name, Active: d.active, Fatal: d.fatal, PinnedPages: r.pinned,
+	st := State{Device: d.name, Active: d.active, Fatal: d.core.Fatal, PinnedPages: r.pinned,
 		Counters: Counters{QKeyViolations: r.qkeyViolations},
 		Findings: map[string]uint64{}}
 	st.Port.State = "ACTIVE"

@@ -5,6 +5,7 @@ import (
 
 	"github.com/hcaemu/hcaemu/dma"
 	pagedir "github.com/hcaemu/hcaemu/dma/pvrdma"
+	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/mr"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/transport/rc"
@@ -291,7 +292,7 @@ func (d *Device) setState(qp *qp, next uint8) {
 		}
 	case pvrdma.QPStateRTS:
 		if prev != pvrdma.QPStateRTS {
-			d.eng.kick(targetQP, qp.handle, workSend)
+			d.core.Kick(hca.TargetQP, qp.handle, hca.WorkSend)
 		}
 	case pvrdma.QPStateSQD:
 		if prev != pvrdma.QPStateSQD {

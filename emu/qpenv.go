@@ -8,6 +8,7 @@ import (
 	"github.com/hcaemu/hcaemu/dma"
 	pagedir "github.com/hcaemu/hcaemu/dma/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/fabric"
+	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/mr"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/roce"
@@ -341,7 +342,7 @@ func (env *qpEnv) fire() {
 	if monoClock() < time.Duration(env.deadline.Load()) {
 		return
 	}
-	env.d.eng.kickTimer(env.qp.handle, gen)
+	env.d.core.KickTimer(env.qp.handle, gen)
 }
 
 // monoEpoch is where monoClock counts from.
@@ -359,14 +360,14 @@ func (env *qpEnv) StopTimer() {
 }
 
 func (env *qpEnv) Kick(work transport.Work, later bool) {
-	flags := uint32(workSend)
+	flags := hca.WorkSend
 	if work == transport.WorkRespond {
-		flags = workResp
+		flags = hca.WorkResp
 	}
 	if later {
-		env.d.eng.kickLater(env.qp.handle, flags)
+		env.d.core.KickLater(env.qp.handle, flags)
 	} else {
-		env.d.eng.kick(targetQP, env.qp.handle, flags)
+		env.d.core.Kick(hca.TargetQP, env.qp.handle, flags)
 	}
 }
 

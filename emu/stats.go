@@ -119,7 +119,7 @@ func (qp *qp) statsNow() QPStats {
 
 // Stats returns the device's counters, and each live QP's by QPN.
 func (d *Device) Stats() (DeviceStats, map[uint32]QPStats) {
-	d.mu.Lock()
+	d.core.Lock()
 	defer d.unlock()
 	return d.statsLocked()
 }
@@ -127,9 +127,7 @@ func (d *Device) Stats() (DeviceStats, map[uint32]QPStats) {
 func (d *Device) statsLocked() (DeviceStats, map[uint32]QPStats) {
 	st := DeviceStats{Port: d.stats.port, QPs: d.stats.retired,
 		EventsLost: d.stats.eventsLost, CQNotificationsLost: d.stats.cqNotifyLost}
-	d.eng.mu.Lock()
-	st.Port.RxQueueFull = d.eng.rxDrops
-	d.eng.mu.Unlock()
+	st.Port.RxQueueFull = d.core.RxDrops()
 	qps := map[uint32]QPStats{}
 	for _, h := range d.res.qp.handles() {
 		qp := d.res.qp.get(h)

@@ -46,8 +46,8 @@ func (d *Device) find(kind FindingKind, outcome, format string, args ...any) {
 	}
 	d.strict.latched = true
 	d.log.Error("strict mode: the device is latched in DEVICE_FATAL at the driver's first mistake", "finding", f.Text)
-	if !d.fatal {
-		d.fatal = true
+	if !d.core.Fatal {
+		d.core.Fatal = true
 		d.event(pvrdma.EventDeviceFatal, 0)
 	}
 	if d.strict.report != nil {
@@ -57,7 +57,7 @@ func (d *Device) find(kind FindingKind, outcome, format string, args ...any) {
 
 // reportf records a finding from outside the device lock.
 func (d *Device) reportf(kind FindingKind, outcome, format string, args ...any) {
-	d.mu.Lock()
+	d.core.Lock()
 	defer d.unlock()
 	d.find(kind, outcome, format, args...)
 }

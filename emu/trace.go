@@ -13,7 +13,7 @@ import (
 // stops it. With no tracer the device builds no events (one nil check per
 // step).
 func (d *Device) SetTracer(t Tracer) {
-	d.mu.Lock()
+	d.core.Lock()
 	defer d.unlock()
 	d.tracer = t
 }

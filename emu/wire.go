@@ -295,15 +295,13 @@ func buildIB(room []byte, f *roce.PacketFields, payload *transport.Payload, mem 
 func (d *Device) flushOut() {
 	b := d.out.batch
 	d.out = directOut{}
-	w := d.w
+	w := d.core.Worker()
 	if w == nil {
 		d.direct.Flush(b)
 		return
 	}
 	b.Helped = true
-	if e, ok := d.direct.Flush(b).(*engine); ok {
-		w.add(e) // every HCA port's taker is its device's engine (New)
-	}
+	w.Helps(d.direct.Flush(b)) // every HCA port's taker is its device's engine (New)
 }
 
 // receiveDirect handles a batch of packets another HCA sent without frames
@@ -499,7 +497,7 @@ type Counters struct {
 
 // Counters returns the drop counters (since the last reset).
 func (d *Device) Counters() Counters {
-	d.mu.Lock()
+	d.core.Lock()
 	defer d.unlock()
 	return Counters{QKeyViolations: d.res.qkeyViolations}
 }

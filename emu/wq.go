@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/hcaemu/hcaemu/dma"
+	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/transport"
 	uverbs "github.com/hcaemu/hcaemu/uverbs/pvrdma"
@@ -126,7 +127,7 @@ func (d *Device) processSQ(qp *qp) {
 		// Come back for the rest after other queues and frames have had
 		// the device lock.
 		n = sqBatch
-		d.eng.kick(targetQP, qp.handle, workSend)
+		d.core.Kick(hca.TargetQP, qp.handle, hca.WorkSend)
 	}
 	buf := make([]byte, qp.sq.stride)
 	for ; n > 0 && qp.state != pvrdma.QPStateErr; n-- {

@@ -6,8 +6,13 @@
 // counters, findings and trace events the same for every model; each model
 // converts its own values with explicit mapping functions.
 //
-// Of the core's machinery, the loans of payloads between HCAs (Lender,
-// LentPayload) and QP numbering (QPNs) are here; the engine, the wire and
-// the model-neutral QP are still written in package emu, as methods of the
-// PVRDMA device, and move here in steps (docs/architecture.md).
+// Of the core's machinery, these are here: Core (the device lock, with the
+// interrupts raised under it sent after; the engine that runs a device's
+// work off the vCPUs: doorbell kicks, frames, batches from the other HCAs
+// and the sending HCA's help with them, timers; a device fatal on a panic),
+// driving its device model through the Model interface; the loans of
+// payloads between HCAs (Lender, LentPayload); QP numbering (QPNs). The wire
+// (framing, batches out, demux to QPs) and the model-neutral QP are still
+// written in package emu, as methods of the PVRDMA device, and move here
+// next (docs/architecture.md).
 package hca
