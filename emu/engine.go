@@ -88,8 +88,8 @@ func (d *Device) serviceQP(qp *qp, flags hca.Work) {
 	case pvrdma.QPStateReset:
 		return
 	case pvrdma.QPStateErr:
-		if qp.rc != nil && flags&hca.WorkResp != 0 {
-			qp.rc.FlushResponses() // the NAK it may still owe (rc.QP.nak)
+		if qp.RC != nil && flags&hca.WorkResp != 0 {
+			qp.RC.FlushResponses() // the NAK it may still owe (rc.QP.nak)
 		}
 		d.flush(qp)
 		return
@@ -98,17 +98,17 @@ func (d *Device) serviceQP(qp *qp, flags hca.Work) {
 		// Receive WQEs stay in the ring until a message consumes them; check
 		// the guest's producer index now so a corrupt one fails early.
 		if _, err := d.pendingWQEs(qp.pages, &qp.rq); err != nil {
-			d.find(FindingRingIndex, "QP to ERR with QP_FATAL", "qp %d rq pvrdma_ring.prod_tail: %v", qp.handle, err)
+			d.find(FindingRingIndex, "QP to ERR with QP_FATAL", "qp %d rq pvrdma_ring.prod_tail: %v", qp.Handle, err)
 			d.qpError(qp, pvrdma.EventQPFatal)
 			return
 		}
 	}
-	if qp.rc != nil {
+	if qp.RC != nil {
 		if flags&hca.WorkResp != 0 {
-			qp.rc.FlushResponses()
+			qp.RC.FlushResponses()
 		}
 		if flags&(hca.WorkSend|hca.WorkTimer) != 0 {
-			qp.rc.Pump()
+			qp.RC.Pump()
 		}
 		return
 	}

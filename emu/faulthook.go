@@ -52,7 +52,7 @@ func (d *Device) faultCompletion(qp *qp, cqe *uverbs.CQE, op transport.WCOpcode,
 	if int(op) < len(WROpcodeNames) {
 		name = WROpcodeNames[op]
 	}
-	act := d.fault(&FaultEvent{Point: FaultAtCompletion, QPN: qp.qpn, WROpcode: name, Size: cqe.ByteLen, Status: cqe.Status})
+	act := d.fault(&FaultEvent{Point: FaultAtCompletion, QPN: qp.QPN, WROpcode: name, Size: cqe.ByteLen, Status: cqe.Status})
 	switch act.Kind {
 	case FaultCompleteStatus:
 		cqe.Status = act.Status
@@ -62,7 +62,7 @@ func (d *Device) faultCompletion(qp *qp, cqe *uverbs.CQE, op transport.WCOpcode,
 			// the CQE is the report); the engine moves it after this
 			// completion, outside the transport's call.
 			qp.faultErr = true
-			d.core.Kick(hca.TargetQP, qp.handle, hca.WorkSend)
+			d.core.Kick(hca.TargetQP, qp.Handle, hca.WorkSend)
 		}
 	case FaultCQError:
 		if c != nil && !c.broken {
@@ -82,7 +82,7 @@ func (d *Device) faultDMA(qp *qp, op transport.WCOpcode, sges []uverbs.SGE, size
 	if d.faults == nil {
 		return false
 	}
-	ev := FaultEvent{Point: FaultAtDMA, QPN: qp.qpn, Size: size}
+	ev := FaultEvent{Point: FaultAtDMA, QPN: qp.QPN, Size: size}
 	if int(op) < len(WROpcodeNames) {
 		ev.WROpcode = WROpcodeNames[op]
 	}
@@ -100,7 +100,7 @@ func (d *Device) faultDMA(qp *qp, op transport.WCOpcode, sges []uverbs.SGE, size
 // responderFault is an RC QP's rc.Config.Responder.
 func (env *qpEnv) responderFault(pkt roce.Packet) rc.ResponderFault {
 	d := env.d
-	ev := FaultEvent{Point: FaultAtResponder, QPN: env.qp.qpn, PSN: pkt.BTH.PSN(), Opcode: pkt.Opcode(), Size: uint32(len(pkt.Payload))}
+	ev := FaultEvent{Point: FaultAtResponder, QPN: env.qp.QPN, PSN: pkt.BTH.PSN(), Opcode: pkt.Opcode(), Size: uint32(len(pkt.Payload))}
 	switch {
 	case pkt.Headers()&roce.HasRETH != 0:
 		ev.Key, ev.HasKey = pkt.RETH.RKey(), true
@@ -129,7 +129,7 @@ func (d *Device) deviceFault(act FaultAction, qp *qp, c *cq) {
 			// Deferred to the engine: the point may be inside the QP's
 			// transport, which ERR flushes.
 			qp.faultEvent = eqeType(act.Event)
-			d.core.Kick(hca.TargetQP, qp.handle, hca.WorkSend)
+			d.core.Kick(hca.TargetQP, qp.Handle, hca.WorkSend)
 		}
 	case FaultSRQError, FaultSRQLimit:
 		if qp != nil && qp.srq != 0 {

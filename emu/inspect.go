@@ -192,8 +192,8 @@ func (d *Device) Inspect() State {
 
 func (d *Device) inspectQP(qp *qp) QPState {
 	a := &qp.attr
-	q := QPState{Handle: qp.handle, QPN: qp.qpn, Type: qpTypeName(qp.typ), State: stateNames[qp.state],
-		PD: qp.pd, Context: qp.ctx, SendCQ: qp.sendCQ, RecvCQ: qp.recvCQ, SRQ: qp.srq,
+	q := QPState{Handle: qp.Handle, QPN: qp.QPN, Type: qpTypeName(qp.typ), State: stateNames[qp.state],
+		PD: qp.PD, Context: qp.ctx, SendCQ: qp.sendCQ, RecvCQ: qp.recvCQ, SRQ: qp.srq,
 		DestQPN: a.DestQPN, Timeout: a.Timeout, RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry,
 		SQPSN: a.SQPSN, RQPSN: a.RQPSN, PendingFaultErr: qp.faultErr || qp.faultEvent != 0}
 	prod, _ := dma.LoadUint32(d.mem, qp.pages[0]+qp.sq.prodOff)
@@ -208,11 +208,11 @@ func (d *Device) inspectQP(qp *qp) QPState {
 			q.PathMTU = 128 << a.PathMTU
 		}
 	}
-	if qp.rc != nil {
-		snap := qp.rc.Snapshot()
+	if qp.RC != nil {
+		snap := qp.RC.Snapshot()
 		q.RC = &snap
 	}
-	q.Stats = qp.statsNow()
+	q.Stats = qp.StatsNow()
 	return q
 }
 

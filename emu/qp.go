@@ -8,8 +8,6 @@ import (
 	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/mr"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
-	"github.com/hcaemu/hcaemu/emu/transport/rc"
-	"github.com/hcaemu/hcaemu/emu/transport/ud"
 	uverbs "github.com/hcaemu/hcaemu/uverbs/pvrdma"
 )
 
@@ -45,29 +43,21 @@ type wq struct {
 
 // qp is a queue pair.
 type qp struct {
-	handle, qpn uint32
-	typ         uint8
-	ctx         uint32
-	pd          uint32
-	sendCQ      uint32
-	recvCQ      uint32
-	srq         uint32 // 0 = own RQ
-	sigAll      bool
-	sqDirty     bool // sq.cons is ahead of the cons_head the guest sees: in Device.dirtySQs
-	pages       dma.Pages
-	sq, rq      wq
-	state       uint8
-	attr        pvrdma.QPAttr
-	// The transport (bound when the QP first leaves RESET): rc for RC QPs,
-	// ud for UD and GSI QPs, and env, what they reach the device through.
-	rc  *rc.QP
-	ud  *ud.QP
+	hca.QP  // handle, QPN, PD, transport object, counters: the core's
+	typ     uint8
+	ctx     uint32
+	sendCQ  uint32
+	recvCQ  uint32
+	srq     uint32 // 0 = own RQ
+	sigAll  bool
+	sqDirty bool // sq.cons is ahead of the cons_head the guest sees: in Device.dirtySQs
+	pages   dma.Pages
+	sq, rq  wq
+	state   uint8
+	attr    pvrdma.QPAttr
+	// env is what the QP's transport (QP.RC or QP.UD, bound when the QP
+	// first leaves RESET) reaches the device through.
 	env *qpEnv
-	// stats are the QP's counters; txHigh the highest request PSN sent
-	// (a request at or before it is a retransmission).
-	stats   QPStats
-	txHigh  uint32
-	txValid bool
 	// Injected faults the engine carries out at its next turn for the QP:
 	// an async event with ERR, or ERR alone (after an error completion).
 	faultEvent uint32
@@ -123,25 +113,25 @@ var qpTransitions = func() (t [pvrdma.NumQPStates][pvrdma.NumQPStates]*transitio
 // limits. It returns the target state.
 func (d *Device) checkModify(qp *qp, mask uint32, a *pvrdma.QPAttr) (uint8, *cmdErr) {
 	if mask&^pvrdma.AttrMaskAll != 0 {
-		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attr_mask=%#x: unknown bits %#x", qp.handle, mask, mask&^pvrdma.AttrMaskAll).as(FindingQPState)
+		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attr_mask=%#x: unknown bits %#x", qp.Handle, mask, mask&^pvrdma.AttrMaskAll).as(FindingQPState)
 	}
 	cur := qp.state
 	if mask&pvrdma.AttrCurState != 0 && a.CurState != uint32(cur) {
 		if a.CurState >= pvrdma.NumQPStates {
-			return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.cur_qp_state=%d: not a QP state", qp.handle, a.CurState).as(FindingQPState)
+			return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.cur_qp_state=%d: not a QP state", qp.Handle, a.CurState).as(FindingQPState)
 		}
-		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.cur_qp_state=%s, but the QP is in %s", qp.handle, stateNames[a.CurState], stateNames[cur]).as(FindingQPState)
+		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.cur_qp_state=%s, but the QP is in %s", qp.Handle, stateNames[a.CurState], stateNames[cur]).as(FindingQPState)
 	}
 	next := cur
 	if mask&pvrdma.AttrState != 0 {
 		if a.State >= pvrdma.NumQPStates {
-			return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.qp_state=%d: not a QP state", qp.handle, a.State).as(FindingQPState)
+			return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.qp_state=%d: not a QP state", qp.Handle, a.State).as(FindingQPState)
 		}
 		next = uint8(a.State)
 	}
 	t := qpTransitions[cur][next]
 	if t == nil {
-		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.qp_state=%s: illegal transition %s -> %s", qp.handle, stateNames[next], stateNames[cur], stateNames[next]).as(FindingQPState)
+		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.qp_state=%s: illegal transition %s -> %s", qp.Handle, stateNames[next], stateNames[cur], stateNames[next]).as(FindingQPState)
 	}
 	class := udClass
 	if qp.typ == pvrdma.QPTypeRC || qp.typ == pvrdma.QPTypeUC {
@@ -153,16 +143,16 @@ func (d *Device) checkModify(qp *qp, mask uint32, a *pvrdma.QPAttr) (uint8, *cmd
 		opt |= pvrdma.AttrPort
 	}
 	if req == ^uint32(0) {
-		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.qp_state=%s: illegal transition %s -> %s for a %s QP", qp.handle, stateNames[next], stateNames[cur], stateNames[next], qpTypeName(qp.typ)).as(FindingQPState)
+		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.qp_state=%s: illegal transition %s -> %s for a %s QP", qp.Handle, stateNames[next], stateNames[cur], stateNames[next], qpTypeName(qp.typ)).as(FindingQPState)
 	}
 	if missing := req &^ mask; missing != 0 {
-		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attr_mask=%#x: %s -> %s lacks required attributes %#x", qp.handle, mask, stateNames[cur], stateNames[next], missing).as(FindingQPState)
+		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attr_mask=%#x: %s -> %s lacks required attributes %#x", qp.Handle, mask, stateNames[cur], stateNames[next], missing).as(FindingQPState)
 	}
 	if extra := mask &^ (req | opt | pvrdma.AttrState | pvrdma.AttrCap); extra != 0 {
-		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attr_mask=%#x: %s -> %s does not take attributes %#x", qp.handle, mask, stateNames[cur], stateNames[next], extra).as(FindingQPState)
+		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attr_mask=%#x: %s -> %s does not take attributes %#x", qp.Handle, mask, stateNames[cur], stateNames[next], extra).as(FindingQPState)
 	}
 	if mask&pvrdma.AttrPKeyIndex != 0 && uint32(a.PKeyIndex) >= uint32(d.caps.MaxPKeys) {
-		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.pkey_index=%d >= %d P_Keys", qp.handle, a.PKeyIndex, d.caps.MaxPKeys)
+		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.pkey_index=%d >= %d P_Keys", qp.Handle, a.PKeyIndex, d.caps.MaxPKeys)
 	}
 	if mask&pvrdma.AttrPort != 0 {
 		if e := d.checkPort(a.PortNum); e != nil {
@@ -170,29 +160,29 @@ func (d *Device) checkModify(qp *qp, mask uint32, a *pvrdma.QPAttr) (uint8, *cmd
 		}
 	}
 	if mask&pvrdma.AttrPathMTU != 0 && (a.PathMTU < 1 || a.PathMTU > pvrdma.MTU4096) {
-		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.path_mtu=%d: not 1..%d", qp.handle, a.PathMTU, pvrdma.MTU4096)
+		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.path_mtu=%d: not 1..%d", qp.Handle, a.PathMTU, pvrdma.MTU4096)
 	}
 	if mask&pvrdma.AttrDestQPN != 0 && a.DestQPN >= 1<<24 {
-		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.dest_qp_num=%#x: wider than 24 bits", qp.handle, a.DestQPN)
+		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.dest_qp_num=%#x: wider than 24 bits", qp.Handle, a.DestQPN)
 	}
 	if mask&pvrdma.AttrMinRNRTimer != 0 && a.MinRNRTimer > 31 {
-		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.min_rnr_timer=%d > 31", qp.handle, a.MinRNRTimer)
+		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.min_rnr_timer=%d > 31", qp.Handle, a.MinRNRTimer)
 	}
 	if mask&pvrdma.AttrTimeout != 0 && a.Timeout > 31 {
-		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.timeout=%d > 31", qp.handle, a.Timeout)
+		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.timeout=%d > 31", qp.Handle, a.Timeout)
 	}
 	if mask&pvrdma.AttrRetryCnt != 0 && a.RetryCnt > 7 {
-		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.retry_cnt=%d > 7", qp.handle, a.RetryCnt)
+		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.retry_cnt=%d > 7", qp.Handle, a.RetryCnt)
 	}
 	if mask&pvrdma.AttrRNRRetry != 0 && a.RNRRetry > 7 {
-		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.rnr_retry=%d > 7", qp.handle, a.RNRRetry)
+		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.rnr_retry=%d > 7", qp.Handle, a.RNRRetry)
 	}
 	if mask&pvrdma.AttrAccessFlags != 0 && a.AccessFlags&^(mr.LocalWrite|mr.RemoteWrite|mr.RemoteRead|mr.RemoteAtomic|mr.MWBind) != 0 {
-		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.qp_access_flags=%#x: unknown bits", qp.handle, a.AccessFlags)
+		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.qp_access_flags=%#x: unknown bits", qp.Handle, a.AccessFlags)
 	}
 	if mask&pvrdma.AttrAV != 0 {
 		if uint32(a.AH.SGIDIndex) >= d.caps.GIDTblLen || !d.res.gids[a.AH.SGIDIndex].Valid {
-			return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.ah_attr.grh.sgid_index=%d: not a bound GID", qp.handle, a.AH.SGIDIndex)
+			return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.ah_attr.grh.sgid_index=%d: not a bound GID", qp.Handle, a.AH.SGIDIndex)
 		}
 	}
 	return next, nil
@@ -277,10 +267,10 @@ func (d *Device) setState(qp *qp, next uint8) {
 	// The transport moves first: RESET clears it, ERR flushes the requests
 	// it holds before the ring's.
 	switch {
-	case qp.rc != nil:
-		qp.rc.SetState(transportState(next))
-	case qp.ud != nil:
-		qp.ud.SetState(transportState(next))
+	case qp.RC != nil:
+		qp.RC.SetState(transportState(next))
+	case qp.UD != nil:
+		qp.UD.SetState(transportState(next))
 	}
 	switch next {
 	case pvrdma.QPStateReset:
@@ -292,7 +282,7 @@ func (d *Device) setState(qp *qp, next uint8) {
 		}
 	case pvrdma.QPStateRTS:
 		if prev != pvrdma.QPStateRTS {
-			d.core.Kick(hca.TargetQP, qp.handle, hca.WorkSend)
+			d.core.Kick(hca.TargetQP, qp.Handle, hca.WorkSend)
 		}
 	case pvrdma.QPStateSQD:
 		if prev != pvrdma.QPStateSQD {
@@ -303,16 +293,16 @@ func (d *Device) setState(qp *qp, next uint8) {
 		d.traceState(qp, prev, next)
 	}
 	if prev != next {
-		d.log.Debug("QP state", "qp", qp.handle, "from", stateNames[prev], "to", stateNames[next])
+		d.log.Debug("QP state", "qp", qp.Handle, "from", stateNames[prev], "to", stateNames[next])
 	}
 }
 
 // checkDrained posts SQ_DRAINED for a QP in SQD with nothing in flight,
 // when the guest asked for it.
 func (d *Device) checkDrained(qp *qp) {
-	if qp.state == pvrdma.QPStateSQD && (qp.rc == nil || qp.rc.Outstanding() == 0) && qp.attr.EnSQDAsyncNotify != 0 {
+	if qp.state == pvrdma.QPStateSQD && (qp.RC == nil || qp.RC.Outstanding() == 0) && qp.attr.EnSQDAsyncNotify != 0 {
 		qp.attr.EnSQDAsyncNotify = 0
-		d.event(pvrdma.EventSQDrained, qp.handle)
+		d.event(pvrdma.EventSQDrained, qp.Handle)
 	}
 }
 
@@ -322,10 +312,10 @@ func (d *Device) qpError(qp *qp, ev uint32) {
 	if qp.state == pvrdma.QPStateErr {
 		return
 	}
-	d.event(ev, qp.handle)
+	d.event(ev, qp.Handle)
 	d.setState(qp, pvrdma.QPStateErr)
 	if qp.srq != 0 {
-		d.event(pvrdma.EventQPLastWQEReached, qp.handle)
+		d.event(pvrdma.EventQPLastWQEReached, qp.Handle)
 	}
 }
 
@@ -406,7 +396,7 @@ func (d *Device) cmdCreateQP(req *pvrdma.CmdCreateQP) (pvrdma.Response, *cmdErr)
 		return nil, e
 	}
 	qp := &qp{
-		typ: typ, ctx: ctx, pd: pdh, sendCQ: scqh, recvCQ: rcqh, sigAll: sigAll, pages: pages,
+		QP: hca.QP{PD: pdh}, typ: typ, ctx: ctx, sendCQ: scqh, recvCQ: rcqh, sigAll: sigAll, pages: pages,
 		sq: wq{ring: uverbs.Ring{N: sWR}, stride: sStride, maxSGE: sSGE, base: dma.PageSize,
 			prodOff: uverbs.TxProdTail, consOff: uverbs.TxConsHead},
 		rq: wq{ring: uverbs.Ring{N: rWR}, stride: rStride, maxSGE: rSGE, base: dma.PageSize * (1 + uint64(sendChunks)),
@@ -425,14 +415,14 @@ func (d *Device) cmdCreateQP(req *pvrdma.CmdCreateQP) (pvrdma.Response, *cmdErr)
 		d.res.unpin(int(total))
 		return nil, e
 	}
-	qp.handle, qp.qpn = h, d.newQPN(h)
+	qp.Handle, qp.QPN = h, d.newQPN(h)
 	pd.refs++
 	scq.refs++
 	rcq.refs++
 	if s != nil {
 		s.refs++
 	}
-	return &pvrdma.CmdCreateQPResp{QPN: qp.qpn, QPHandle: qp.handle,
+	return &pvrdma.CmdCreateQPResp{QPN: qp.QPN, QPHandle: qp.Handle,
 		MaxSendWR: sWR, MaxRecvWR: rWR, MaxSendSGE: sSGE, MaxRecvSGE: rSGE}, nil
 }
 
@@ -451,7 +441,7 @@ func (d *Device) destroyQP(h uint32, qp *qp) {
 	d.retire(qp)
 	d.resetTransport(qp)
 	d.res.unpin(len(qp.pages))
-	if o := d.res.pd.get(qp.pd); o != nil {
+	if o := d.res.pd.get(qp.PD); o != nil {
 		o.refs--
 	}
 	if c := d.res.cq.get(qp.sendCQ); c != nil {

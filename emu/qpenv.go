@@ -71,12 +71,12 @@ func (d *Device) bindTransport(qp *qp) {
 		return
 	}
 	env := &qpEnv{d: d, qp: qp, mem: d.space()}
-	log := d.log.With("qp", qp.handle)
+	log := d.log.With("qp", qp.Handle)
 	switch qp.typ {
 	case pvrdma.QPTypeRC:
-		qp.rc = rc.New(env, env.mem, log)
+		qp.RC = rc.New(env, env.mem, log)
 	case pvrdma.QPTypeUD, pvrdma.QPTypeGSI:
-		qp.ud = ud.New(env, env.mem, log)
+		qp.UD = ud.New(env, env.mem, log)
 	default:
 		return
 	}
@@ -87,42 +87,42 @@ func (d *Device) bindTransport(qp *qp) {
 func (d *Device) configureTransport(qp *qp) {
 	a := &qp.attr
 	switch {
-	case qp.rc != nil:
-		qp.rc.Configure(rc.Config{
-			PD: qp.pd, DestQPN: a.DestQPN, PMTU: transport.PMTU(a.PathMTU),
+	case qp.RC != nil:
+		qp.RC.Configure(rc.Config{
+			PD: qp.PD, DestQPN: a.DestQPN, PMTU: transport.PMTU(a.PathMTU),
 			SQPSN: a.SQPSN, RQPSN: a.RQPSN, SQDepth: qp.sq.ring.N,
 			RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry, Timeout: a.Timeout, MinRNRTimer: a.MinRNRTimer,
 			MaxRdAtomic: a.MaxRdAtomic, MaxDestRdAtomic: a.MaxDestRdAtomic, Access: a.AccessFlags,
 			Responder: qp.env.responder(),
 		})
-	case qp.ud != nil:
-		qp.ud.Configure(ud.Config{QPN: qp.qpn, QKey: a.QKey, GSI: qp.typ == pvrdma.QPTypeGSI, MTU: uint32(transport.PMTU(d.activeMTU))})
+	case qp.UD != nil:
+		qp.UD.Configure(ud.Config{QPN: qp.QPN, QKey: a.QKey, GSI: qp.typ == pvrdma.QPTypeGSI, MTU: uint32(transport.PMTU(d.activeMTU))})
 	}
 }
 
 // resetTransport forgets the QP's transport state and stops its timer
 // (destroyed QP).
 func (d *Device) resetTransport(qp *qp) {
-	if qp.rc != nil {
-		qp.rc.Reset()
+	if qp.RC != nil {
+		qp.RC.Reset()
 	}
 }
 
 // qpTimer handles QP x's expired timer of generation gen.
 func (d *Device) qpTimer(qp *qp, gen uint64) {
 	env := qp.env
-	if qp.rc == nil || env == nil || gen != env.timerGen || !env.armed {
+	if qp.RC == nil || env == nil || gen != env.timerGen || !env.armed {
 		return
 	}
 	env.armed = false
-	qp.rc.Timeout()
+	qp.RC.Timeout()
 }
 
 func (env *qpEnv) PendingSends() (uint32, bool) {
 	d, qp := env.d, env.qp
 	n, err := d.pendingWQEs(qp.pages, &qp.sq)
 	if err != nil {
-		d.find(FindingRingIndex, "QP to ERR with QP_FATAL", "qp %d sq pvrdma_ring.prod_tail: %v", qp.handle, err)
+		d.find(FindingRingIndex, "QP to ERR with QP_FATAL", "qp %d sq pvrdma_ring.prod_tail: %v", qp.Handle, err)
 		d.qpError(qp, pvrdma.EventQPFatal)
 		return 0, false
 	}
@@ -204,7 +204,7 @@ func (env *qpEnv) segs(sges []uverbs.SGE, write bool, dst []mr.Seg) ([]mr.Seg, u
 	for _, sge := range sges {
 		env.sges = append(env.sges, mr.SGE(sge))
 	}
-	segs, n, err := env.mem.SegsInto(dst, env.qp.pd, env.sges, write)
+	segs, n, err := env.mem.SegsInto(dst, env.qp.PD, env.sges, write)
 	switch {
 	case errors.Is(err, mr.ErrLength):
 		return nil, 0, transport.StatusLocLenErr
@@ -268,7 +268,7 @@ func (env *qpEnv) Path() (transport.Path, bool) {
 	p, ok := env.d.pathFor(ah.SGIDIndex, ah.DGID)
 	if ok {
 		p.DMAC, p.HopLimit, p.TClass, p.FlowLabel = ah.DMAC, ah.HopLimit, ah.TrafficClass, ah.FlowLabel
-		p.SrcPort = roce.UDPSourcePort(ah.FlowLabel, qp.qpn, qp.attr.DestQPN)
+		p.SrcPort = roce.UDPSourcePort(ah.FlowLabel, qp.QPN, qp.attr.DestQPN)
 	}
 	env.path, env.pathOK, env.pathGen, env.pathAH, env.pathDst = p, ok, env.d.gidGen+1, *ah, qp.attr.DestQPN
 	return p, ok
@@ -281,7 +281,7 @@ func (env *qpEnv) PathTo(ah *transport.AddressHandle) (transport.Path, bool) {
 		return p, false
 	}
 	p.DMAC, p.HopLimit, p.TClass, p.FlowLabel = ah.DMAC, ah.HopLimit, ah.TrafficClass, ah.FlowLabel
-	p.SrcPort = roce.UDPSourcePortHash(env.qp.qpn)
+	p.SrcPort = roce.UDPSourcePortHash(env.qp.QPN)
 	return p, true
 }
 
@@ -293,7 +293,7 @@ func (env *qpEnv) Transmit(path transport.Path, f roce.PacketFields, payload tra
 	}
 	err := d.transmit(&path, &f, &payload, env.mem)
 	if err == nil {
-		again := env.qp.countTx(&f, payload.Len)
+		again := env.qp.CountTx(&f, payload.Len)
 		if d.tracer != nil {
 			d.tracePacket(env.qp, "tx", &f, payload.Len, again)
 		}
@@ -311,7 +311,7 @@ func (env *qpEnv) TransmitRun(path transport.Path, f roce.PacketFields, payload 
 	}
 	taken, err := d.transmitRun(&path, &f, &payload, n, env.mem)
 	if err == nil && taken > 0 {
-		env.qp.countTxRun(&f, payload.Len/n*taken, taken)
+		env.qp.CountTxRun(&f, payload.Len/n*taken, taken)
 	}
 	return taken, err
 }
@@ -342,7 +342,7 @@ func (env *qpEnv) fire() {
 	if monoClock() < time.Duration(env.deadline.Load()) {
 		return
 	}
-	env.d.core.KickTimer(env.qp.handle, gen)
+	env.d.core.KickTimer(env.qp.Handle, gen)
 }
 
 // monoEpoch is where monoClock counts from.
@@ -365,9 +365,9 @@ func (env *qpEnv) Kick(work transport.Work, later bool) {
 		flags = hca.WorkResp
 	}
 	if later {
-		env.d.core.KickLater(env.qp.handle, flags)
+		env.d.core.KickLater(env.qp.Handle, flags)
 	} else {
-		env.d.core.Kick(hca.TargetQP, env.qp.handle, flags)
+		env.d.core.Kick(hca.TargetQP, env.qp.Handle, flags)
 	}
 }
 
@@ -376,13 +376,13 @@ func (d *Device) localOp(qp *qp, wr *transport.SendWR, mem mr.Space) transport.S
 	d.revokeLoans() // a region is about to change
 	switch wr.Opcode {
 	case transport.OpLocalInv:
-		if !mem.Invalidate(qp.pd, wr.InvalidateKey) {
+		if !mem.Invalidate(qp.PD, wr.InvalidateKey) {
 			return transport.StatusLocProtErr
 		}
 	case transport.OpFastReg:
 		fr := &wr.FastReg
 		region := d.res.mr.get(mr.Handle(fr.Key))
-		if region == nil || !region.FRMR || region.PD != qp.pd || region.Valid {
+		if region == nil || !region.FRMR || region.PD != qp.PD || region.Valid {
 			return transport.StatusLocProtErr
 		}
 		if fr.PageShift != 12 || fr.PageListLen == 0 || fr.PageListLen > region.MaxPages ||

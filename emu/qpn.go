@@ -14,7 +14,7 @@ func (d *Device) newQPN(h uint32) uint32 { return d.qpns.QPN(h, d.res.qpnHandleB
 // qpByQPN finds the QP a packet names by its QPN (nil: none).
 func (d *Device) qpByQPN(qpn uint32) *qp {
 	qp := d.res.qp.get(hca.Handle(qpn, d.res.qpnHandleBits()))
-	if qp == nil || qp.qpn != qpn {
+	if qp == nil || qp.QPN != qpn {
 		return nil
 	}
 	return qp

@@ -4,7 +4,6 @@ import (
 	"slices"
 
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
-	"github.com/hcaemu/hcaemu/emu/roce"
 )
 
 // The HCA's counters: per QP and per device (its one port), as an HCA's
@@ -42,79 +41,9 @@ func (d *Device) countCommand(op pvrdma.Opcode, errno uint32) {
 
 // retire moves a QP's counts into the device's totals (it is going away).
 func (d *Device) retire(qp *qp) {
-	st := qp.statsNow()
+	st := qp.StatsNow()
 	d.stats.retired.Add(&st)
-	qp.stats = QPStats{}
-}
-
-// countTx counts a packet a QP sent: f is its headers, n its payload
-// bytes. It reports whether the packet is a request sent again.
-func (qp *qp) countTx(f *roce.PacketFields, n int) (again bool) {
-	qp.stats.PacketsSent++
-	qp.stats.BytesSent += uint64(n)
-	info, _ := f.BTH.Opcode.Info()
-	switch {
-	case info.Headers&roce.HasAETH != 0:
-		switch syn := f.AETH.Syndrome; {
-		case syn.IsRNRNAK():
-			qp.stats.RNRNAKsSent++
-		case syn.IsNAK():
-			qp.stats.NAKsSent.Count(syn.NAKCode())
-		}
-	case !info.Response && qp.rc != nil:
-		// A request at or before the highest PSN sent is sent again.
-		psn := f.BTH.PSN
-		if qp.txValid && roce.PSNDiff(psn, qp.txHigh) <= 0 {
-			qp.stats.Retransmitted++
-			return true
-		}
-		qp.txHigh, qp.txValid = psn, true
-	}
-	return false
-}
-
-// countTxRun counts a run of run packets (bytes of payload in all) a QP
-// sent, the PSNs at or before the highest one sent as retransmitted.
-func (qp *qp) countTxRun(f *roce.PacketFields, bytes, run int) {
-	qp.stats.PacketsSent += uint64(run)
-	qp.stats.BytesSent += uint64(bytes)
-	first := f.BTH.PSN
-	last := roce.PSNAdd(first, run-1)
-	if qp.txValid {
-		if behind := int(roce.PSNDiff(qp.txHigh, first)); behind >= 0 {
-			qp.stats.Retransmitted += uint64(min(behind+1, run))
-		}
-	}
-	if !qp.txValid || roce.PSNDiff(last, qp.txHigh) > 0 {
-		qp.txHigh, qp.txValid = last, true
-	}
-}
-
-// countRx counts a packet a QP received (run packets, for a run; payload
-// bytes in all).
-func (qp *qp) countRx(pkt *roce.Packet, run, payload int) {
-	qp.stats.PacketsReceived += uint64(run)
-	qp.stats.BytesReceived += uint64(payload)
-	if pkt.AETH != nil {
-		switch syn := pkt.AETH.Syndrome(); {
-		case syn.IsRNRNAK():
-			qp.stats.RNRNAKsReceived++
-		case syn.IsNAK():
-			qp.stats.NAKsReceived.Count(syn.NAKCode())
-		}
-	}
-}
-
-// statsNow is the QP's counters, its transport's included.
-func (qp *qp) statsNow() QPStats {
-	st := qp.stats
-	if qp.rc != nil {
-		rs := qp.rc.Stats()
-		st.Timeouts += rs.Timeouts
-		st.Duplicates += rs.Duplicates
-		st.OutOfSequence += rs.OutOfSequence
-	}
-	return st
+	qp.Stats = QPStats{}
 }
 
 // Stats returns the device's counters, and each live QP's by QPN.
@@ -131,8 +60,8 @@ func (d *Device) statsLocked() (DeviceStats, map[uint32]QPStats) {
 	qps := map[uint32]QPStats{}
 	for _, h := range d.res.qp.handles() {
 		qp := d.res.qp.get(h)
-		qs := qp.statsNow()
-		qps[qp.qpn] = qs
+		qs := qp.StatsNow()
+		qps[qp.QPN] = qs
 		st.QPs.Add(&qs)
 	}
 	for op, n := range d.stats.cmdOK {

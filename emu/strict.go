@@ -85,7 +85,7 @@ func errOrRange(err error) string {
 // findSendWQE reports a send WQE that does not decode: more SGEs than the
 // QP was created with.
 func (d *Device) findSendWQE(qp *qp, slot uint32, w *uverbs.SendWQE) {
-	d.find(FindingWQE, "completed with LOC_LEN_ERR", "qp %d sq[%d] pvrdma_sq_wqe_hdr.num_sge=%d > max_send_sge=%d", qp.handle, slot, w.NumSGE, qp.sq.maxSGE)
+	d.find(FindingWQE, "completed with LOC_LEN_ERR", "qp %d sq[%d] pvrdma_sq_wqe_hdr.num_sge=%d > max_send_sge=%d", qp.Handle, slot, w.NumSGE, qp.sq.maxSGE)
 }
 
 // checkSendOpcode reports a send WQE whose opcode is not a PVRDMA_WR
@@ -94,9 +94,9 @@ func (d *Device) findSendWQE(qp *qp, slot uint32, w *uverbs.SendWQE) {
 func (d *Device) checkSendOpcode(qp *qp, slot uint32, raw uint32, op transport.Opcode) {
 	switch {
 	case op == transport.OpUnsupported:
-		d.find(FindingWQE, "completed with LOC_QP_OP_ERR", "qp %d sq[%d] pvrdma_sq_wqe_hdr.opcode=%d: not a PVRDMA_WR opcode", qp.handle, slot, raw)
+		d.find(FindingWQE, "completed with LOC_QP_OP_ERR", "qp %d sq[%d] pvrdma_sq_wqe_hdr.opcode=%d: not a PVRDMA_WR opcode", qp.Handle, slot, raw)
 	case (qp.typ == pvrdma.QPTypeUD || qp.typ == pvrdma.QPTypeGSI) && op != transport.OpSend && op != transport.OpSendImm:
-		d.find(FindingWQE, "completed with LOC_QP_OP_ERR", "qp %d sq[%d] pvrdma_sq_wqe_hdr.opcode=%d (%s) on a %s QP: only SEND and SEND_WITH_IMM", qp.handle, slot, raw, wrOpcodeNames[raw], qpTypeName(qp.typ))
+		d.find(FindingWQE, "completed with LOC_QP_OP_ERR", "qp %d sq[%d] pvrdma_sq_wqe_hdr.opcode=%d (%s) on a %s QP: only SEND and SEND_WITH_IMM", qp.Handle, slot, raw, wrOpcodeNames[raw], qpTypeName(qp.typ))
 	}
 }
 

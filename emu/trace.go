@@ -28,7 +28,7 @@ func (d *Device) trace(ev *TraceEvent) {
 // tracePacket reports a packet a QP sent (again: a retransmission).
 func (d *Device) tracePacket(qp *qp, dir string, f *roce.PacketFields, n int, again bool) {
 	psn := f.BTH.PSN
-	ev := TraceEvent{QPN: qp.qpn, Event: dir, Dir: dir, PSN: &psn, Opcode: f.BTH.Opcode.String(),
+	ev := TraceEvent{QPN: qp.QPN, Event: dir, Dir: dir, PSN: &psn, Opcode: f.BTH.Opcode.String(),
 		DestQPN: f.BTH.DestQP, Len: n}
 	if info, _ := f.BTH.Opcode.Info(); info.Headers&roce.HasAETH != 0 {
 		ev.Syndrome = f.AETH.Syndrome.String()
@@ -42,7 +42,7 @@ func (d *Device) tracePacket(qp *qp, dir string, f *roce.PacketFields, n int, ag
 // traceRx reports a received packet, and why it was dropped if it was.
 func (d *Device) traceRx(qp *qp, pkt *roce.Packet, dropped string) {
 	psn := pkt.BTH.PSN()
-	ev := TraceEvent{QPN: qp.qpn, Event: "rx", Dir: "rx", PSN: &psn, Opcode: pkt.Opcode().String(),
+	ev := TraceEvent{QPN: qp.QPN, Event: "rx", Dir: "rx", PSN: &psn, Opcode: pkt.Opcode().String(),
 		DestQPN: pkt.BTH.DestQP(), Len: len(pkt.Payload), Dropped: dropped}
 	if dropped != "" {
 		ev.Event = "dropped" // after its rx: the QP did not take it
@@ -56,7 +56,7 @@ func (d *Device) traceRx(qp *qp, pkt *roce.Packet, dropped string) {
 // traceWQE reports a send work request taken from the send queue.
 func (d *Device) traceWQE(qp *qp, wr *transport.SendWR) {
 	id := wr.ID
-	ev := TraceEvent{QPN: qp.qpn, Event: "wqe", WRID: &id, Len: int(wr.Length)}
+	ev := TraceEvent{QPN: qp.QPN, Event: "wqe", WRID: &id, Len: int(wr.Length)}
 	if op := wr.Opcode.Completion(); int(op) < len(WROpcodeNames) && wr.Opcode != transport.OpUnsupported {
 		ev.Opcode = WROpcodeNames[op]
 	}
@@ -69,7 +69,7 @@ func (d *Device) traceWQE(qp *qp, wr *transport.SendWR) {
 // traceCQE reports a completion written for a QP.
 func (d *Device) traceCQE(qp *qp, cqe *uverbs.CQE, op transport.WCOpcode, recv bool) {
 	id := cqe.WRID
-	ev := TraceEvent{QPN: qp.qpn, Event: "cqe", WRID: &id, Status: wcStatusName(cqe.Status), ByteLen: cqe.ByteLen, Recv: recv}
+	ev := TraceEvent{QPN: qp.QPN, Event: "cqe", WRID: &id, Status: wcStatusName(cqe.Status), ByteLen: cqe.ByteLen, Recv: recv}
 	if int(op) < len(WROpcodeNames) {
 		ev.Opcode = WROpcodeNames[op]
 	}
@@ -78,7 +78,7 @@ func (d *Device) traceCQE(qp *qp, cqe *uverbs.CQE, op transport.WCOpcode, recv b
 
 // traceState reports a QP state change.
 func (d *Device) traceState(qp *qp, prev, next uint8) {
-	d.trace(&TraceEvent{QPN: qp.qpn, Event: "state", From: stateName(prev), To: stateName(next)})
+	d.trace(&TraceEvent{QPN: qp.QPN, Event: "state", From: stateName(prev), To: stateName(next)})
 }
 
 // traceAsync reports an async event; QP events name their QP.
@@ -88,7 +88,7 @@ func (d *Device) traceAsync(typ, info uint32) {
 	case pvrdma.EventQPFatal, pvrdma.EventQPReqErr, pvrdma.EventQPAccessErr, pvrdma.EventCommEst,
 		pvrdma.EventSQDrained, pvrdma.EventPathMig, pvrdma.EventPathMigErr, pvrdma.EventQPLastWQEReached:
 		if qp := d.res.qp.get(info); qp != nil {
-			ev.QPN, ev.Handle = qp.qpn, 0
+			ev.QPN, ev.Handle = qp.QPN, 0
 		}
 	}
 	d.trace(&ev)

@@ -343,8 +343,8 @@ func (d *Device) receiveDirect(b *fabric.Batch) {
 func (d *Device) releaseHeld() {
 	d.batching = false
 	for _, qp := range d.held {
-		if d.res.qp.get(qp.handle) == qp && qp.rc != nil {
-			qp.rc.ReleaseResponses()
+		if d.res.qp.get(qp.Handle) == qp && qp.RC != nil {
+			qp.RC.ReleaseResponses()
 		}
 	}
 	clear(d.held)
@@ -454,14 +454,14 @@ func (d *Device) receivePacket(qp *qp, pkt *roce.Packet, src, dst netip.Addr, ip
 			d.stats.port.Malformed++ // UD is never sent without a frame
 			return
 		}
-		if qp.ud != nil && !qp.ud.Receive(pkt, ipHeader) {
+		if qp.UD != nil && !qp.UD.Receive(pkt, ipHeader) {
 			d.res.qkeyViolations++
 			d.stats.port.QKey++
 			if d.tracer != nil {
 				d.traceRx(qp, pkt, "qkey")
 			}
 		} else {
-			qp.countRx(pkt, 1, len(pkt.Payload))
+			qp.CountRx(pkt, 1, len(pkt.Payload))
 		}
 	case roce.TransportRC:
 		// Only from the peer the QP is connected to, at the address it
@@ -472,17 +472,17 @@ func (d *Device) receivePacket(qp *qp, pkt *roce.Packet, src, dst netip.Addr, ip
 		if lent != nil {
 			from, size, scratch = lent, lent.Len(), d.scratch()
 		}
-		if d.batching && qp.rc != nil && !qp.rc.Holding() {
-			qp.rc.HoldResponses()
+		if d.batching && qp.RC != nil && !qp.RC.Holding() {
+			qp.RC.HoldResponses()
 			d.held = append(d.held, qp)
 		}
-		if qp.rc != nil && !qp.rc.ReceiveRunFrom(pkt, run, src, dst, from, scratch) {
+		if qp.RC != nil && !qp.RC.ReceiveRunFrom(pkt, run, src, dst, from, scratch) {
 			d.stats.port.Address += uint64(run)
 			if d.tracer != nil {
 				d.traceRx(qp, pkt, "address")
 			}
 		} else {
-			qp.countRx(pkt, run, size)
+			qp.CountRx(pkt, run, size)
 		}
 	}
 }

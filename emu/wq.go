@@ -93,7 +93,7 @@ func (d *Device) publishRings() {
 	for i, qp := range d.dirtySQs {
 		d.dirtySQs[i] = nil
 		qp.sqDirty = false
-		if d.res.qp.get(qp.handle) != qp {
+		if d.res.qp.get(qp.Handle) != qp {
 			continue
 		}
 		if err := dma.StoreUint32(d.mem, qp.pages[0]+qp.sq.consOff, qp.sq.cons); err != nil && qp.state != pvrdma.QPStateErr {
@@ -105,7 +105,7 @@ func (d *Device) publishRings() {
 	// for ever: its QP fails instead, and the flush it takes is published
 	// in turn (a QP in ERR is not failed again, so this ends).
 	for _, qp := range lost {
-		d.find(FindingPageDir, "QP to ERR with QP_FATAL", "qp %d sq pvrdma_ring.cons_head: %v", qp.handle, lostErr)
+		d.find(FindingPageDir, "QP to ERR with QP_FATAL", "qp %d sq pvrdma_ring.cons_head: %v", qp.Handle, lostErr)
 		d.qpError(qp, pvrdma.EventQPFatal)
 	}
 	if len(lost) > 0 {
@@ -116,7 +116,7 @@ func (d *Device) publishRings() {
 // processSQ hands posted send WQEs of a UD or GSI QP to its transport in
 // order, at most one ring's worth per call.
 func (d *Device) processSQ(qp *qp) {
-	if qp.ud == nil {
+	if qp.UD == nil {
 		return
 	}
 	n, ok := qp.env.PendingSends()
@@ -127,13 +127,13 @@ func (d *Device) processSQ(qp *qp) {
 		// Come back for the rest after other queues and frames have had
 		// the device lock.
 		n = sqBatch
-		d.core.Kick(hca.TargetQP, qp.handle, hca.WorkSend)
+		d.core.Kick(hca.TargetQP, qp.Handle, hca.WorkSend)
 	}
 	buf := make([]byte, qp.sq.stride)
 	for ; n > 0 && qp.state != pvrdma.QPStateErr; n-- {
 		slot := qp.sq.ring.Slot(qp.sq.cons)
 		if err := d.takeSendWQE(qp, buf); err != nil {
-			d.log.Warn("SQ WQE unreadable", "qp", qp.handle, "err", err)
+			d.log.Warn("SQ WQE unreadable", "qp", qp.Handle, "err", err)
 			d.qpError(qp, pvrdma.EventQPFatal)
 			return
 		}
@@ -154,7 +154,7 @@ func (d *Device) processSQ(qp *qp) {
 		if d.tracer != nil {
 			d.traceWQE(qp, wr)
 		}
-		qp.ud.Send(wr)
+		qp.UD.Send(wr)
 	}
 	if qp.state == pvrdma.QPStateErr {
 		d.flush(qp)
@@ -174,7 +174,7 @@ func (d *Device) completeSend(qp *qp, cqe *uverbs.CQE, signaled bool) {
 	if c == nil {
 		return
 	}
-	cqe.QP, cqe.PortNum = uint64(qp.handle), 1
+	cqe.QP, cqe.PortNum = uint64(qp.Handle), 1
 	d.post(c, cqe, false)
 }
 
@@ -204,7 +204,7 @@ func (d *Device) flush(qp *qp) {
 			}
 			w, _ := uverbs.DecodeRecvWQE(buf, qp.rq.maxSGE)
 			if c != nil {
-				e := uverbs.CQE{WRID: w.WRID, QP: uint64(qp.handle), Opcode: uverbs.WCRecv,
+				e := uverbs.CQE{WRID: w.WRID, QP: uint64(qp.Handle), Opcode: uverbs.WCRecv,
 					Status: uverbs.WCWRFlushErr, PortNum: 1}
 				d.post(c, &e, false)
 			}
@@ -250,7 +250,7 @@ func (d *Device) peekRecv(env *qpEnv) (wr transport.RecvWR, status transport.Sta
 	wqe, err := uverbs.DecodeRecvWQEInto(buf, w.maxSGE, env.rwqeSGEs)
 	wr.ID = wqe.WRID
 	if err != nil {
-		queue := fmt.Sprintf("qp %d rq", qp.handle)
+		queue := fmt.Sprintf("qp %d rq", qp.Handle)
 		if qp.srq != 0 {
 			queue = fmt.Sprintf("srq %d", qp.srq)
 		}
@@ -290,7 +290,7 @@ func (d *Device) completeRecv(qp *qp, cqe *uverbs.CQE, solicited bool) {
 	if c == nil {
 		return
 	}
-	cqe.QP = uint64(qp.handle)
+	cqe.QP = uint64(qp.Handle)
 	cqe.PortNum = 1
 	if c.ctx != 0 {
 		cqe.WCFlags &= uverbs.WCFlagGRH | uverbs.WCFlagImm // user CQs: the provider passes flags raw
