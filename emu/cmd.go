@@ -185,7 +185,7 @@ func (d *Device) cmdQueryPort(req *pvrdma.CmdQueryPort) (pvrdma.Response, *cmdEr
 		return nil, e
 	}
 	state, phys := uint32(pvrdma.PortStateActive), uint8(pvrdma.PhysStateLinkUp)
-	if d.portDown {
+	if d.wire.Down {
 		state, phys = pvrdma.PortStateDown, pvrdma.PhysStateDisabled
 	}
 	return &pvrdma.CmdQueryPortResp{Attrs: pvrdma.PortAttr{
@@ -194,7 +194,7 @@ func (d *Device) cmdQueryPort(req *pvrdma.CmdQueryPort) (pvrdma.Response, *cmdEr
 		ActiveMTU:    d.activeMTU,
 		GIDTblLen:    d.caps.GIDTblLen,
 		MaxMsgSz:     0x80000000,
-		QKeyViolCntr: d.res.qkeyViolations,
+		QKeyViolCntr: d.wire.QKeyViolations,
 		PKeyTblLen:   d.caps.MaxPKeys,
 		MaxVLNum:     1,
 		ActiveWidth:  pvrdma.Width1X,
@@ -234,10 +234,10 @@ func (d *Device) cmdCreateBind(req *pvrdma.CmdCreateBind) (pvrdma.Response, *cmd
 		return nil, fail(errAddrInUse, "GID %s at index %d: %v", g.String(), idx, err)
 	}
 	d.log.Info("GID bound", "index", idx, "gid", g.String())
-	if mac, ok := macFromLinkLocal(g.GID); ok && mac != d.wireMAC {
+	if mac, ok := macFromLinkLocal(g.GID); ok && mac != d.wire.MAC {
 		// The driver binds the port's default GID from the paired vmxnet3's
 		// MAC: that is the MAC its RoCE frames carry.
-		d.wireMAC = mac
+		d.wire.MAC = mac
 		d.log.Info("source MAC from the default GID", "mac", net.HardwareAddr(mac[:]).String())
 	}
 	return nil, nil
@@ -273,16 +273,13 @@ func macFromLinkLocal(g [16]byte) ([6]byte, bool) {
 // owns, all or nothing, so what the port owns stays the table's addresses.
 func (d *Device) announce() error {
 	d.gidGen++ // every change of the GID table is announced: cached paths are stale
-	if d.port == nil {
-		return nil
-	}
 	var addrs []netip.Addr
 	for _, g := range d.res.gids {
 		if g.Valid {
 			addrs = append(addrs, gidAddr(g.GID))
 		}
 	}
-	return d.port.SetAddrs(addrs)
+	return d.wire.SetAddrs(addrs)
 }
 
 // --- user contexts ---------------------------------------------------------------

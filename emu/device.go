@@ -21,9 +21,7 @@ import (
 	"time"
 
 	"github.com/hcaemu/hcaemu/dma"
-	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/hca"
-	"github.com/hcaemu/hcaemu/emu/mr"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/ratelog"
 	"github.com/hcaemu/hcaemu/mmio"
@@ -98,15 +96,7 @@ type Device struct {
 	msix      func(int)
 	pci       *mmio.Config
 	mem       *busMem // a pointer: a struct in a dma.Memory would be boxed, an allocation per access
-	port      Port
-	// direct is port when it is the switch's own (no recorder between):
-	// RC packets to other HCAs may go without frames (out).
-	direct *fabric.Port
-	// lend lends the payloads of runs to the HCAs they go to (nil: no
-	// guest memory); it has a lock of its own (lend.go).
-	lend   *hca.Lender
-	filler *mr.Filler // the receiver's, while it copies a lent run
-	faults FaultHook
+	faults    FaultHook
 
 	// The register file a vCPU reads. Reads never take mu: a register read
 	// must not wait behind the engine's batch of frames or a long send queue.
@@ -125,11 +115,10 @@ type Device struct {
 
 	errReg uint32 // ERR as the command in progress sets it; published to errShadow
 	// State from the DSR, nil until loaded.
-	dsr     *dsrState
-	active  bool
-	wireMAC [6]byte // source MAC of RoCE frames: the vmxnet3's, learnt from the default GID
-	res     resources
-	qpns    hca.QPNs
+	dsr    *dsrState
+	active bool
+	res    resources
+	qpns   hca.QPNs
 	// gidGen counts the GID table's changes: a QP's cached path (qpEnv.Path)
 	// is good while it has not moved.
 	gidGen uint64
@@ -138,18 +127,10 @@ type Device struct {
 	timerGens uint64
 	// cqeBuf is where post encodes a CQE before writing it to the ring.
 	cqeBuf [uverbs.CQESize]byte
-	// out: the batch being built for another HCA of the process (wire.go).
-	out directOut
-	// batching: a batch from another HCA is being taken; held: the RC QPs
-	// it reached so far, whose responses wait for its end (receiveDirect;
-	// a QP whose class-C NAK ended its hold may be listed twice).
-	batching bool
-	held     []*qp
-	// lent and runScratch are where this device reads runs lent to it;
-	// extents, the sender's, while it builds a lent run.
-	lent       hca.LentPayload
-	runScratch []byte
-	extents    []fabric.Extent
+	// wire is the port as the core runs it (hca.Wire): its fabric
+	// attachment (set by New), batches, loans, counters, source MAC and
+	// fault-held state.
+	wire hca.Wire
 	// The CQs and send queues whose ring index the guest has not been
 	// shown yet (publishRings, at the latest in unlock).
 	dirtyCQs []*cq
@@ -159,7 +140,6 @@ type Device struct {
 	// stats are the device's counters (stats.go).
 	stats     deviceCounters
 	strict    findings    // strict mode: counts are atomic, the latch is under mu
-	portDown  bool        // a fault holds port 1 down
 	portGen   uint64      // generation of the port-down timer
 	portTimer *time.Timer // brings the port back up
 }
@@ -213,20 +193,7 @@ func New(cfg Config) *Device {
 	d.qpns = hca.NewQPNs(cfg.SequentialQPNs)
 	d.powerOn()
 	d.core.Start(coreModel{d}, log, Vectors, msix)
-	if cfg.Attach != nil {
-		d.port = cfg.Attach(d.core.Receive)
-		// A port of the switch itself (not one a recorder wraps) carries
-		// RC packets to other HCAs without frames when nothing watches
-		// the wire.
-		if fp, ok := d.port.(*fabric.Port); ok {
-			d.direct = fp
-			fp.SetDirect(d.core.DirectReceiver())
-			if cfg.Mem != nil {
-				d.lend = hca.NewLender(cfg.Mem)
-			}
-			d.filler = mr.NewFiller()
-		}
-	}
+	d.wire.Attach(&d.core, coreModel{d}, log, cfg.Attach, d.mem, cfg.Mem)
 	return d
 }
 
@@ -242,13 +209,14 @@ func (d *Device) powerOn() {
 	d.dsr = nil
 	d.active = false
 	d.core.Fatal = d.strict.latched // strict mode's latch survives resets
-	d.portDown = false
+	d.wire.Down = false
 	d.portGen++
 	if d.portTimer != nil {
 		d.portTimer.Stop()
 		d.portTimer = nil
 	}
-	d.wireMAC = d.mac
+	d.wire.MAC = d.mac
+	d.wire.QKeyViolations = 0
 	d.res.init(&d.caps)
 }
 
@@ -412,9 +380,7 @@ func (d *Device) Close() {
 	d.resetLocked("disconnect")
 	d.core.Closed = true
 	d.unlock()
-	if d.port != nil {
-		d.port.Detach()
-	}
+	d.wire.Detach()
 	d.core.Stop()
 }
 

@@ -135,8 +135,8 @@ func (m coreModel) Service(target hca.Target, h uint32, work hca.Work, timerGen 
 	}
 }
 
-func (m coreModel) ReceiveFrame(frame []byte)    { m.d.receivePort(frame) }
-func (m coreModel) ReceiveBatch(b *fabric.Batch) { m.d.receiveDirect(b) }
+func (m coreModel) ReceiveFrame(frame []byte)    { m.d.wire.ReceiveFrame(frame) }
+func (m coreModel) ReceiveBatch(b *fabric.Batch) { m.d.wire.ReceiveBatch(b) }
 func (m coreModel) DeviceFatal()                 { m.d.event(pvrdma.EventDeviceFatal, 0) }
 
 // BeforeUnlock shows the guest the ring indexes the hold advanced, and sends
@@ -144,9 +144,7 @@ func (m coreModel) DeviceFatal()                 { m.d.event(pvrdma.EventDeviceF
 func (m coreModel) BeforeUnlock() {
 	d := m.d
 	d.publishDirty()
-	if d.out.batch != nil {
-		d.flushOut()
-	}
+	d.wire.FlushOut()
 }
 
 // sqBatch is how many UD send WQEs are taken per lock hold; the QP is kicked

@@ -188,8 +188,8 @@ func (d *Device) faultPending(qp *qp) bool {
 // after dur the port comes back with PORT_ACTIVE. A flap while down
 // extends it.
 func (d *Device) portDownFor(dur time.Duration) {
-	if !d.portDown {
-		d.portDown = true
+	if !d.wire.Down {
+		d.wire.Down = true
 		d.event(pvrdma.EventPortErr, 1)
 		d.log.Info("port down: fault injected", "for", dur)
 	}
@@ -201,10 +201,10 @@ func (d *Device) portDownFor(dur time.Duration) {
 	d.portTimer = time.AfterFunc(dur, func() {
 		d.core.Lock()
 		defer d.unlock()
-		if d.core.Closed || !d.portDown || d.portGen != gen {
+		if d.core.Closed || !d.wire.Down || d.portGen != gen {
 			return
 		}
-		d.portDown = false
+		d.wire.Down = false
 		d.portTimer = nil
 		d.event(pvrdma.EventPortActive, 1)
 		d.log.Info("port up: fault injected flap over")
@@ -215,5 +215,5 @@ func (d *Device) portDownFor(dur time.Duration) {
 func (d *Device) PortDown() bool {
 	d.core.Lock()
 	defer d.unlock()
-	return d.portDown
+	return d.wire.Down
 }

@@ -124,13 +124,13 @@ func (d *Device) Inspect() State {
 	defer d.unlock()
 	r := &d.res
 	st := State{Device: d.name, Active: d.active, Fatal: d.core.Fatal, PinnedPages: r.pinned,
-		Counters: Counters{QKeyViolations: r.qkeyViolations},
+		Counters: Counters{QKeyViolations: d.wire.QKeyViolations},
 		Findings: map[string]uint64{}}
 	st.Port.State = "ACTIVE"
-	if d.portDown {
+	if d.wire.Down {
 		st.Port.State = "DOWN"
 	}
-	st.Port.MAC = net.HardwareAddr(d.wireMAC[:]).String()
+	st.Port.MAC = net.HardwareAddr(d.wire.MAC[:]).String()
 	for k, n := range d.Findings() {
 		if n != 0 {
 			st.Findings[FindingKind(k).String()] = n

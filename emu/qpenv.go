@@ -7,7 +7,6 @@ import (
 
 	"github.com/hcaemu/hcaemu/dma"
 	pagedir "github.com/hcaemu/hcaemu/dma/pvrdma"
-	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/mr"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
@@ -61,7 +60,7 @@ func (r *resources) Region(handle uint32) *mr.Region { return r.mr.get(handle) }
 
 // space is the memory the device's transports reach.
 func (d *Device) space() mr.Space {
-	return mr.Space{Mem: d.mem, Regions: &d.res, Changed: d.revokeLoans, Filler: d.filler}
+	return mr.Space{Mem: d.mem, Regions: &d.res, Changed: d.revokeLoans, Filler: d.wire.Filler()}
 }
 
 // bindTransport gives a QP its transport object the first time it leaves
@@ -287,11 +286,11 @@ func (env *qpEnv) PathTo(ah *transport.AddressHandle) (transport.Path, bool) {
 
 func (env *qpEnv) Transmit(path transport.Path, f roce.PacketFields, payload transport.Payload) error {
 	d := env.d
-	if d.portDown {
-		d.stats.port.PortDown++
+	if d.wire.Down {
+		d.wire.Stats.PortDown++
 		return nil // a port held down by a fault: the frame is lost
 	}
-	err := d.transmit(&path, &f, &payload, env.mem)
+	err := d.wire.Transmit(&path, &f, &payload, env.mem)
 	if err == nil {
 		again := env.qp.CountTx(&f, payload.Len)
 		if d.tracer != nil {
@@ -306,10 +305,10 @@ func (env *qpEnv) Transmit(path transport.Path, f roce.PacketFields, payload tra
 // a time, as faults and traces expect.
 func (env *qpEnv) TransmitRun(path transport.Path, f roce.PacketFields, payload transport.Payload, n int) (int, error) {
 	d := env.d
-	if d.portDown || d.tracer != nil || n < 1 {
+	if d.wire.Down || d.tracer != nil || n < 1 {
 		return 0, nil
 	}
-	taken, err := d.transmitRun(&path, &f, &payload, n, env.mem)
+	taken, err := d.wire.TransmitRun(&path, &f, &payload, n, env.mem)
 	if err == nil && taken > 0 {
 		env.qp.CountTxRun(&f, payload.Len/n*taken, taken)
 	}
@@ -426,16 +425,6 @@ func sgeBytes(sges []uverbs.SGE) uint32 {
 		n += uint64(sge.Length)
 	}
 	return uint32(min(n, 1<<32-1))
-}
-
-// receivePort takes a frame off the wire unless a fault holds the port
-// down (then it is lost).
-func (d *Device) receivePort(frame []byte) {
-	if d.portDown {
-		fabric.Release(frame)
-		return
-	}
-	d.receiveFrame(frame)
 }
 
 func be32(b [4]byte) uint32 {

@@ -102,8 +102,7 @@ type resources struct {
 	srq  table[srq]
 	gids []GIDEntry
 
-	pinned         uint64 // page-list entries held by all objects
-	qkeyViolations uint32
+	pinned uint64 // page-list entries held by all objects
 
 	// mrVariants holds the key variant each MR handle last ended with
 	// (kept across deregistrations and device resets, at most one entry
@@ -128,7 +127,6 @@ func (r *resources) init(c *pvrdma.DeviceCaps) {
 	r.srq = newTable[srq]("SRQ", 1, c.MaxSRQ)
 	r.gids = make([]GIDEntry, c.GIDTblLen)
 	r.pinned = 0
-	r.qkeyViolations = 0
 	if r.mrVariants == nil {
 		r.mrVariants = map[uint32]uint8{}
 	}

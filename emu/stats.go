@@ -54,7 +54,7 @@ func (d *Device) Stats() (DeviceStats, map[uint32]QPStats) {
 }
 
 func (d *Device) statsLocked() (DeviceStats, map[uint32]QPStats) {
-	st := DeviceStats{Port: d.stats.port, QPs: d.stats.retired,
+	st := DeviceStats{Port: d.wire.Stats, QPs: d.stats.retired,
 		EventsLost: d.stats.eventsLost, CQNotificationsLost: d.stats.cqNotifyLost}
 	st.Port.RxQueueFull = d.core.RxDrops()
 	qps := map[uint32]QPStats{}

@@ -3,6 +3,7 @@ package emu
 import (
 	"time"
 
+	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/roce"
 	"github.com/hcaemu/hcaemu/emu/transport"
@@ -40,7 +41,7 @@ func (d *Device) tracePacket(qp *qp, dir string, f *roce.PacketFields, n int, ag
 }
 
 // traceRx reports a received packet, and why it was dropped if it was.
-func (d *Device) traceRx(qp *qp, pkt *roce.Packet, dropped string) {
+func (d *Device) traceRx(qp *hca.QP, pkt *roce.Packet, dropped string) {
 	psn := pkt.BTH.PSN()
 	ev := TraceEvent{QPN: qp.QPN, Event: "rx", Dir: "rx", PSN: &psn, Opcode: pkt.Opcode().String(),
 		DestQPN: pkt.BTH.DestQP(), Len: len(pkt.Payload), Dropped: dropped}

@@ -45,7 +45,7 @@ var allowedImports = map[string][]string{
 	"emu/fabric":                     nil,
 	"emu/fabric/capture":             {"emu/fabric"},
 	"emu/fault":                      {"emu/fabric", "emu/hca", "emu/roce"},
-	"emu/hca":                        {"dma", "emu/fabric", "emu/roce", "emu/transport", "emu/transport/rc", "emu/transport/ud"},
+	"emu/hca":                        {"dma", "emu/fabric", "emu/mr", "emu/roce", "emu/transport", "emu/transport/rc", "emu/transport/ud"},
 	"emu/mr":                         {"dma"},
 	"emu/transport":                  {"dma", "emu/mr", "emu/roce"},
 	"emu/transport/rc":               {"dma", "emu/mr", "emu/roce", "emu/transport"},

@@ -6,13 +6,22 @@
 // counters, findings and trace events the same for every model; each model
 // converts its own values with explicit mapping functions.
 //
-// Of the core's machinery, these are here: Core (the device lock, with the
-// interrupts raised under it sent after; the engine that runs a device's
-// work off the vCPUs: doorbell kicks, frames, batches from the other HCAs
-// and the sending HCA's help with them, timers; a device fatal on a panic),
-// driving its device model through the Model interface; the loans of
-// payloads between HCAs (Lender, LentPayload); QP numbering (QPNs). The wire
-// (framing, batches out, demux to QPs) and the model-neutral QP are still
-// written in package emu, as methods of the PVRDMA device, and move here
-// next (docs/architecture.md).
+// The core's machinery:
+//   - Core: the device lock, with the interrupts raised under it sent after;
+//     the engine that runs a device's work off the vCPUs (doorbell kicks,
+//     frames, batches from the other HCAs and the sending HCA's help with
+//     them, timers); a device fatal on a panic. It drives its device model
+//     through the Model interface.
+//   - Wire: the device's port: packets built into frames or, between two
+//     HCAs of the process with nothing watching, into batches and runs whose
+//     payload is lent from guest memory (Lender, LentPayload); received
+//     frames and batches demultiplexed to their QP (WireModel.QP) and handed
+//     to its transport; port counters.
+//   - QP: a queue pair as every model has it (handle, QPN, PD, its RC or UD
+//     transport object, counters); QPNs numbers them.
+//
+// What a model writes: its registers and command interface, its WQE, CQE
+// and EQE formats and doorbells, its resource tables, and the transport.Env
+// of its QPs (take and peek work requests, complete, publish ring indexes,
+// raise events), with explicit mappings between its values and the core's.
 package hca
