@@ -308,8 +308,10 @@ func (c *conn) sendError(req Header, errno unix.Errno) error {
 }
 
 // teardown ends the connection: the device first (it must stop using guest
-// memory and interrupts), then the DMA windows, the eventfds and the socket.
-func (c *conn) teardown() {
+// memory and interrupts), then the DMA windows, the socket and the eventfds
+// (which may wait for an interrupt sender the client keeps blocked; see
+// irqTable.close: shutdown is the server's context ending).
+func (c *conn) teardown(shutdown <-chan struct{}) {
 	if c.dev != nil {
 		func() {
 			defer func() {
@@ -321,6 +323,6 @@ func (c *conn) teardown() {
 		}()
 	}
 	c.mem.Close()
-	c.irqs.close()
 	c.nc.Close()
+	c.irqs.close(shutdown)
 }

@@ -120,7 +120,13 @@ func (d *fakeDevice) Close() {
 
 func countFDs(t testing.TB) int {
 	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
+	return countEntries(t, "/proc/self/fd")
+}
+
+// countEntries is the number of entries of the directory dir.
+func countEntries(t testing.TB, dir string) int {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package vfio
 
 import (
+	"errors"
 	"log/slog"
 	"os"
 	"strconv"
@@ -18,10 +19,20 @@ import (
 // any goroutine (often under the device's own locks), only counts the
 // interrupt and wakes the table's sender goroutine, which writes the eventfds.
 // An eventfd write blocks when the counter is saturated and the file is not
-// O_NONBLOCK; the client shares the file description and can clear that flag
-// at any time, so no check at SET_IRQS time can rule it out. A sender blocked
-// by a hostile client stalls only that client's interrupts, and close unsticks
-// it by draining the counter.
+// O_NONBLOCK, and no write can be made safe from that: O_NONBLOCK belongs to
+// the open file description, which the client shares and may flip between
+// any fcntl of ours and the write; pwritev2's RWF_NOWAIT fails with
+// EOPNOTSUPP on an eventfd (it has no write_iter); an eventfd cannot be
+// reopened as a description of our own (/proc/self/fd/N: ENXIO); a poll for
+// POLLOUT is stale by the time of the write. A sender blocked by a hostile
+// client stalls only that client's interrupts, and close unsticks it: it
+// reads the counter, which lets a blocked write through, until the sender
+// has ended. A read can be made non-blocking per call (preadv2 RWF_NOWAIT),
+// so close never blocks on the client's file and never changes its flags.
+// A client that keeps re-saturating the counter can win each drain, but only
+// while it lives: once it has exited no one else writes and the next drain
+// lets the sender through. Until then the connection is not over (ServeConn
+// has not returned) and keeps its slot among Server.MaxConns.
 //
 // A vector with no eventfd drops its interrupt at trigger time, so "nothing is
 // delivered after de-assignment" holds synchronously.
@@ -57,12 +68,14 @@ func (f *irqFD) release() {
 	}
 }
 
-// unstickTries bounds how long close works on a sender a hostile client keeps
-// blocked before it gives up on it (logging it; the goroutine then ends when
-// the write does).
+// unstickWait is how often close drains the counter of the eventfd a
+// blocked sender writes. shutdownWait is how long it keeps at it once the
+// server is shutting down before it gives up on the sender (logging it): a
+// client that keeps re-saturating its counter must not hold up the server's
+// exit.
 const (
-	unstickTries = 20
 	unstickWait  = 50 * time.Millisecond
+	shutdownWait = time.Second
 )
 
 // start starts the sender.
@@ -128,7 +141,17 @@ func (t *irqTable) send() {
 			}
 		}
 		t.mu.RUnlock()
-		for _, w := range batch {
+		for i, w := range batch {
+			select {
+			case <-t.quit:
+				// The connection is being torn down: what is left is
+				// not written (each write could block again).
+				for _, r := range batch[i:] {
+					r.f.release()
+				}
+				return
+			default:
+			}
 			var val [8]byte
 			le.PutUint64(val[:], w.n)
 			t.inflight.Store(w.f)
@@ -190,9 +213,11 @@ func (t *irqTable) disable(index int) {
 
 // close stops the sender and releases every eventfd. If a hostile client
 // keeps the sender blocked in a write (a blocking eventfd with a saturated
-// counter), close drains that eventfd's counter so that the write completes;
-// it gives up after a bounded time and leaves the sender to finish on its own.
-func (t *irqTable) close() {
+// counter), close drains that eventfd's counter every unstickWait until the
+// write completes and the sender has ended, so nothing of the connection
+// outlives it. Once shutdown is closed (the server is stopping) it gives up
+// after shutdownWait and leaves the sender to end when its write does.
+func (t *irqTable) close(shutdown <-chan struct{}) {
 	for i := range t.fds {
 		t.disable(i)
 	}
@@ -200,23 +225,53 @@ func (t *irqTable) close() {
 		return // never started
 	}
 	close(t.quit)
-	for try := 0; ; try++ {
+	tick := time.NewTicker(unstickWait)
+	defer tick.Stop()
+	var giveUp <-chan time.Time
+	var since time.Time
+	for {
 		select {
 		case <-t.done:
+			if !since.IsZero() {
+				t.log.Info("vfio-user: interrupt sender released", "after", time.Since(since).Round(time.Millisecond))
+			}
 			return
-		case <-time.After(unstickWait):
-		}
-		if try == unstickTries {
-			t.log.Error("vfio-user: interrupt sender blocked by the client's eventfd; abandoning it")
+		case <-shutdown:
+			shutdown = nil
+			giveUp = time.After(shutdownWait)
+			continue
+		case <-giveUp:
+			t.log.Error("vfio-user: interrupt sender blocked by the client's eventfd at shutdown; abandoning it")
 			return
+		case <-tick.C:
 		}
-		if f := t.inflight.Load(); f != nil && f.refs.Add(1) > 1 {
-			// Reading the counter resets it to 0 and wakes the writer.
-			var buf [8]byte
-			_ = unix.SetNonblock(f.fd, true)
-			_, _ = unix.Read(f.fd, buf[:])
-			f.release()
+		f := t.inflight.Load()
+		if f == nil || f.refs.Add(1) == 1 {
+			continue // between writes, or the write is done and f closed
 		}
+		if since.IsZero() {
+			since = time.Now()
+			t.log.Warn("vfio-user: interrupt sender blocked by the client's eventfd; draining it until the write completes")
+		}
+		drain(f.fd)
+		f.release()
+	}
+}
+
+// drain reads (resets) an eventfd's counter without blocking, whatever the
+// client has made of the file's O_NONBLOCK; a write blocked on the
+// saturated counter can then complete.
+func drain(fd int) {
+	var buf [8]byte
+	_, err := unix.Preadv2(fd, [][]byte{buf[:]}, -1, unix.RWF_NOWAIT)
+	if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
+		// An older kernel, whose eventfd reads know no RWF_NOWAIT (it
+		// came with their read_iter, in 5.x): set O_NONBLOCK and read. A client that clears the flag again in
+		// between and empties the counter itself lets the sender's
+		// write through, which this read then takes; only one that
+		// empties it once more before this read leaves it waiting.
+		_ = unix.SetNonblock(fd, true)
+		_, _ = unix.Read(fd, buf[:])
 	}
 }
 

@@ -24,7 +24,9 @@ type Server struct {
 	Log *slog.Logger
 	// MaxConns bounds the connections Serve serves at once (each is a
 	// device with its own DMA windows, descriptors and memory); a client
-	// beyond it is closed at once. 0 means DefaultMaxConns.
+	// beyond it is closed at once. A connection counts until ServeConn has
+	// returned, after its teardown has let go of everything it held. 0
+	// means DefaultMaxConns.
 	MaxConns int
 }
 
@@ -141,13 +143,15 @@ func (s *Server) Serve(ctx context.Context, l *net.UnixListener) error {
 // ServeConn serves one client connection: one PCI function. It creates the
 // device once VERSION succeeds and returns when the client disconnects, ctx is
 // cancelled or the stream is unusable. Before it returns it closes the device,
-// every DMA window, every interrupt eventfd and conn. A clean end (EOF,
-// cancellation) returns nil.
+// every DMA window, conn and every interrupt eventfd; an interrupt sender the
+// client keeps blocked in an eventfd write is waited for (its counter drained
+// until the write completes; once ctx is cancelled, for a second at most),
+// so nothing of the connection outlives the call. A clean end (EOF, cancellation) returns nil.
 func (s *Server) ServeConn(ctx context.Context, conn *net.UnixConn) error {
 	c := newConn(s, conn)
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
-	defer c.teardown()
+	defer c.teardown(ctx.Done())
 	err := c.run()
 	if ctx.Err() != nil || errors.Is(err, io.EOF) || errors.Is(err, unix.ECONNRESET) || errors.Is(err, unix.EPIPE) {
 		c.log.Info("vfio-user: connection ended")
