@@ -143,6 +143,17 @@ func TestCoreImportsNoModel(t *testing.T) {
 			}
 		}
 	}
+	// The fault injector answers its control commands on connections it is
+	// given: the sockets are the CLI's (cmd/hcaemu/control.go).
+	for _, pkg := range []string{"emu/hca", "emu/fault"} {
+		out, err := exec.Command("go", "list", "-f", "{{join .Imports \" \"}}", mod+pkg).Output()
+		if err != nil {
+			t.Fatalf("go list %s: %v", pkg, err)
+		}
+		if strings.Contains(" "+string(out)+" ", " net ") {
+			t.Errorf("%s imports net: sockets are the CLI's", pkg)
+		}
+	}
 	for _, model := range []string{"emu"} {
 		out, err := exec.Command("go", "list", "-f", "{{join .Imports \" \"}}", mod+model).Output()
 		if err != nil {

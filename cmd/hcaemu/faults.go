@@ -39,7 +39,7 @@ func (f *faultFlags) enabled() bool { return *f != faultFlags{} }
 type faultSetup struct {
 	inj     *fault.Injector
 	logFile *os.File
-	control *fault.Control
+	control *controlSocket
 	stderr  io.Writer
 }
 
@@ -80,7 +80,7 @@ func (f *faultFlags) start(stderr io.Writer, controlPath string) (*faultSetup, e
 		controlPath = f.control
 	}
 	if controlPath != "" {
-		if s.control, err = fault.ListenControl(controlPath, inj); err != nil {
+		if s.control, err = listenControl(controlPath, inj); err != nil {
 			s.close()
 			return nil, fmt.Errorf("--control: %w", err)
 		}
@@ -265,7 +265,7 @@ func faultsMain(args []string, stdout, stderr io.Writer) int {
 	default:
 		return usageErr("unknown command %q", op)
 	}
-	rsp, err := fault.Command(*control, req)
+	rsp, err := controlCommand(*control, req)
 	if err != nil {
 		fmt.Fprintf(stderr, "hcaemu faults: %v\n", err)
 		return 1

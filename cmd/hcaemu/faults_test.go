@@ -112,7 +112,7 @@ func TestFaultsGuestPorts(t *testing.T) {
 			t.Errorf("guest %d: add answered %+v, %v", k, rsp, err)
 		}
 	}
-	if rsp, err := fault.Command(flags.control, fault.Request{Op: "list"}); err != nil || len(rsp.Rules) != 2 {
+	if rsp, err := controlCommand(flags.control, fault.Request{Op: "list"}); err != nil || len(rsp.Rules) != 2 {
 		t.Errorf("the control socket lists %+v, %v; want the guests' two rules", rsp, err)
 	}
 	// Without a control socket (serve without fault flags) there is

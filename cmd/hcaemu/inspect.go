@@ -129,7 +129,7 @@ func inspectMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hcaemu inspect: one of %s, not %d arguments\n", strings.Join(inspectWhat, ", "), fs.NArg())
 		return 2
 	}
-	rsp, err := fault.Command(*control, fault.Request{Op: "inspect", What: what})
+	rsp, err := controlCommand(*control, fault.Request{Op: "inspect", What: what})
 	if err != nil {
 		fmt.Fprintf(stderr, "hcaemu inspect: %v\n", err)
 		return 1

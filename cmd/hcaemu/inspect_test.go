@@ -76,14 +76,14 @@ func TestInspectCommand(t *testing.T) {
 	if err := ctl.ListenGuest(gsock); err != nil {
 		t.Fatal(err)
 	}
-	if rsp, err := fault.Command(gsock, fault.Request{Op: "inspect", What: "qps"}); err != nil || rsp.OK || rsp.Error != "inspect: not served to guests" {
+	if rsp, err := controlCommand(gsock, fault.Request{Op: "inspect", What: "qps"}); err != nil || rsp.OK || rsp.Error != "inspect: not served to guests" {
 		t.Errorf("guest inspect: %+v, %v", rsp, err)
 	}
 }
 
 // controlled returns an empty set of HCAs and a control socket (closed at
 // the test's end) with no inspector or tracer yet.
-func controlled(t *testing.T) (*hcas, *fault.Control, string) {
+func controlled(t *testing.T) (*hcas, *controlSocket, string) {
 	t.Helper()
 	h, err := newHCAs(slog.New(slog.NewTextHandler(io.Discard, nil)), "", "", nil)
 	if err != nil {
@@ -94,7 +94,7 @@ func controlled(t *testing.T) (*hcas, *fault.Control, string) {
 		t.Fatal(err)
 	}
 	sock := filepath.Join(t.TempDir(), "control.sock")
-	ctl, err := fault.ListenControl(sock, inj)
+	ctl, err := listenControl(sock, inj)
 	if err != nil {
 		t.Fatal(err)
 	}

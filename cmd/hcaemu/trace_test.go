@@ -66,7 +66,7 @@ func TestTraceCommand(t *testing.T) {
 			t.Errorf("trace %q: exit %d, %q; want %d, %q on one line", tc.args, code, e, tc.code, tc.err)
 		}
 	}
-	if rsp, err := fault.Command(sock, fault.Request{Op: "trace", What: "all", Name: "x"}); err != nil || rsp.OK {
+	if rsp, err := controlCommand(sock, fault.Request{Op: "trace", What: "all", Name: "x"}); err != nil || rsp.OK {
 		t.Errorf("trace with a name: %+v, %v", rsp, err)
 	}
 

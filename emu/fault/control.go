@@ -8,12 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 )
 
 // Request is one live-control command, a JSON line:
@@ -121,77 +118,47 @@ func (inj *Injector) Do(req Request) Response {
 	return fail(fmt.Errorf("unknown op %q: want add, rm, enable, disable, list, stats or clear", req.Op))
 }
 
-// Control serves live commands for an injector on a unix socket, one JSON
-// line per command and per response.
-//
-// Guests reach it too, each through its own socket (ListenGuest) that the
-// guest's virtio-serial port is connected to.
+// Control answers live commands for an injector, one JSON line per command
+// and per response, on connections its user accepts (cmd/hcaemu listens on
+// the host's control socket and on each guest's virtio-serial socket; this
+// package knows no sockets): Serve for the host's, ServeGuest for a
+// guest's.
 type Control struct {
 	inj     *Injector
-	l       *net.UnixListener
-	path    string
 	inspect atomic.Pointer[Inspector]
 	trace   atomic.Pointer[Tracer]
 
 	mu     sync.Mutex
-	guests []*net.UnixListener
-	conns  map[net.Conn]struct{}
+	conns  map[io.Closer]struct{}
 	closed bool
 	wg     sync.WaitGroup
 }
 
-// ListenControl listens on the unix socket path (a stale socket left by a
-// dead process is replaced) and serves commands until Close.
-func ListenControl(path string, inj *Injector) (*Control, error) {
-	l, err := listenUnix(path)
-	if err != nil {
-		return nil, fmt.Errorf("control socket: %w", err)
-	}
-	c := &Control{inj: inj, l: l, path: path, conns: map[net.Conn]struct{}{}}
-	c.wg.Go(func() { c.accept(l, c.serve) })
-	return c, nil
+// NewControl answers commands for inj.
+func NewControl(inj *Injector) *Control {
+	return &Control{inj: inj, conns: map[io.Closer]struct{}{}}
 }
 
-// listenUnix listens on the unix socket path; a stale socket left by a dead
-// process is replaced, a live one is not.
-func listenUnix(path string) (*net.UnixListener, error) {
-	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
-		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
-			c.Close()
-			return nil, fmt.Errorf("%s: in use", path)
-		}
-		os.Remove(path)
+// track adds conn to the connections Close closes; false (conn closed)
+// once Close has run.
+func (c *Control) track(conn io.Closer) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		conn.Close()
+		return false
 	}
-	return net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	c.conns[conn] = struct{}{}
+	c.wg.Add(1)
+	return true
 }
 
-// Path is the socket's path.
-func (c *Control) Path() string { return c.path }
-
-func (c *Control) accept(l *net.UnixListener, serve func(net.Conn)) {
-	for {
-		conn, err := l.Accept()
-		if err != nil {
-			return
-		}
-		c.mu.Lock()
-		if c.closed {
-			c.mu.Unlock()
-			conn.Close()
-			return
-		}
-		c.conns[conn] = struct{}{}
-		c.wg.Go(func() {
-			defer func() {
-				c.mu.Lock()
-				delete(c.conns, conn)
-				c.mu.Unlock()
-				conn.Close()
-			}()
-			serve(conn)
-		})
-		c.mu.Unlock()
-	}
+func (c *Control) untrack(conn io.Closer) {
+	c.mu.Lock()
+	delete(c.conns, conn)
+	c.mu.Unlock()
+	conn.Close()
+	c.wg.Done()
 }
 
 // answer executes one command line (from a guest: with the guests' limits).
@@ -277,7 +244,14 @@ func (c *Control) openTrace(text string) (func(ctx context.Context, w io.Writer)
 	return stream, Response{OK: true, ID: req.ID}
 }
 
-func (c *Control) serve(conn net.Conn) {
+// Serve answers the commands of one host connection until it ends or
+// Close closes it; it closes conn. A trace command turns the connection into
+// the trace's stream until the client closes its side.
+func (c *Control) Serve(conn io.ReadWriteCloser) {
+	if !c.track(conn) {
+		return
+	}
+	defer c.untrack(conn)
 	sc := bufio.NewScanner(conn)
 	sc.Buffer(make([]byte, 4096), maxRequest)
 	enc := json.NewEncoder(conn)
@@ -320,36 +294,21 @@ const MaxGuestLine = 64 << 10
 // plan and control socket are not bounded).
 const MaxGuestRules = 1024
 
-// ListenGuest serves commands from one guest on another unix socket at
-// path, meant for the chardev of the guest's virtio-serial port (QEMU
-// connects to it, and again after a reconnection; a stale socket file is
-// replaced). The commands and responses are those of the control socket;
-// unlike a client of the control socket, a guest never loses its
-// connection for what it writes: a line longer than MaxGuestLine or not a
-// command is answered with an error, and the next line is read; its add
-// is refused while the plan has MaxGuestRules rules. Lines are
-// answered one at a time, in order: while a reply cannot be written (the
-// guest does not read its port), the guest's next lines wait in the
-// socket, so a guest holds at most one pending reply here and never delays
-// the other guests or the control socket. Close stops the guest sockets
-// too.
-func (c *Control) ListenGuest(path string) error {
-	l, err := listenUnix(path)
-	if err != nil {
-		return fmt.Errorf("guest control socket: %w", err)
+// ServeGuest answers the commands of one guest (its virtio-serial port's
+// socket, which QEMU connects to, again after a reconnection) until the
+// connection ends or Close closes it; it closes conn. The commands and
+// responses are those of Serve; unlike a host client, a guest never loses
+// its connection for what it writes: a line longer than MaxGuestLine or not
+// a command is answered with an error, and the next line is read; its add is
+// refused while the plan has MaxGuestRules rules. Lines are answered one at
+// a time, in order: while a reply cannot be written (the guest does not read
+// its port), the guest's next lines wait in the connection, so a guest holds
+// at most one pending reply and never delays the other guests or the host.
+func (c *Control) ServeGuest(conn io.ReadWriteCloser) {
+	if !c.track(conn) {
+		return
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		l.Close()
-		return errors.New("guest control socket: control is closed")
-	}
-	c.guests = append(c.guests, l)
-	c.wg.Go(func() { c.accept(l, c.serveGuest) })
-	return nil
-}
-
-func (c *Control) serveGuest(conn net.Conn) {
+	defer c.untrack(conn)
 	r := bufio.NewReaderSize(conn, 4096)
 	enc := json.NewEncoder(conn)
 	for {
@@ -391,37 +350,14 @@ func readLine(r *bufio.Reader, limit int) (line []byte, tooLong bool, err error)
 	}
 }
 
-// Close stops serving, closes the connections and removes the socket.
-func (c *Control) Close() error {
+// Close closes every connection being served, and any later one, and
+// waits for their Serve and ServeGuest to return.
+func (c *Control) Close() {
 	c.mu.Lock()
 	c.closed = true
-	err := c.l.Close()
-	for _, l := range c.guests {
-		l.Close()
-	}
 	for conn := range c.conns {
 		conn.Close()
 	}
 	c.mu.Unlock()
 	c.wg.Wait()
-	return err
-}
-
-// Command sends one command to the control socket at path and returns the
-// response.
-func Command(path string, req Request) (Response, error) {
-	conn, err := net.DialTimeout("unix", path, 5*time.Second)
-	if err != nil {
-		return Response{}, err
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(30 * time.Second))
-	if err := json.NewEncoder(conn).Encode(req); err != nil {
-		return Response{}, err
-	}
-	var rsp Response
-	if err := json.NewDecoder(conn).Decode(&rsp); err != nil {
-		return Response{}, fmt.Errorf("control socket %s: %w", path, err)
-	}
-	return rsp, nil
 }

@@ -686,7 +686,7 @@ func TestControl(t *testing.T) {
 	checkGoroutines(t)
 	n := newNet(t, `{"rules":[{"name":"base","action":{"kind":"duplicate"},"schedule":{"disarmed":true}}]}`, 1)
 	path := filepath.Join(t.TempDir(), "faults.sock")
-	ctl, err := fault.ListenControl(path, n.inj)
+	ctl, err := listenControl(path, n.inj)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -748,7 +748,7 @@ func TestControl(t *testing.T) {
 	for psn := range uint32(3) {
 		n.send(t, 0, pkt{op: roce.RCSendOnly, qpn: 17, psn: psn, payload: 8})
 	}
-	rsp, err := fault.Command(path, fault.Request{Op: "stats"})
+	rsp, err := command(path, fault.Request{Op: "stats"})
 	if err != nil {
 		t.Fatal(err)
 	}

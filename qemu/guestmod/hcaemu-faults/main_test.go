@@ -31,15 +31,20 @@ func TestCommand(t *testing.T) {
 	}
 	defer inj.Close()
 	dir := t.TempDir()
-	ctl, err := fault.ListenControl(filepath.Join(dir, "ctl.sock"), inj)
+	ctl := fault.NewControl(inj)
+	defer ctl.Close()
+	// The guest's socket, served as hcaemu run serves it.
+	guestSock := filepath.Join(dir, "g0.faults")
+	l, err := net.Listen("unix", guestSock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ctl.Close()
-	guestSock := filepath.Join(dir, "g0.faults")
-	if err := ctl.ListenGuest(guestSock); err != nil {
-		t.Fatal(err)
-	}
+	defer l.Close()
+	go func() {
+		if c, err := l.Accept(); err == nil {
+			ctl.ServeGuest(c)
+		}
+	}()
 	conn, err := net.Dial("unix", guestSock)
 	if err != nil {
 		t.Fatal(err)
@@ -88,10 +93,7 @@ func TestCommand(t *testing.T) {
 	}
 
 	// list prints what "hcaemu faults list" prints: the rules, indented.
-	rsp, err := fault.Command(ctl.Path(), fault.Request{Op: "list"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rsp := inj.Do(fault.Request{Op: "list"}) // as the host's control socket answers it
 	want, _ := json.MarshalIndent(rsp.Rules, "", "  ")
 	var stdout bytes.Buffer
 	if code := run([]string{"list"}, &stdout, io.Discard, open); code != 0 || stdout.String() != string(want)+"\n" {
