@@ -68,4 +68,3 @@ func checkPage(m dma.Memory, gpa uint64) error {
 	}
 	return m.Access(gpa, dma.PageSize, false, func([]byte) {})
 }
-
