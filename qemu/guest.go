@@ -78,7 +78,7 @@ type Cluster struct {
 	SoftRoCE []int
 	// MTU is the MTU of the guests' vmxnet3s (0: 1500), up to MaxMTU for a
 	// segment of jumbo frames. The emulated HCAs must be told the same
-	// (emu.Config.MTU): their ports' active MTU follows from it.
+	// (pvrdma.Config.MTU): their ports' active MTU follows from it.
 	MTU int
 	// FaultPorts gives guest k a virtio-serial port FaultsPortName
 	// connected to the unix socket FaultsSocketPath(k) (a server must

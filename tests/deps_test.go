@@ -15,7 +15,7 @@ import (
 // (docs/architecture.md, "Import rules").
 //
 // The layers, bottom up:
-//   - plain formats and memory: dma, dma/pvrdma, mmio, doorbell/pvrdma, uverbs/pvrdma, emu/pvrdma,
+//   - plain formats and memory: dma, dma/pvrdma, mmio, doorbell/pvrdma, uverbs/pvrdma, emu/pvrdma/abi,
 //     emu/roce, emu/ratelog
 //   - the network: emu/fabric, emu/fabric/capture
 //   - memory regions and the transport, which belong to no device model:
@@ -23,7 +23,7 @@ import (
 //   - the HCA core shared by the device models, which imports none: emu/hca
 //     (today its vocabulary: commands, events, faults, findings, stats,
 //     traces)
-//   - the PVRDMA device model: emu
+//   - the PVRDMA device model: emu/pvrdma (its ABI: emu/pvrdma/abi)
 //   - fault injection: emu/fault (a fabric decorator for packet faults, and
 //     the hca.FaultHook a device asks for its own faults), which imports the
 //     core and no model
@@ -39,7 +39,7 @@ var allowedImports = map[string][]string{
 	"mmio":                           nil,
 	"doorbell/pvrdma":                nil,
 	"uverbs/pvrdma":                  nil,
-	"emu/pvrdma":                     nil,
+	"emu/pvrdma/abi":                 nil,
 	"emu/roce":                       nil,
 	"emu/ratelog":                    nil,
 	"emu/fabric":                     nil,
@@ -51,15 +51,15 @@ var allowedImports = map[string][]string{
 	"emu/transport/rc":               {"dma", "emu/mr", "emu/roce", "emu/transport"},
 	"emu/transport/ud":               {"dma", "emu/mr", "emu/roce", "emu/transport"},
 	"emu/transport/transporttest":    {"dma", "emu/mr", "emu/roce", "emu/transport"},
-	"emu":                            {"dma", "dma/pvrdma", "doorbell/pvrdma", "emu/fabric", "emu/hca", "emu/mr", "emu/pvrdma", "emu/ratelog", "emu/roce", "emu/transport", "emu/transport/rc", "emu/transport/ud", "mmio", "uverbs/pvrdma"},
-	"emu/emutest":                    {"dma", "emu", "emu/pvrdma", "uverbs/pvrdma"},
+	"emu/pvrdma":                     {"dma", "dma/pvrdma", "doorbell/pvrdma", "emu/fabric", "emu/hca", "emu/mr", "emu/pvrdma/abi", "emu/ratelog", "emu/roce", "emu/transport", "emu/transport/rc", "emu/transport/ud", "mmio", "uverbs/pvrdma"},
+	"emu/emutest":                    {"dma", "emu/pvrdma", "emu/pvrdma/abi", "uverbs/pvrdma"},
 	"vfio":                           {"dma"},
 	"vfio/record":                    {"dma", "vfio"},
 	"vfio/vfiotest":                  {"vfio"},
 	"qemu":                           {"emu/fabric"},
 	"qemu/guestmod/hcaemu-initramfs": nil,
 	"qemu/guestmod/hcaemu-faults":    nil, // built in the guest's module: the standard library only
-	"cmd/hcaemu":                     {"emu", "emu/fabric", "emu/fabric/capture", "emu/fault", "qemu", "vfio", "vfio/record"},
+	"cmd/hcaemu":                     {"emu/pvrdma", "emu/fabric", "emu/fabric/capture", "emu/fault", "qemu", "vfio", "vfio/record"},
 	"tests":                          nil,
 }
 
@@ -123,7 +123,7 @@ func TestImportGraph(t *testing.T) {
 
 // deviceModels are the packages of the device models and of their formats:
 // what the core and the fault injector must never import.
-var deviceModels = []string{"emu", "emu/pvrdma", "uverbs/pvrdma", "doorbell/pvrdma", "dma/pvrdma", "emu/emutest"}
+var deviceModels = []string{"emu/pvrdma", "emu/pvrdma/abi", "uverbs/pvrdma", "doorbell/pvrdma", "dma/pvrdma", "emu/emutest"}
 
 // TestCoreImportsNoModel: the HCA core and the fault injector import no
 // device model, directly or through another package of the module; every
@@ -154,7 +154,7 @@ func TestCoreImportsNoModel(t *testing.T) {
 			t.Errorf("%s imports net: sockets are the CLI's", pkg)
 		}
 	}
-	for _, model := range []string{"emu"} {
+	for _, model := range []string{"emu/pvrdma"} {
 		out, err := exec.Command("go", "list", "-f", "{{join .Imports \" \"}}", mod+model).Output()
 		if err != nil {
 			t.Fatalf("go list %s: %v", model, err)

@@ -12,9 +12,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hcaemu/hcaemu/dma"
-	"github.com/hcaemu/hcaemu/emu"
 	"github.com/hcaemu/hcaemu/emu/emutest"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
+	"github.com/hcaemu/hcaemu/emu/pvrdma/abi"
 	"github.com/hcaemu/hcaemu/vfio"
 	"github.com/hcaemu/hcaemu/vfio/vfiotest"
 )
@@ -81,14 +81,14 @@ func attachVFIO(t *testing.T, path string, ramFD, size int) *viaVFIO {
 	}
 	unix.Close(dup)
 	v := &viaVFIO{c: c}
-	for range emu.Vectors {
+	for range pvrdma.Vectors {
 		efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
 		if err != nil {
 			t.Fatal(err)
 		}
 		v.efd = append(v.efd, efd)
 	}
-	if err := c.SetIRQs(2, 0x24, 0, emu.Vectors, v.efd...); err != nil {
+	if err := c.SetIRQs(2, 0x24, 0, pvrdma.Vectors, v.efd...); err != nil {
 		t.Fatal(err)
 	}
 	return v
@@ -134,7 +134,7 @@ func TestProbeOverVFIOUser(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	srv := &vfio.Server{NewDevice: func(h vfio.Host) (vfio.Device, error) {
-		return emu.New(emu.Config{Name: "hca0", Mem: h.Mem, MSIX: h.MSIX, MAC: [6]byte{0, 0x50, 0x56, 1, 2, 3}}), nil
+		return pvrdma.New(pvrdma.Config{Name: "hca0", Mem: h.Mem, MSIX: h.MSIX, MAC: [6]byte{0, 0x50, 0x56, 1, 2, 3}}), nil
 	}}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ctx, l) }()
@@ -156,7 +156,7 @@ func TestProbeOverVFIOUser(t *testing.T) {
 			t.Fatal("no command interrupts arrived on the eventfd")
 		}
 		port, err := drv.QueryPort(1)
-		if err != nil || port.State != pvrdma.PortStateActive {
+		if err != nil || port.State != abi.PortStateActive {
 			t.Fatalf("QUERY_PORT: %v state %d", err, port.State)
 		}
 		// QEMU killed: the socket just closes.

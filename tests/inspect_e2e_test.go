@@ -11,13 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hcaemu/hcaemu/emu"
+	"github.com/hcaemu/hcaemu/emu/pvrdma"
 )
 
 // inspectDevice is one device of "hcaemu inspect --json devices".
 type inspectDevice struct {
 	Device  string
-	Devices *emu.State
+	Devices *pvrdma.State
 }
 
 // TestE2EInspectLive: "hcaemu inspect" against a live two-guest run shows,
@@ -156,7 +156,7 @@ exit $st
 
 // rcQPWithTraffic returns the device's RC QP in RTS whose requester and
 // responder both moved past their first PSN, or nil.
-func rcQPWithTraffic(st *emu.State) *emu.QPState {
+func rcQPWithTraffic(st *pvrdma.State) *pvrdma.QPState {
 	if st == nil {
 		return nil
 	}

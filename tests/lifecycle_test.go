@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hcaemu/hcaemu/emu"
+	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/qemu"
 	"github.com/hcaemu/hcaemu/vfio"
 )
@@ -54,7 +54,7 @@ echo "REBOOTED $HCAEMU_BOOT"
 
 // liveDevice counts devices that have not been closed.
 type liveDevice struct {
-	*emu.Device
+	*pvrdma.Device
 	live *atomic.Int32
 }
 
@@ -127,7 +127,7 @@ func TestE2EQEMUKilled(t *testing.T) {
 	var live atomic.Int32
 	srv := &vfio.Server{NewDevice: func(h vfio.Host) (vfio.Device, error) {
 		live.Add(1)
-		return liveDevice{emu.New(emu.Config{Name: "hca0", Mem: h.Mem, MSIX: h.MSIX}), &live}, nil
+		return liveDevice{pvrdma.New(pvrdma.Config{Name: "hca0", Mem: h.Mem, MSIX: h.MSIX}), &live}, nil
 	}}
 	l, err := vfio.Listen(cl.SocketPath(0))
 	if err != nil {

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hcaemu/hcaemu/emu"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
+	"github.com/hcaemu/hcaemu/emu/pvrdma/abi"
 	"github.com/hcaemu/hcaemu/emu/roce"
 	uverbs "github.com/hcaemu/hcaemu/uverbs/pvrdma"
 	"github.com/hcaemu/hcaemu/vfio/record"
@@ -99,11 +99,11 @@ func TestReplayCatchesChanges(t *testing.T) {
 		// it alters.
 		alter func(rec *record.Recording) bool
 		// caps, if not nil, changes the replayed device's capabilities.
-		caps func(caps *pvrdma.DeviceCaps)
+		caps func(caps *abi.DeviceCaps)
 		want []string // regexps the diff must match
 	}{{
 		name: "device capabilities",
-		caps: func(caps *pvrdma.DeviceCaps) { caps.MaxQPWR-- },
+		caps: func(caps *abi.DeviceCaps) { caps.MaxQPWR-- },
 		want: []string{`event \d+: guest memory write #1 at 0x[0-9a-f]+\n\twant: .*\n\t got: .*first difference at byte \d+`},
 	}, {
 		name: "register reply",
@@ -196,9 +196,9 @@ func TestReplayCatchesChanges(t *testing.T) {
 			if tt.alter != nil && !tt.alter(rec) {
 				t.Fatalf("the recording has nothing to alter")
 			}
-			var caps *pvrdma.DeviceCaps
+			var caps *abi.DeviceCaps
 			if tt.caps != nil {
-				c := emu.DefaultCaps()
+				c := pvrdma.DefaultCaps()
 				tt.caps(&c)
 				caps = &c
 			}
@@ -239,7 +239,7 @@ const replayAttempts = 3
 // The recordings have no retransmission (recordScenario makes sure), so a
 // replay that repeats a sent frame is run again, up to replayAttempts
 // times; a device that retransmits every time fails with the diff.
-func replay(t *testing.T, rec *record.Recording, caps *pvrdma.DeviceCaps) *record.Result {
+func replay(t *testing.T, rec *record.Recording, caps *abi.DeviceCaps) *record.Result {
 	t.Helper()
 	var res *record.Result
 	for attempt := 1; attempt <= replayAttempts; attempt++ {
@@ -253,7 +253,7 @@ func replay(t *testing.T, rec *record.Recording, caps *pvrdma.DeviceCaps) *recor
 	return res
 }
 
-func replayOnce(t *testing.T, rec *record.Recording, caps *pvrdma.DeviceCaps) *record.Result {
+func replayOnce(t *testing.T, rec *record.Recording, caps *abi.DeviceCaps) *record.Result {
 	t.Helper()
 	checkNoGoroutineLeak(t)
 	var mac [6]byte
@@ -268,9 +268,9 @@ func replayOnce(t *testing.T, rec *record.Recording, caps *pvrdma.DeviceCaps) *r
 	host := rp.Host()
 	// Recordings are made with QPN == handle (hcaemu run --record), so the
 	// replay's QPNs are the recorded ones.
-	dev := emu.New(emu.Config{Name: rec.Name, Mem: host.Mem, MSIX: host.MSIX, MAC: mac, Caps: caps,
+	dev := pvrdma.New(pvrdma.Config{Name: rec.Name, Mem: host.Mem, MSIX: host.MSIX, MAC: mac, Caps: caps,
 		Log:            slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Attach:         func(rx func([]byte) bool) emu.Port { return rp.Attach(rx) },
+		Attach:         func(rx func([]byte) bool) pvrdma.Port { return rp.Attach(rx) },
 		SequentialQPNs: true})
 	stuck := false
 	res := rp.Run(dev, func() {
@@ -289,7 +289,7 @@ func replayOnce(t *testing.T, rec *record.Recording, caps *pvrdma.DeviceCaps) *r
 // Sync once more (a frame the engine took meanwhile is done before that
 // barrier is closed, with the work it queued). It reports false if the
 // device kept finding work.
-func settle(dev *emu.Device) bool {
+func settle(dev *pvrdma.Device) bool {
 	for range 10000 {
 		dev.Sync()
 		if dev.Idle() {

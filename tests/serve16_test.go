@@ -16,7 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hcaemu/hcaemu/emu/emutest"
-	"github.com/hcaemu/hcaemu/emu/pvrdma"
+	"github.com/hcaemu/hcaemu/emu/pvrdma/abi"
 	uverbs "github.com/hcaemu/hcaemu/uverbs/pvrdma"
 )
 
@@ -127,7 +127,7 @@ func TestE2EServe16(t *testing.T) {
 	drvs := make([]*emutest.Driver, n)
 	for k := range n {
 		drvs[k] = probeOverSocket(t, filepath.Join(dir, fmt.Sprintf("hca%d.sock", k)), netip.AddrFrom4([4]byte{10, 0, 0, byte(k + 1)}))
-		if port, err := drvs[k].QueryPort(1); err != nil || port.State != pvrdma.PortStateActive {
+		if port, err := drvs[k].QueryPort(1); err != nil || port.State != abi.PortStateActive {
 			t.Fatalf("hca%d: QUERY_PORT: %v state %d", k, err, port.State)
 		}
 	}
@@ -164,19 +164,19 @@ func TestE2EServe16(t *testing.T) {
 	sa, sb := mk(a, netip.AddrFrom4([4]byte{10, 0, 0, 1})), mk(b, netip.AddrFrom4([4]byte{10, 0, 0, n}))
 	const access = 1 | 2 | 4 | 8
 	up := func(s, peer *side) {
-		if err := s.qp.Modify(pvrdma.AttrState|pvrdma.AttrPKeyIndex|pvrdma.AttrPort|pvrdma.AttrAccessFlags,
-			pvrdma.QPAttr{State: pvrdma.QPStateInit, PortNum: 1, AccessFlags: access}); err != nil {
+		if err := s.qp.Modify(abi.AttrState|abi.AttrPKeyIndex|abi.AttrPort|abi.AttrAccessFlags,
+			abi.QPAttr{State: abi.QPStateInit, PortNum: 1, AccessFlags: access}); err != nil {
 			t.Fatal(err)
 		}
-		rtr := pvrdma.QPAttr{State: pvrdma.QPStateRTR, PathMTU: 3, DestQPN: peer.qp.QPN, RQPSN: 100, MaxDestRdAtomic: 1, MinRNRTimer: 1}
+		rtr := abi.QPAttr{State: abi.QPStateRTR, PathMTU: 3, DestQPN: peer.qp.QPN, RQPSN: 100, MaxDestRdAtomic: 1, MinRNRTimer: 1}
 		rtr.AH.DGID = peer.ip.As16()
 		rtr.AH.DGID[10], rtr.AH.DGID[11] = 0xff, 0xff
 		rtr.AH.SGIDIndex, rtr.AH.HopLimit, rtr.AH.AHFlags, rtr.AH.PortNum = 1, 64, 1, 1
-		if err := s.qp.Modify(pvrdma.AttrState|pvrdma.AttrAV|pvrdma.AttrPathMTU|pvrdma.AttrDestQPN|pvrdma.AttrRQPSN|pvrdma.AttrMaxDestRdAtomic|pvrdma.AttrMinRNRTimer, rtr); err != nil {
+		if err := s.qp.Modify(abi.AttrState|abi.AttrAV|abi.AttrPathMTU|abi.AttrDestQPN|abi.AttrRQPSN|abi.AttrMaxDestRdAtomic|abi.AttrMinRNRTimer, rtr); err != nil {
 			t.Fatal(err)
 		}
-		rts := pvrdma.QPAttr{State: pvrdma.QPStateRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, SQPSN: 100, MaxRdAtomic: 1}
-		if err := s.qp.Modify(pvrdma.AttrState|pvrdma.AttrTimeout|pvrdma.AttrRetryCnt|pvrdma.AttrRNRRetry|pvrdma.AttrSQPSN|pvrdma.AttrMaxQPRdAtomic, rts); err != nil {
+		rts := abi.QPAttr{State: abi.QPStateRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, SQPSN: 100, MaxRdAtomic: 1}
+		if err := s.qp.Modify(abi.AttrState|abi.AttrTimeout|abi.AttrRetryCnt|abi.AttrRNRRetry|abi.AttrSQPSN|abi.AttrMaxQPRdAtomic, rts); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -184,7 +184,7 @@ func TestE2EServe16(t *testing.T) {
 	up(sb, sa)
 	region := func(s *side, size int) (addr uint64, lkey uint32) {
 		pages, pdir := s.drv.Buffer((size + 4095) / 4096)
-		mr, err := s.drv.CreateMR(pvrdma.CmdCreateMR{Start: pages[0], Length: uint64(size), PdirDMA: pdir,
+		mr, err := s.drv.CreateMR(abi.CmdCreateMR{Start: pages[0], Length: uint64(size), PdirDMA: pdir,
 			PDHandle: s.qp.Spec.PD, AccessFlags: access, NChunks: uint32(len(pages))})
 		if err != nil {
 			t.Fatal(err)

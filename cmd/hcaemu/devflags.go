@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/hcaemu/hcaemu/emu"
+	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/qemu"
 )
 
@@ -22,7 +22,7 @@ type maxQPFlag struct{ n uint32 }
 
 func (f *maxQPFlag) String() string {
 	if f == nil || f.n == 0 {
-		return strconv.Itoa(int(emu.DefaultCaps().MaxQP))
+		return strconv.Itoa(int(pvrdma.DefaultCaps().MaxQP))
 	}
 	return strconv.Itoa(int(f.n))
 }

@@ -11,9 +11,9 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/hcaemu/hcaemu/emu"
 	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/fabric/capture"
+	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/vfio"
 	"github.com/hcaemu/hcaemu/vfio/record"
 )
@@ -36,10 +36,10 @@ type hcas struct {
 	recCount  map[string]int
 
 	// faults, when set, gives each HCA its device fault hook (--faults).
-	faults func(name string) emu.FaultHook
+	faults func(name string) pvrdma.FaultHook
 	// strict is every HCA's strict mode; latch stops the process at the
 	// first finding in fail mode.
-	strict emu.StrictMode
+	strict pvrdma.StrictMode
 	latch  *strictLatch
 	// maxQP, when set, is the HCAs' max_qp (--max-qp).
 	maxQP uint32
@@ -49,7 +49,7 @@ type hcas struct {
 	// devices are the live devices by name (one connection each), for
 	// hcaemu inspect.
 	devMu   sync.Mutex
-	devices map[string]*emu.Device
+	devices map[string]*pvrdma.Device
 
 	// trace hands the devices' trace events to hcaemu trace's clients.
 	trace *traceHub
@@ -132,12 +132,12 @@ func (h *hcas) recorder(name string, mac [6]byte) *record.Recorder {
 func (h *hcas) factory(name string, mac [6]byte) vfio.NewDevice {
 	return func(host vfio.Host) (vfio.Device, error) {
 		rec := h.recorder(name, mac)
-		var hook emu.FaultHook
+		var hook pvrdma.FaultHook
 		if h.faults != nil {
 			hook = h.faults(name)
 		}
-		cfg := emu.Config{Name: name, Mem: host.Mem, MSIX: host.MSIX, MAC: mac, Log: h.log, Faults: hook,
-			Attach:    func(rx func([]byte) bool) emu.Port { return h.sw.Attach(name, mac, rx) },
+		cfg := pvrdma.Config{Name: name, Mem: host.Mem, MSIX: host.MSIX, MAC: mac, Log: h.log, Faults: hook,
+			Attach:    func(rx func([]byte) bool) pvrdma.Port { return h.sw.Attach(name, mac, rx) },
 			Strict:    h.strict,
 			MaxQP:     h.maxQP,
 			MTU:       h.mtu,
@@ -145,17 +145,17 @@ func (h *hcas) factory(name string, mac [6]byte) vfio.NewDevice {
 		if rec != nil {
 			host = rec.Host(host)
 			cfg.Mem, cfg.MSIX = host.Mem, host.MSIX
-			cfg.Attach = func(rx func([]byte) bool) emu.Port {
+			cfg.Attach = func(rx func([]byte) bool) pvrdma.Port {
 				return rec.Port(h.sw.Attach(name, mac, rec.Receiver(rx)))
 			}
 			// A recording replays only with the QPNs it was made with:
 			// QPN == handle while recording (no random bits to reproduce).
 			cfg.SequentialQPNs = true
 		}
-		d := emu.New(cfg)
+		d := pvrdma.New(cfg)
 		h.devMu.Lock()
 		if h.devices == nil {
-			h.devices = map[string]*emu.Device{}
+			h.devices = map[string]*pvrdma.Device{}
 		}
 		h.devices[name] = d
 		h.devMu.Unlock()
@@ -176,7 +176,7 @@ type liveDevice struct {
 	vfio.Device
 	h    *hcas
 	name string
-	dev  *emu.Device
+	dev  *pvrdma.Device
 }
 
 func (l *liveDevice) Close() {
@@ -189,7 +189,7 @@ func (l *liveDevice) Close() {
 }
 
 // live returns the live devices, by name.
-func (h *hcas) live() []*emu.Device {
+func (h *hcas) live() []*pvrdma.Device {
 	h.devMu.Lock()
 	defer h.devMu.Unlock()
 	names := make([]string, 0, len(h.devices))
@@ -197,7 +197,7 @@ func (h *hcas) live() []*emu.Device {
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	devs := make([]*emu.Device, 0, len(names))
+	devs := make([]*pvrdma.Device, 0, len(names))
 	for _, name := range names {
 		devs = append(devs, h.devices[name])
 	}
@@ -205,7 +205,7 @@ func (h *hcas) live() []*emu.Device {
 }
 
 // onFinding is the devices' OnFinding: the latch's, if any.
-func (h *hcas) onFinding() func(emu.Finding) {
+func (h *hcas) onFinding() func(pvrdma.Finding) {
 	if h.latch == nil {
 		return nil
 	}

@@ -11,9 +11,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/hcaemu/hcaemu/emu"
 	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/fault"
+	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/qemu"
 )
 
@@ -126,7 +126,7 @@ func (s *faultSetup) quiet() func() bool {
 }
 
 // hooks returns the device fault hooks (nil without faults).
-func (s *faultSetup) hooks() func(name string) emu.FaultHook {
+func (s *faultSetup) hooks() func(name string) pvrdma.FaultHook {
 	if s == nil {
 		return nil
 	}

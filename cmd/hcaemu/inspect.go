@@ -10,8 +10,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/hcaemu/hcaemu/emu"
 	"github.com/hcaemu/hcaemu/emu/fault"
+	"github.com/hcaemu/hcaemu/emu/pvrdma"
 )
 
 // inspectWhat are the object kinds "hcaemu inspect" shows.
@@ -21,30 +21,30 @@ var inspectWhat = []string{"devices", "ports", "gids", "pds", "mrs", "cqs", "qps
 // asked for (everything for "devices").
 type inspected struct {
 	Device  string
-	Devices *emu.State      `json:",omitempty"`
-	Ports   *emu.PortState  `json:",omitempty"`
-	GIDs    []emu.GIDState  `json:",omitempty"`
-	PDs     []emu.PDState   `json:",omitempty"`
-	MRs     []emu.MRState   `json:",omitempty"`
-	CQs     []emu.CQState   `json:",omitempty"`
-	QPs     []emu.QPState   `json:",omitempty"`
-	SRQs    []emu.SRQState  `json:",omitempty"`
-	Stats   *inspectedStats `json:",omitempty"`
+	Devices *pvrdma.State     `json:",omitempty"`
+	Ports   *pvrdma.PortState `json:",omitempty"`
+	GIDs    []pvrdma.GIDState `json:",omitempty"`
+	PDs     []pvrdma.PDState  `json:",omitempty"`
+	MRs     []pvrdma.MRState  `json:",omitempty"`
+	CQs     []pvrdma.CQState  `json:",omitempty"`
+	QPs     []pvrdma.QPState  `json:",omitempty"`
+	SRQs    []pvrdma.SRQState `json:",omitempty"`
+	Stats   *inspectedStats   `json:",omitempty"`
 }
 
 // inspectedStats are a device's counters, and its live QPs'.
 type inspectedStats struct {
-	Counters    emu.Counters
+	Counters    pvrdma.Counters
 	Findings    map[string]uint64
 	PinnedPages uint64
-	Device      emu.DeviceStats
+	Device      pvrdma.DeviceStats
 	QPs         []qpCounters
 }
 
 // qpCounters are one QP's counters.
 type qpCounters struct {
 	QPN   uint32
-	Stats emu.QPStats
+	Stats pvrdma.QPStats
 }
 
 // inspect is the control socket's inspector: what the live devices hold.
@@ -164,14 +164,14 @@ func printInspected(w io.Writer, what string, devs []inspected) {
 		}
 		st := d.Devices
 		if st == nil {
-			st = &emu.State{Device: d.Device, GIDs: d.GIDs, PDs: d.PDs, MRs: d.MRs, CQs: d.CQs, QPs: d.QPs, SRQs: d.SRQs}
+			st = &pvrdma.State{Device: d.Device, GIDs: d.GIDs, PDs: d.PDs, MRs: d.MRs, CQs: d.CQs, QPs: d.QPs, SRQs: d.SRQs}
 			if d.Ports != nil {
 				st.Port = *d.Ports
 			}
 			if d.Stats != nil {
 				st.Counters, st.Findings, st.PinnedPages, st.Stats = d.Stats.Counters, d.Stats.Findings, d.Stats.PinnedPages, d.Stats.Device
 				for _, q := range d.Stats.QPs {
-					st.QPs = append(st.QPs, emu.QPState{QPN: q.QPN, Stats: q.Stats})
+					st.QPs = append(st.QPs, pvrdma.QPState{QPN: q.QPN, Stats: q.Stats})
 				}
 			}
 		}
@@ -261,8 +261,8 @@ func printInspected(w io.Writer, what string, devs []inspected) {
 }
 
 // printQPStats writes a QP's counters (or every QP's) on one line.
-func printQPStats(w io.Writer, name string, s *emu.QPStats) {
-	naks := func(n *emu.NAKCounts) string {
+func printQPStats(w io.Writer, name string, s *pvrdma.QPStats) {
+	naks := func(n *pvrdma.NAKCounts) string {
 		return fmt.Sprintf("seq %d inv %d acc %d op %d", n.PSNSequence, n.InvalidRequest, n.RemoteAccess, n.RemoteOperational)
 	}
 	fmt.Fprintf(w, "%s\tpackets out %d in %d\tbytes out %d in %d\tretransmitted %d timeouts %d\tnaks out [%s] in [%s]\trnr out %d in %d\tduplicates %d out_of_sequence %d\n",

@@ -10,7 +10,7 @@ import (
 
 	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/fault"
-	"github.com/hcaemu/hcaemu/emu/pvrdma"
+	"github.com/hcaemu/hcaemu/emu/pvrdma/abi"
 )
 
 // TestMetrics: --metrics serves the live devices' counters and the fault
@@ -69,7 +69,7 @@ func TestMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	drv.MustCmd(&pvrdma.CmdDestroyQP{QPHandle: 999}, &pvrdma.CmdDestroyQPResp{}) // EINVAL
+	drv.MustCmd(&abi.CmdDestroyQP{QPHandle: 999}, &abi.CmdDestroyQPResp{}) // EINVAL
 	out := scrape()
 	qpn := "0x" + strconv.FormatUint(uint64(qp.QPN), 16)
 	for _, want := range []string{

@@ -4,16 +4,16 @@ import (
 	"flag"
 	"sync"
 
-	"github.com/hcaemu/hcaemu/emu"
+	"github.com/hcaemu/hcaemu/emu/pvrdma"
 )
 
 // strictFlag is --strict: what the devices do when a driver breaks a rule
-// (emu.StrictMode).
-type strictFlag struct{ mode emu.StrictMode }
+// (pvrdma.StrictMode).
+type strictFlag struct{ mode pvrdma.StrictMode }
 
 func (f *strictFlag) String() string { return f.mode.String() }
 func (f *strictFlag) Set(s string) error {
-	m, err := emu.ParseStrictMode(s)
+	m, err := pvrdma.ParseStrictMode(s)
 	if err != nil {
 		return err
 	}
@@ -32,13 +32,13 @@ func registerStrictFlag(fs *flag.FlagSet) *strictFlag {
 // run's guests).
 type strictLatch struct {
 	mu    sync.Mutex
-	first *emu.Finding
+	first *pvrdma.Finding
 	stop  func()
 }
 
-// report is emu.Config.OnFinding: it runs under a device lock, so it only
+// report is pvrdma.Config.OnFinding: it runs under a device lock, so it only
 // records and cancels.
-func (l *strictLatch) report(f emu.Finding) {
+func (l *strictLatch) report(f pvrdma.Finding) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.first != nil {
@@ -51,11 +51,11 @@ func (l *strictLatch) report(f emu.Finding) {
 }
 
 // finding returns the first finding, if one stopped the process.
-func (l *strictLatch) finding() (emu.Finding, bool) {
+func (l *strictLatch) finding() (pvrdma.Finding, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.first == nil {
-		return emu.Finding{}, false
+		return pvrdma.Finding{}, false
 	}
 	return *l.first, true
 }

@@ -5,7 +5,7 @@ import (
 	"io"
 	"testing"
 
-	"github.com/hcaemu/hcaemu/emu"
+	"github.com/hcaemu/hcaemu/emu/pvrdma"
 )
 
 // TestStrictLatch: the first finding is kept and stops the process once;
@@ -16,9 +16,9 @@ func TestStrictLatch(t *testing.T) {
 	if _, ok := l.finding(); ok {
 		t.Fatal("a finding before any report")
 	}
-	first := emu.Finding{Device: "hca0", Kind: emu.FindingWQE, Text: "qp 5 sq[7] pvrdma_sq_wqe_hdr.num_sge=9 > max_send_sge=4: completed with LOC_LEN_ERR"}
+	first := pvrdma.Finding{Device: "hca0", Kind: pvrdma.FindingWQE, Text: "qp 5 sq[7] pvrdma_sq_wqe_hdr.num_sge=9 > max_send_sge=4: completed with LOC_LEN_ERR"}
 	l.report(first)
-	l.report(emu.Finding{Device: "hca1", Kind: emu.FindingDoorbell, Text: "later"})
+	l.report(pvrdma.Finding{Device: "hca1", Kind: pvrdma.FindingDoorbell, Text: "later"})
 	if f, ok := l.finding(); !ok || f != first {
 		t.Errorf("finding %v, %v; want %v", f, ok, first)
 	}
@@ -33,12 +33,12 @@ func TestStrictLatch(t *testing.T) {
 func TestStrictFlag(t *testing.T) {
 	for _, c := range []struct {
 		args []string
-		want emu.StrictMode
+		want pvrdma.StrictMode
 		ok   bool
 	}{
-		{nil, emu.StrictWarn, true},
-		{[]string{"--strict", "fail"}, emu.StrictFail, true},
-		{[]string{"--strict=off"}, emu.StrictOff, true},
+		{nil, pvrdma.StrictWarn, true},
+		{[]string{"--strict", "fail"}, pvrdma.StrictFail, true},
+		{[]string{"--strict=off"}, pvrdma.StrictOff, true},
 		{[]string{"--strict", "loud"}, 0, false},
 	} {
 		fs := flag.NewFlagSet("t", flag.ContinueOnError)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/hcaemu/hcaemu/emu/emutest"
 	"github.com/hcaemu/hcaemu/emu/fault"
-	"github.com/hcaemu/hcaemu/emu/pvrdma"
+	"github.com/hcaemu/hcaemu/emu/pvrdma/abi"
 )
 
 // TestTraceCommand: "hcaemu trace" over a control socket streams the
@@ -38,7 +38,7 @@ func TestTraceCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec := emutest.QPSpec{PD: pd, SendCQ: cq, RecvCQ: cq, Type: pvrdma.QPTypeRC, SendWR: 8, RecvWR: 8, SendSGE: 1, RecvSGE: 1}
+	spec := emutest.QPSpec{PD: pd, SendCQ: cq, RecvCQ: cq, Type: abi.QPTypeRC, SendWR: 8, RecvWR: 8, SendSGE: 1, RecvSGE: 1}
 	other, err := drv.CreateQP(spec)
 	if err != nil {
 		t.Fatal(err)
@@ -87,8 +87,8 @@ func TestTraceCommand(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	init := pvrdma.QPAttr{State: pvrdma.QPStateInit, PortNum: 1}
-	mask := uint32(pvrdma.AttrState | pvrdma.AttrPKeyIndex | pvrdma.AttrPort | pvrdma.AttrAccessFlags)
+	init := abi.QPAttr{State: abi.QPStateInit, PortNum: 1}
+	mask := uint32(abi.AttrState | abi.AttrPKeyIndex | abi.AttrPort | abi.AttrAccessFlags)
 	if err := other.Modify(mask, init); err != nil {
 		t.Fatal(err)
 	}

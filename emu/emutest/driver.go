@@ -11,13 +11,13 @@ import (
 	"unsafe"
 
 	"github.com/hcaemu/hcaemu/dma"
-	"github.com/hcaemu/hcaemu/emu/pvrdma"
+	"github.com/hcaemu/hcaemu/emu/pvrdma/abi"
 	uverbs "github.com/hcaemu/hcaemu/uverbs/pvrdma"
 )
 
 var le = binary.LittleEndian
 
-// Function is the device side the driver talks to (emu.Device satisfies it).
+// Function is the device side the driver talks to (pvrdma.Device satisfies it).
 type Function interface {
 	ReadRegion(index int, off uint64, p []byte) error
 	WriteRegion(index int, off uint64, p []byte) error
@@ -157,25 +157,25 @@ func (d *Driver) LoadDSR(asyncPages, cqPages int) {
 	var asyncDir, cqDir uint64
 	d.AsyncRing, asyncDir = d.Buffer(asyncPages)
 	d.CQRing, cqDir = d.Buffer(cqPages)
-	dsr := pvrdma.DSR{
-		DriverVersion:  pvrdma.VersionQPHandle,
+	dsr := abi.DSR{
+		DriverVersion:  abi.VersionQPHandle,
 		GOSInfo:        0x46, // 64-bit Linux, version 1
 		CmdSlotDMA:     d.CmdSlot,
 		RespSlotDMA:    d.RespSlot,
-		AsyncRingPages: pvrdma.RingPageInfo{NumPages: uint32(asyncPages), PdirDMA: asyncDir},
-		CQRingPages:    pvrdma.RingPageInfo{NumPages: uint32(cqPages), PdirDMA: cqDir},
+		AsyncRingPages: abi.RingPageInfo{NumPages: uint32(asyncPages), PdirDMA: asyncDir},
+		CQRingPages:    abi.RingPageInfo{NumPages: uint32(cqPages), PdirDMA: cqDir},
 		UARPFN:         d.BAR2 >> 12,
 	}
-	dsr.EncodeDriver(d.RAM.Mem[d.DSR : d.DSR+pvrdma.DSRCapsOffset])
-	d.WriteReg(pvrdma.RegDSRLow, uint32(d.DSR))
-	d.WriteReg(pvrdma.RegDSRHigh, uint32(d.DSR>>32))
+	dsr.EncodeDriver(d.RAM.Mem[d.DSR : d.DSR+abi.DSRCapsOffset])
+	d.WriteReg(abi.RegDSRLow, uint32(d.DSR))
+	d.WriteReg(abi.RegDSRHigh, uint32(d.DSR>>32))
 }
 
 // Caps reads the capability block from the DSR, as the driver does each
 // time it needs a capability.
-func (d *Driver) Caps() pvrdma.DeviceCaps {
-	var c pvrdma.DeviceCaps
-	c.Decode(d.RAM.Mem[d.DSR+pvrdma.DSRCapsOffset : d.DSR+pvrdma.DSRSize])
+func (d *Driver) Caps() abi.DeviceCaps {
+	var c abi.DeviceCaps
+	c.Decode(d.RAM.Mem[d.DSR+abi.DSRCapsOffset : d.DSR+abi.DSRSize])
 	return c
 }
 
@@ -183,44 +183,44 @@ func (d *Driver) Caps() pvrdma.DeviceCaps {
 // the real driver would fail probe.
 func (d *Driver) Probe() error {
 	d.EnablePCI()
-	if v := d.ReadReg(pvrdma.RegVersion); v < pvrdma.VersionRoCEv1 {
+	if v := d.ReadReg(abi.RegVersion); v < abi.VersionRoCEv1 {
 		return fmt.Errorf("device version %d", v)
 	}
 	d.LoadDSR(4, 4)
 	caps := d.Caps()
-	if mode, gt := caps.Mode, caps.GIDTypes; mode != pvrdma.DeviceModeRoCE || (gt != pvrdma.GIDTypeFlagRoCEv1 && gt != pvrdma.GIDTypeFlagRoCEv2) {
+	if mode, gt := caps.Mode, caps.GIDTypes; mode != abi.DeviceModeRoCE || (gt != abi.GIDTypeFlagRoCEv1 && gt != abi.GIDTypeFlagRoCEv2) {
 		return fmt.Errorf("driver needs RoCE v1 or v2 support (mode %d gid_types %#x)", mode, gt)
 	}
 	if u := caps.MaxUAR; !uverbs.IsPow2(u) {
 		return fmt.Errorf("failed to allocate UAR table (max_uar %d)", u)
 	}
-	d.WriteReg(pvrdma.RegIMR, 0)
-	d.WriteReg(pvrdma.RegCtl, pvrdma.CtlActivate)
-	if e := d.ReadReg(pvrdma.RegErr); e != 0 {
+	d.WriteReg(abi.RegIMR, 0)
+	d.WriteReg(abi.RegCtl, abi.CtlActivate)
+	if e := d.ReadReg(abi.RegErr); e != 0 {
 		return fmt.Errorf("failed to activate device: ERR %d", e)
 	}
 	return nil
 }
 
 // CmdRaw posts the bytes of a command slot as they are (at most
-// pvrdma.CmdReqSize; the rest of the slot is zeroed), writes REQUEST and
+// abi.CmdReqSize; the rest of the slot is zeroed), writes REQUEST and
 // reads ERR. It returns ERR and the response slot.
-func (d *Driver) CmdRaw(slot []byte) (errReg uint32, rsp [pvrdma.CmdRespSize]byte) {
-	var q [pvrdma.CmdReqSize]byte
+func (d *Driver) CmdRaw(slot []byte) (errReg uint32, rsp [abi.CmdRespSize]byte) {
+	var q [abi.CmdReqSize]byte
 	copy(q[:], slot)
 	copy(d.RAM.Mem[d.CmdSlot:], q[:])
-	before := d.IRQ.Count[pvrdma.IntrVectorResponse].Load()
-	d.WriteReg(pvrdma.RegRequest, 0)
-	errReg = d.ReadReg(pvrdma.RegErr)
+	before := d.IRQ.Count[abi.IntrVectorResponse].Load()
+	d.WriteReg(abi.RegRequest, 0)
+	errReg = d.ReadReg(abi.RegErr)
 	copy(rsp[:], d.RAM.Mem[d.RespSlot:])
-	if errReg == 0 && d.IRQ.Count[pvrdma.IntrVectorResponse].Load() == before {
+	if errReg == 0 && d.IRQ.Count[abi.IntrVectorResponse].Load() == before {
 		// vmw_pvrdma waits for the command-completion interrupt
 		// (pvrdma_cmd_recv): through eventfds it arrives a moment after
 		// the REQUEST write's reply.
 		if w, ok := d.Dev.(InterruptWaiter); ok {
-			w.WaitInterrupt(pvrdma.IntrVectorResponse)
+			w.WaitInterrupt(abi.IntrVectorResponse)
 		}
-		if d.IRQ.Count[pvrdma.IntrVectorResponse].Load() == before {
+		if d.IRQ.Count[abi.IntrVectorResponse].Load() == before {
 			panic("emutest: command completed without the response interrupt")
 		}
 	}
@@ -231,11 +231,11 @@ func (d *Driver) CmdRaw(slot []byte) (errReg uint32, rsp [pvrdma.CmdRespSize]byt
 // under another opcode, or an opcode the ABI lacks), with a fresh response
 // key. It returns ERR and the response header, and decodes the response
 // slot into rsp when rsp is not nil.
-func (d *Driver) CmdAs(op pvrdma.Opcode, req pvrdma.Request, rsp pvrdma.Response) (errReg uint32, hdr pvrdma.CmdRespHdr) {
-	var slot [pvrdma.CmdReqSize]byte
+func (d *Driver) CmdAs(op abi.Opcode, req abi.Request, rsp abi.Response) (errReg uint32, hdr abi.CmdRespHdr) {
+	var slot [abi.CmdReqSize]byte
 	req.Encode(slot[:])
 	d.cmdKey++
-	reqHdr := pvrdma.CmdHdr{Response: d.cmdKey, Cmd: op}
+	reqHdr := abi.CmdHdr{Response: d.cmdKey, Cmd: op}
 	reqHdr.Encode(slot[:])
 	errReg, out := d.CmdRaw(slot[:])
 	hdr.Decode(out[:])
@@ -246,13 +246,13 @@ func (d *Driver) CmdAs(op pvrdma.Opcode, req pvrdma.Request, rsp pvrdma.Response
 }
 
 // Cmd posts req under its own opcode; see CmdAs.
-func (d *Driver) Cmd(req pvrdma.Request, rsp pvrdma.Response) (errReg uint32, hdr pvrdma.CmdRespHdr) {
+func (d *Driver) Cmd(req abi.Request, rsp abi.Response) (errReg uint32, hdr abi.CmdRespHdr) {
 	return d.CmdAs(req.Opcode(), req, rsp)
 }
 
 // MustCmd is Cmd that fails as the driver does: on ERR != 0, a wrong ack,
 // a response key that is not the request's, or an err byte.
-func (d *Driver) MustCmd(req pvrdma.Request, rsp pvrdma.Response) error {
+func (d *Driver) MustCmd(req abi.Request, rsp abi.Response) error {
 	op := req.Opcode()
 	e, hdr := d.Cmd(req, rsp)
 	switch {
@@ -272,7 +272,7 @@ func (d *Driver) MustCmd(req pvrdma.Request, rsp pvrdma.Response) error {
 // does and returns (type, info) pairs.
 func (d *Driver) AsyncEvents() [][2]uint32 {
 	st := d.AsyncRing[0]
-	n := uint32((len(d.AsyncRing) - 1) * 4096 / pvrdma.EQESize)
+	n := uint32((len(d.AsyncRing) - 1) * 4096 / abi.EQESize)
 	r := uverbs.Ring{N: n}
 	var out [][2]uint32
 	for i := 0; i < 4096; i++ {
@@ -281,10 +281,10 @@ func (d *Driver) AsyncEvents() [][2]uint32 {
 			break
 		}
 		slot := r.Slot(d.asyncCons)
-		off := uint64(4096 + slot*pvrdma.EQESize)
+		off := uint64(4096 + slot*abi.EQESize)
 		gpa := d.AsyncRing[off/4096] + off%4096
-		var eqe pvrdma.EQE
-		eqe.Decode(d.RAM.Mem[gpa : gpa+pvrdma.EQESize])
+		var eqe abi.EQE
+		eqe.Decode(d.RAM.Mem[gpa : gpa+abi.EQESize])
 		out = append(out, [2]uint32{eqe.Type, eqe.Info})
 		d.asyncCons = r.Next(d.asyncCons)
 		d.Put32(st+uverbs.RxConsHead, d.asyncCons)

@@ -3,7 +3,7 @@ package emutest
 import (
 	"fmt"
 
-	"github.com/hcaemu/hcaemu/emu/pvrdma"
+	"github.com/hcaemu/hcaemu/emu/pvrdma/abi"
 	uverbs "github.com/hcaemu/hcaemu/uverbs/pvrdma"
 )
 
@@ -21,8 +21,8 @@ type CQ struct {
 func (d *Driver) CreateCQ(ctx, n uint32) (*CQ, error) {
 	npages := 1 + (int(n)*64+4095)/4096
 	pages, dir := d.Buffer(npages)
-	var rsp pvrdma.CmdCreateCQResp
-	err := d.MustCmd(&pvrdma.CmdCreateCQ{PdirDMA: dir, CtxHandle: ctx, CQE: n, NChunks: uint32(npages)}, &rsp)
+	var rsp abi.CmdCreateCQResp
+	err := d.MustCmd(&abi.CmdCreateCQ{PdirDMA: dir, CtxHandle: ctx, CQE: n, NChunks: uint32(npages)}, &rsp)
 	if err != nil {
 		return nil, err
 	}
@@ -96,11 +96,11 @@ func (d *Driver) CreateQP(s QPSpec) (*QP, error) {
 	if s.SigAll {
 		sig = 1
 	}
-	req := pvrdma.CmdCreateQP{PdirDMA: dir, PDHandle: s.PD, SendCQHandle: s.SendCQ.Handle, RecvCQHandle: s.RecvCQ.Handle,
+	req := abi.CmdCreateQP{PdirDMA: dir, PDHandle: s.PD, SendCQHandle: s.SendCQ.Handle, RecvCQHandle: s.RecvCQ.Handle,
 		SRQHandle: s.SRQ, MaxSendWR: s.SendWR, MaxRecvWR: s.RecvWR, MaxSendSGE: s.SendSGE, MaxRecvSGE: s.RecvSGE,
-		AccessFlags: pvrdma.AccessLocalWrite, TotalChunks: uint16(total), SendChunks: uint16(q.sendChunks),
+		AccessFlags: abi.AccessLocalWrite, TotalChunks: uint16(total), SendChunks: uint16(q.sendChunks),
 		SQSigAll: sig, QPType: s.Type, IsSRQ: isSRQ}
-	var rsp pvrdma.CmdCreateQPResp
+	var rsp abi.CmdCreateQPResp
 	if err := d.MustCmd(&req, &rsp); err != nil {
 		return nil, err
 	}
@@ -109,11 +109,11 @@ func (d *Driver) CreateQP(s QPSpec) (*QP, error) {
 }
 
 // Modify sends MODIFY_QP and reports failure as the driver sees it.
-func (q *QP) Modify(mask uint32, a pvrdma.QPAttr) error {
-	if err := q.d.MustCmd(&pvrdma.CmdModifyQP{QPHandle: q.Handle, AttrMask: mask, Attrs: a}, nil); err != nil {
+func (q *QP) Modify(mask uint32, a abi.QPAttr) error {
+	if err := q.d.MustCmd(&abi.CmdModifyQP{QPHandle: q.Handle, AttrMask: mask, Attrs: a}, nil); err != nil {
 		return err
 	}
-	if a.State == pvrdma.QPStateReset && mask&pvrdma.AttrState != 0 {
+	if a.State == abi.QPStateReset && mask&abi.AttrState != 0 {
 		q.sqProd, q.rqProd = 0, 0
 		for _, off := range []uint64{uverbs.TxProdTail, uverbs.TxConsHead, uverbs.RxProdTail, uverbs.RxConsHead} {
 			q.d.Put32(q.Pages[0]+off, 0)
@@ -123,9 +123,9 @@ func (q *QP) Modify(mask uint32, a pvrdma.QPAttr) error {
 }
 
 // Query sends QUERY_QP and returns the QP's attributes.
-func (q *QP) Query() (pvrdma.QPAttr, error) {
-	var rsp pvrdma.CmdQueryQPResp
-	err := q.d.MustCmd(&pvrdma.CmdQueryQP{QPHandle: q.Handle}, &rsp)
+func (q *QP) Query() (abi.QPAttr, error) {
+	var rsp abi.CmdQueryQPResp
+	err := q.d.MustCmd(&abi.CmdQueryQP{QPHandle: q.Handle}, &rsp)
 	return rsp.Attrs, err
 }
 
@@ -170,8 +170,8 @@ func (d *Driver) KernelGSI() (pd uint32, lkey uint32, cq *CQ, qp *QP, err error)
 	if pd, err = d.CreatePD(0); err != nil {
 		return
 	}
-	var mr pvrdma.CmdCreateMRResp
-	err = d.MustCmd(&pvrdma.CmdCreateMR{PDHandle: pd, AccessFlags: pvrdma.AccessLocalWrite, Flags: pvrdma.MRFlagDMA}, &mr)
+	var mr abi.CmdCreateMRResp
+	err = d.MustCmd(&abi.CmdCreateMR{PDHandle: pd, AccessFlags: abi.AccessLocalWrite, Flags: abi.MRFlagDMA}, &mr)
 	if err != nil {
 		return
 	}
@@ -179,7 +179,7 @@ func (d *Driver) KernelGSI() (pd uint32, lkey uint32, cq *CQ, qp *QP, err error)
 	if cq, err = d.CreateCQ(0, 1024); err != nil {
 		return
 	}
-	qp, err = d.CreateQP(QPSpec{PD: pd, SendCQ: cq, RecvCQ: cq, Type: pvrdma.QPTypeGSI,
+	qp, err = d.CreateQP(QPSpec{PD: pd, SendCQ: cq, RecvCQ: cq, Type: abi.QPTypeGSI,
 		SendWR: 128, RecvWR: 512, SendSGE: 2, RecvSGE: 1, SigAll: true})
 	if err != nil {
 		return
@@ -190,11 +190,11 @@ func (d *Driver) KernelGSI() (pd uint32, lkey uint32, cq *CQ, qp *QP, err error)
 	}
 	steps := []struct {
 		mask uint32
-		a    pvrdma.QPAttr
+		a    abi.QPAttr
 	}{
-		{pvrdma.AttrState | pvrdma.AttrPKeyIndex | pvrdma.AttrQKey, pvrdma.QPAttr{State: pvrdma.QPStateInit, QKey: 0x80010000}},
-		{pvrdma.AttrState, pvrdma.QPAttr{State: pvrdma.QPStateRTR}},
-		{pvrdma.AttrState | pvrdma.AttrSQPSN, pvrdma.QPAttr{State: pvrdma.QPStateRTS}},
+		{abi.AttrState | abi.AttrPKeyIndex | abi.AttrQKey, abi.QPAttr{State: abi.QPStateInit, QKey: 0x80010000}},
+		{abi.AttrState, abi.QPAttr{State: abi.QPStateRTR}},
+		{abi.AttrState | abi.AttrSQPSN, abi.QPAttr{State: abi.QPStateRTS}},
 	}
 	for _, s := range steps {
 		if err = qp.Modify(s.mask, s.a); err != nil {
@@ -225,9 +225,9 @@ func (d *Driver) CreateSRQ(pd, n, maxSGE, limit uint32) (*SRQ, error) {
 	stride := uverbs.RQStride(maxSGE)
 	npages := 1 + (int(n*stride)+4095)/4096
 	pages, dir := d.Buffer(npages)
-	var rsp pvrdma.CmdCreateSRQResp
-	err := d.MustCmd(&pvrdma.CmdCreateSRQ{PdirDMA: dir, PDHandle: pd, NChunks: uint32(npages),
-		Attrs: pvrdma.SRQAttr{MaxWR: n, MaxSGE: maxSGE, SRQLimit: limit}}, &rsp)
+	var rsp abi.CmdCreateSRQResp
+	err := d.MustCmd(&abi.CmdCreateSRQ{PdirDMA: dir, PDHandle: pd, NChunks: uint32(npages),
+		Attrs: abi.SRQAttr{MaxWR: n, MaxSGE: maxSGE, SRQLimit: limit}}, &rsp)
 	if err != nil {
 		return nil, err
 	}
@@ -250,17 +250,17 @@ func (s *SRQ) PostRecv(w uverbs.RecvWQE) {
 // CQNotifications drains the CQ notification ring and returns CQ handles.
 func (d *Driver) CQNotifications() []uint32 {
 	st := d.CQRing[0]
-	r := uverbs.Ring{N: uint32((len(d.CQRing) - 1) * 4096 / pvrdma.CQNESize)}
+	r := uverbs.Ring{N: uint32((len(d.CQRing) - 1) * 4096 / abi.CQNESize)}
 	var out []uint32
 	for i := 0; i < 4096; i++ {
 		prod := d.Get32(st + uverbs.RxProdTail)
 		if d.cqnCons == prod {
 			break
 		}
-		off := uint64(4096 + r.Slot(d.cqnCons)*pvrdma.CQNESize)
+		off := uint64(4096 + r.Slot(d.cqnCons)*abi.CQNESize)
 		gpa := d.CQRing[off/4096] + off%4096
-		var cqne pvrdma.CQNE
-		cqne.Decode(d.RAM.Mem[gpa : gpa+pvrdma.CQNESize])
+		var cqne abi.CQNE
+		cqne.Decode(d.RAM.Mem[gpa : gpa+abi.CQNESize])
 		out = append(out, cqne.Info)
 		d.cqnCons = r.Next(d.cqnCons)
 		d.Put32(st+uverbs.RxConsHead, d.cqnCons)
@@ -270,34 +270,34 @@ func (d *Driver) CQNotifications() []uint32 {
 
 // CreatePD creates a PD for context ctx (0: a kernel PD).
 func (d *Driver) CreatePD(ctx uint32) (uint32, error) {
-	var rsp pvrdma.CmdCreatePDResp
-	err := d.MustCmd(&pvrdma.CmdCreatePD{CtxHandle: ctx}, &rsp)
+	var rsp abi.CmdCreatePDResp
+	err := d.MustCmd(&abi.CmdCreatePD{CtxHandle: ctx}, &rsp)
 	return rsp.PDHandle, err
 }
 
 // CreateUC creates a user context on UAR page page of BAR2.
 func (d *Driver) CreateUC(page uint32) (uint32, error) {
-	var rsp pvrdma.CmdCreateUCResp
-	err := d.MustCmd(&pvrdma.CmdCreateUC{PFN64: d.BAR2>>12 + uint64(page)}, &rsp)
+	var rsp abi.CmdCreateUCResp
+	err := d.MustCmd(&abi.CmdCreateUC{PFN64: d.BAR2>>12 + uint64(page)}, &rsp)
 	return rsp.CtxHandle, err
 }
 
 // CreateMR sends CREATE_MR and returns the response.
-func (d *Driver) CreateMR(req pvrdma.CmdCreateMR) (pvrdma.CmdCreateMRResp, error) {
-	var rsp pvrdma.CmdCreateMRResp
+func (d *Driver) CreateMR(req abi.CmdCreateMR) (abi.CmdCreateMRResp, error) {
+	var rsp abi.CmdCreateMRResp
 	err := d.MustCmd(&req, &rsp)
 	return rsp, err
 }
 
 // BindGID installs a RoCE v2 GID at index idx of the GID table.
 func (d *Driver) BindGID(idx uint32, gid [16]byte) error {
-	return d.MustCmd(&pvrdma.CmdCreateBind{Index: idx, NewGID: gid, GIDType: pvrdma.GIDTypeFlagRoCEv2}, nil)
+	return d.MustCmd(&abi.CmdCreateBind{Index: idx, NewGID: gid, GIDType: abi.GIDTypeFlagRoCEv2}, nil)
 }
 
 // QueryPort sends QUERY_PORT for port.
-func (d *Driver) QueryPort(port uint8) (pvrdma.PortAttr, error) {
-	var rsp pvrdma.CmdQueryPortResp
-	err := d.MustCmd(&pvrdma.CmdQueryPort{PortNum: port}, &rsp)
+func (d *Driver) QueryPort(port uint8) (abi.PortAttr, error) {
+	var rsp abi.CmdQueryPortResp
+	err := d.MustCmd(&abi.CmdQueryPort{PortNum: port}, &rsp)
 	return rsp.Attrs, err
 }
 
@@ -310,6 +310,6 @@ func (d *Driver) CreateRCQP(wr uint32) (pd uint32, cq *CQ, qp *QP, err error) {
 	if cq, err = d.CreateCQ(0, 16); err != nil {
 		return 0, nil, nil, err
 	}
-	qp, err = d.CreateQP(QPSpec{PD: pd, SendCQ: cq, RecvCQ: cq, Type: pvrdma.QPTypeRC, SendWR: wr, RecvWR: wr, SendSGE: 1, RecvSGE: 1})
+	qp, err = d.CreateQP(QPSpec{PD: pd, SendCQ: cq, RecvCQ: cq, Type: abi.QPTypeRC, SendWR: wr, RecvWR: wr, SendSGE: 1, RecvSGE: 1})
 	return pd, cq, qp, err
 }

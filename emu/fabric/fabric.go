@@ -24,7 +24,7 @@
 //   - The frame buffer pool (NewFrame, Release, Clone): buffer ownership is
 //     part of the fabric's API, so a decorator never needs the device model.
 //
-// The package knows nothing of the device model (package emu) nor of the
+// The package knows nothing of the device models (emu/pvrdma, emu/hca) nor of the
 // transport's header formats (package roce): of a frame it reads the
 // Ethernet header, the IP addresses, the UDP destination port (to tell
 // RoCEv2) and ARP's sender fields.

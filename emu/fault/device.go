@@ -299,7 +299,7 @@ type deviceHook struct {
 	name string
 }
 
-// Device returns the fault hook of the HCA called name (emu.Config.Faults):
+// Device returns the fault hook of the HCA called name (a device model's Config.Faults):
 // the plan's device and transport actions for that HCA.
 func (inj *Injector) Device(name string) hca.FaultHook { return deviceHook{inj, name} }
 

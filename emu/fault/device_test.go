@@ -5,10 +5,10 @@ import (
 	"strings"
 	"testing"
 
-	_ "github.com/hcaemu/hcaemu/emu" // registers the PVRDMA command names
 	"github.com/hcaemu/hcaemu/emu/fault"
 	"github.com/hcaemu/hcaemu/emu/hca"
-	"github.com/hcaemu/hcaemu/emu/pvrdma"
+	_ "github.com/hcaemu/hcaemu/emu/pvrdma" // registers the PVRDMA command names
+	"github.com/hcaemu/hcaemu/emu/pvrdma/abi"
 	"github.com/hcaemu/hcaemu/emu/roce"
 )
 
@@ -79,13 +79,13 @@ func TestDeviceMatch(t *testing.T) {
 		want  hca.FaultAction
 	}{
 		{"command", `{"match":{"commands":["CREATE_MR"]},"action":{"kind":"fail_command"}}`,
-			hca.FaultEvent{Point: hca.FaultAtCommand, Command: cmd(pvrdma.OpCreateMR)}, "hca0", true, hca.FaultAction{Kind: hca.FaultFailCommand, Errno: 22}},
+			hca.FaultEvent{Point: hca.FaultAtCommand, Command: cmd(abi.OpCreateMR)}, "hca0", true, hca.FaultAction{Kind: hca.FaultFailCommand, Errno: 22}},
 		{"other command", `{"match":{"commands":["CREATE_MR"]},"action":{"kind":"fail_command","errno":12}}`,
-			hca.FaultEvent{Point: hca.FaultAtCommand, Command: cmd(pvrdma.OpCreateCQ)}, "hca0", false, hca.FaultAction{}},
+			hca.FaultEvent{Point: hca.FaultAtCommand, Command: cmd(abi.OpCreateCQ)}, "hca0", false, hca.FaultAction{}},
 		{"command by number", `{"match":{"commands":["4"]},"action":{"kind":"fail_command","errno":12}}`,
-			hca.FaultEvent{Point: hca.FaultAtCommand, Command: cmd(pvrdma.OpCreateMR)}, "hca0", true, hca.FaultAction{Kind: hca.FaultFailCommand, Errno: 12}},
+			hca.FaultEvent{Point: hca.FaultAtCommand, Command: cmd(abi.OpCreateMR)}, "hca0", true, hca.FaultAction{Kind: hca.FaultFailCommand, Errno: 12}},
 		{"other device", `{"match":{"device":"hca1"},"action":{"kind":"fail_command"}}`,
-			hca.FaultEvent{Point: hca.FaultAtCommand, Command: cmd(pvrdma.OpCreateMR)}, "hca0", false, hca.FaultAction{}},
+			hca.FaultEvent{Point: hca.FaultAtCommand, Command: cmd(abi.OpCreateMR)}, "hca0", false, hca.FaultAction{}},
 		{"guest", `{"match":{"guest":1},"action":{"kind":"gid_change"},"schedule":{}}`,
 			hca.FaultEvent{Point: hca.FaultAtCompletion, QPN: qpn}, "hca1", true, hca.FaultAction{Kind: hca.FaultGIDChange}},
 		{"completion of another point", `{"action":{"kind":"complete_status","status":"REM_OP_ERR"}}`,
@@ -115,7 +115,7 @@ func TestDeviceMatch(t *testing.T) {
 		{"responder rkey", `{"match":{"key":5},"action":{"kind":"suppress_ack"}}`,
 			hca.FaultEvent{Point: hca.FaultAtResponder, QPN: qpn, Opcode: roce.RCRDMAWriteOnly, Key: 5, HasKey: true}, "hca0", true, hca.FaultAction{Kind: hca.FaultSuppressACK}},
 		{"port down at a command", `{"match":{"commands":["QUERY_PORT"]},"action":{"kind":"port_down","duration":"2s"}}`,
-			hca.FaultEvent{Point: hca.FaultAtCommand, Command: cmd(pvrdma.OpQueryPort)}, "hca0", true, hca.FaultAction{Kind: hca.FaultPortDown, Duration: 2e9}},
+			hca.FaultEvent{Point: hca.FaultAtCommand, Command: cmd(abi.OpQueryPort)}, "hca0", true, hca.FaultAction{Kind: hca.FaultPortDown, Duration: 2e9}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			plan, err := fault.DecodePlan(strings.NewReader(`{"rules":[` + tc.rule + `]}`))
@@ -160,7 +160,7 @@ func TestDeviceSchedule(t *testing.T) {
 	defer inj.Close()
 	var got []uint32
 	for range 10 {
-		got = append(got, inj.Device("hca0").Fault(&hca.FaultEvent{Point: hca.FaultAtCommand, Command: cmd(pvrdma.OpQueryPort)}).Errno)
+		got = append(got, inj.Device("hca0").Fault(&hca.FaultEvent{Point: hca.FaultAtCommand, Command: cmd(abi.OpQueryPort)}).Errno)
 	}
 	// 1, 2: skipped (after 2); 3: skipped (every 2); 4: first fires, arms
 	// second; 5: second; 6: first (its 2nd and last time); then second.
@@ -198,7 +198,7 @@ func TestControlDeviceRules(t *testing.T) {
 	if !ok.OK {
 		t.Fatal(ok.Error)
 	}
-	if a := inj.Device("hca0").Fault(&hca.FaultEvent{Point: hca.FaultAtCommand, Command: cmd(pvrdma.OpQueryPort)}); a.Kind != hca.FaultPortDown {
+	if a := inj.Device("hca0").Fault(&hca.FaultEvent{Point: hca.FaultAtCommand, Command: cmd(abi.OpQueryPort)}); a.Kind != hca.FaultPortDown {
 		t.Fatalf("action %+v", a)
 	}
 	// Removed, and a packet rule added: the device is asked nothing more.
@@ -208,7 +208,7 @@ func TestControlDeviceRules(t *testing.T) {
 	if rsp := inj.Do(fault.Request{Op: "add", Rule: json.RawMessage(`{"name":"loss","action":{"kind":"drop"}}`)}); !rsp.OK {
 		t.Fatal(rsp.Error)
 	}
-	if a := inj.Device("hca0").Fault(&hca.FaultEvent{Point: hca.FaultAtCommand, Command: cmd(pvrdma.OpQueryPort)}); a.Kind != hca.FaultNone {
+	if a := inj.Device("hca0").Fault(&hca.FaultEvent{Point: hca.FaultAtCommand, Command: cmd(abi.OpQueryPort)}); a.Kind != hca.FaultNone {
 		t.Fatalf("action %+v after rm", a)
 	}
 	if st := inj.Stats(); st.Rules[0].Matched != 0 {
@@ -217,4 +217,4 @@ func TestControlDeviceRules(t *testing.T) {
 }
 
 // cmd is a PVRDMA command as the device names it to its fault hook.
-func cmd(op pvrdma.Opcode) hca.Command { return hca.Command{Op: uint32(op), Name: op.String()} }
+func cmd(op abi.Opcode) hca.Command { return hca.Command{Op: uint32(op), Name: op.String()} }

@@ -7,10 +7,10 @@ import (
 )
 
 // TestDeps: the transport services and the memory regions belong to no
-// device model (DESIGN.md, "Where we are going" item 8). Each package may
-// import only the project packages listed here (and the standard library):
-// RC and UD their shared ground (this package), never the device (emu), its
-// command ABI (emu/pvrdma) or its ring formats (uverbs).
+// device model. Each package may import only the project packages listed
+// here (and the standard library): RC and UD their shared ground (this
+// package), never a device model (emu/pvrdma), its command ABI
+// (emu/pvrdma/abi) or its ring formats (uverbs/pvrdma).
 func TestDeps(t *testing.T) {
 	const module = "github.com/hcaemu/hcaemu/"
 	allowed := map[string][]string{

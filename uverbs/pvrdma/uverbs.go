@@ -4,7 +4,7 @@
 // receive work queue elements (WQEs), scatter/gather elements (SGEs), address
 // vectors and completion queue entries (CQEs). It decodes bytes into Go
 // values and encodes Go values into bytes; what the values mean is the
-// device's business (package emu).
+// device's business (package emu/pvrdma).
 //
 // Importers name it uverbs, the concept it holds for its model: another
 // model's formats sit beside it (uverbs/<model>).

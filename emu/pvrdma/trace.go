@@ -1,0 +1,140 @@
+package pvrdma
+
+import (
+	"time"
+
+	"github.com/hcaemu/hcaemu/emu/hca"
+	"github.com/hcaemu/hcaemu/emu/pvrdma/abi"
+	"github.com/hcaemu/hcaemu/emu/roce"
+	"github.com/hcaemu/hcaemu/emu/transport"
+	uverbs "github.com/hcaemu/hcaemu/uverbs/pvrdma"
+)
+
+// SetTracer makes the device report every step of every QP to t; nil
+// stops it. With no tracer the device builds no events (one nil check per
+// step).
+func (d *Device) SetTracer(t Tracer) {
+	d.core.Lock()
+	defer d.unlock()
+	d.tracer = t
+}
+
+// trace hands ev to the tracer, stamped (d.mu held; d.tracer != nil).
+func (d *Device) trace(ev *TraceEvent) {
+	ev.Time = time.Now()
+	ev.Device = d.name
+	d.tracer.Trace(ev)
+}
+
+// tracePacket reports a packet a QP sent (again: a retransmission).
+func (d *Device) tracePacket(qp *qp, dir string, f *roce.PacketFields, n int, again bool) {
+	psn := f.BTH.PSN
+	ev := TraceEvent{QPN: qp.QPN, Event: dir, Dir: dir, PSN: &psn, Opcode: f.BTH.Opcode.String(),
+		DestQPN: f.BTH.DestQP, Len: n}
+	if info, _ := f.BTH.Opcode.Info(); info.Headers&roce.HasAETH != 0 {
+		ev.Syndrome = f.AETH.Syndrome.String()
+	}
+	if again {
+		ev.Event = "retransmit"
+	}
+	d.trace(&ev)
+}
+
+// traceRx reports a received packet, and why it was dropped if it was.
+func (d *Device) traceRx(qp *hca.QP, pkt *roce.Packet, dropped string) {
+	psn := pkt.BTH.PSN()
+	ev := TraceEvent{QPN: qp.QPN, Event: "rx", Dir: "rx", PSN: &psn, Opcode: pkt.Opcode().String(),
+		DestQPN: pkt.BTH.DestQP(), Len: len(pkt.Payload), Dropped: dropped}
+	if dropped != "" {
+		ev.Event = "dropped" // after its rx: the QP did not take it
+	}
+	if pkt.AETH != nil {
+		ev.Syndrome = pkt.AETH.Syndrome().String()
+	}
+	d.trace(&ev)
+}
+
+// traceWQE reports a send work request taken from the send queue.
+func (d *Device) traceWQE(qp *qp, wr *transport.SendWR) {
+	id := wr.ID
+	ev := TraceEvent{QPN: qp.QPN, Event: "wqe", WRID: &id, Len: int(wr.Length)}
+	if op := wr.Opcode.Completion(); int(op) < len(WROpcodeNames) && wr.Opcode != transport.OpUnsupported {
+		ev.Opcode = WROpcodeNames[op]
+	}
+	if wr.Status != transport.StatusSuccess {
+		ev.Status = wcStatusName(wcStatus(wr.Status))
+	}
+	d.trace(&ev)
+}
+
+// traceCQE reports a completion written for a QP.
+func (d *Device) traceCQE(qp *qp, cqe *uverbs.CQE, op transport.WCOpcode, recv bool) {
+	id := cqe.WRID
+	ev := TraceEvent{QPN: qp.QPN, Event: "cqe", WRID: &id, Status: wcStatusName(cqe.Status), ByteLen: cqe.ByteLen, Recv: recv}
+	if int(op) < len(WROpcodeNames) {
+		ev.Opcode = WROpcodeNames[op]
+	}
+	d.trace(&ev)
+}
+
+// traceState reports a QP state change.
+func (d *Device) traceState(qp *qp, prev, next uint8) {
+	d.trace(&TraceEvent{QPN: qp.QPN, Event: "state", From: stateName(prev), To: stateName(next)})
+}
+
+// traceAsync reports an async event; QP events name their QP.
+func (d *Device) traceAsync(typ, info uint32) {
+	ev := TraceEvent{Event: "async", Async: asyncName(typ), Handle: info}
+	switch typ {
+	case abi.EventQPFatal, abi.EventQPReqErr, abi.EventQPAccessErr, abi.EventCommEst,
+		abi.EventSQDrained, abi.EventPathMig, abi.EventPathMigErr, abi.EventQPLastWQEReached:
+		if qp := d.res.qp.get(info); qp != nil {
+			ev.QPN, ev.Handle = qp.QPN, 0
+		}
+	}
+	d.trace(&ev)
+}
+
+func stateName(s uint8) string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return "?"
+}
+
+// wcStatusNames are the ibv_wc_status names of the CQE statuses.
+var wcStatusNames = [...]string{
+	"SUCCESS", "LOC_LEN_ERR", "LOC_QP_OP_ERR", "LOC_EEC_OP_ERR", "LOC_PROT_ERR", "WR_FLUSH_ERR",
+	"MW_BIND_ERR", "BAD_RESP_ERR", "LOC_ACCESS_ERR", "REM_INV_REQ_ERR", "REM_ACCESS_ERR", "REM_OP_ERR",
+	"RETRY_EXC_ERR", "RNR_RETRY_EXC_ERR", "LOC_RDD_VIOL_ERR", "REM_INV_RD_REQ_ERR", "REM_ABORT_ERR",
+	"INV_EECN_ERR", "INV_EEC_STATE_ERR", "FATAL_ERR", "RESP_TIMEOUT_ERR", "GENERAL_ERR",
+}
+
+func wcStatusName(s uint32) string {
+	if int(s) < len(wcStatusNames) {
+		return wcStatusNames[s]
+	}
+	return "?"
+}
+
+// asyncNames are the PVRDMA async event names (pvrdma_dev_api.h's
+// PVRDMA_EVENT_*, without the prefix).
+var asyncNames = [...]string{
+	abi.EventCQErr: "CQ_ERR", abi.EventQPFatal: "QP_FATAL", abi.EventQPReqErr: "QP_REQ_ERR",
+	abi.EventQPAccessErr: "QP_ACCESS_ERR", abi.EventCommEst: "COMM_EST", abi.EventSQDrained: "SQ_DRAINED",
+	abi.EventPathMig: "PATH_MIG", abi.EventPathMigErr: "PATH_MIG_ERR", abi.EventDeviceFatal: "DEVICE_FATAL",
+	abi.EventPortActive: "PORT_ACTIVE", abi.EventPortErr: "PORT_ERR", abi.EventLIDChange: "LID_CHANGE",
+	abi.EventPKeyChange: "PKEY_CHANGE", abi.EventSMChange: "SM_CHANGE", abi.EventSRQErr: "SRQ_ERR",
+	abi.EventSRQLimitReached: "SRQ_LIMIT_REACHED", abi.EventQPLastWQEReached: "QP_LAST_WQE_REACHED",
+	abi.EventClientReregister: "CLIENT_REREGISTER", abi.EventGIDChange: "GID_CHANGE",
+}
+
+func asyncName(typ uint32) string {
+	if int(typ) < len(asyncNames) {
+		return asyncNames[typ]
+	}
+	return "?"
+}
+
+// Name is the device's name (Config.Name), as traces and logs call it.
+func (d *Device) Name() string { return d.name }
