@@ -59,7 +59,7 @@ func TestE2EDeviceFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	script := guestTry + guestWait + `
-try 18611 ib_read_bw -x 1 -F -s 65536 -n 1000
+try 18611 ib_read_bw -x 1 -F -s 65536 -n 250
 try 18612 ib_atomic_bw -x 1 -F -n 2000
 try 18613 ibv_rc_pingpong -g 1 -n 200 -s 100
 [ -z "$HCAEMU_SERVER_IP" ] && exit 0
@@ -83,17 +83,19 @@ cat /tmp/aw.out
 echo "ASYNC END"
 exit 0
 `
-	// 15 minutes: ib_read_bw under 5 % loss of READ responses resends
-	// ~30 times its data (go-back-N over 16 outstanding READs); at 10
-	// minutes a slow run was cut off before the port flap (CI on a539399,
-	// when the wait for ibv_asyncwatch's event file still ran into its
-	// 120 s bound every time: gosh has no $!).
+	// ib_read_bw under 5 % loss of READ responses resends ~30 times its
+	// data (go-back-N over 16 outstanding READs): 250 iterations of 64 KiB
+	// (16 000 READ response packets each way, ~800 of them lost) exercise
+	// loss, duplication and reordering as well as the 1000 it ran before,
+	// at a quarter of the test's longest step (it took 403 s of CI's 45
+	// minutes). 15 minutes: at 10 a slow run was once cut off before the
+	// port flap (CI on a539399).
 	out, code := hcaemuRun(t, "--guests", "2", "--timeout", "15m", "--faults", plan, "--", script)
 	if code != 0 {
 		t.Errorf("hcaemu run exited %d", code)
 	}
 	for k := range 2 {
-		mustContain(t, out, k, regexp.QuoteMeta("RESULT 0 ib_read_bw -x 1 -F -s 65536 -n 1000"),
+		mustContain(t, out, k, regexp.QuoteMeta("RESULT 0 ib_read_bw -x 1 -F -s 65536 -n 250"),
 			regexp.QuoteMeta("RESULT 0 ib_atomic_bw -x 1 -F -n 2000"),
 			regexp.QuoteMeta("RESULT 0 ibv_rc_pingpong -g 1 -n 200 -s 100"))
 	}
