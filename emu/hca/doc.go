@@ -19,6 +19,9 @@
 //     to its transport; port counters.
 //   - QP: a queue pair as every model has it (handle, QPN, PD, its RC or UD
 //     transport object, counters); QPNs numbers them.
+//   - Table, MRKeys, PinBudget: handle tables, memory-region keys and
+//     generations, and the bound on the page lists a guest makes the device
+//     hold.
 //
 // What a model writes: its registers and command interface, its WQE, CQE
 // and EQE formats and doorbells, its resource tables, and the transport.Env

@@ -123,7 +123,7 @@ func (d *Device) Inspect() State {
 	d.core.Lock()
 	defer d.unlock()
 	r := &d.res
-	st := State{Device: d.name, Active: d.active, Fatal: d.core.Fatal, PinnedPages: r.pinned,
+	st := State{Device: d.name, Active: d.active, Fatal: d.core.Fatal, PinnedPages: r.pins.Pinned(),
 		Counters: Counters{QKeyViolations: d.wire.QKeyViolations},
 		Findings: map[string]uint64{}}
 	st.Port.State = "ACTIVE"

@@ -405,7 +405,7 @@ func (d *Device) localOp(qp *qp, wr *transport.SendWR, mem mr.Space) transport.S
 		// it chose the same key again.
 		region.LKey, region.RKey, region.Valid = fr.Key, fr.Key, true
 		region.Gen = d.res.newMRGen()
-		d.res.mrVariants[mr.Handle(fr.Key)] = mr.Variant(fr.Key)
+		d.res.mrKeys.Ended(mr.Handle(fr.Key), mr.Variant(fr.Key))
 	}
 	return transport.StatusSuccess
 }

@@ -6,7 +6,7 @@ import "github.com/hcaemu/hcaemu/emu/hca"
 
 // qpnHandleBits is how many low bits of a QPN hold the handle: enough for
 // every handle of the QP table.
-func (r *resources) qpnHandleBits() uint { return hca.HandleBits(r.qp.limit) }
+func (r *resources) qpnHandleBits() uint { return hca.HandleBits(r.qp.Limit()) }
 
 // newQPN is the QPN of the QP with handle h (called under the device lock).
 func (d *Device) newQPN(h uint32) uint32 { return d.qpns.QPN(h, d.res.qpnHandleBits()) }

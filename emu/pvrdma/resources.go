@@ -1,78 +1,49 @@
 package pvrdma
 
 import (
+	"errors"
 	"net/netip"
-	"sort"
 
 	"github.com/hcaemu/hcaemu/dma"
 	pagedir "github.com/hcaemu/hcaemu/dma/pvrdma"
+	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/mr"
 	"github.com/hcaemu/hcaemu/emu/pvrdma/abi"
 )
 
-// table is a handle table: handles are small integers in [first, limit),
-// handed out round-robin (the next free one after the last handed out, so a
-// freed handle is reused as late as possible), and at most limit-first
-// objects exist.
-type table[T any] struct {
-	name  string
-	first uint32
-	limit uint32
-	objs  map[uint32]*T
-	next  uint32 // search hint
-	// reserved is a handle add never hands out (the GSI QP's 1); 0 = none.
-	reserved uint32
-}
+// table is a handle table of the core (hca.Table), its errors answered as
+// the PVRDMA driver reads them (ERR: ENOMEM, EINVAL, EBUSY).
+type table[T any] struct{ hca.Table[T] }
 
 func newTable[T any](name string, first, limit uint32) table[T] {
-	return table[T]{name: name, first: first, limit: limit, objs: map[uint32]*T{}, next: first}
+	return table[T]{hca.NewTable[T](name, first, limit)}
 }
 
-func (t *table[T]) get(h uint32) *T { return t.objs[h] }
+func (t *table[T]) get(h uint32) *T { return t.Get(h) }
 
 func (t *table[T]) add(v *T) (uint32, *cmdErr) {
-	n := t.limit - t.first
-	if uint32(len(t.objs)) >= n || (t.reserved != 0 && uint32(len(t.objs)) >= n-1 && t.objs[t.reserved] == nil) {
-		return 0, fail(errNoMem, "%s table full (%d)", t.name, n)
+	h, err := t.Add(v)
+	if err != nil {
+		return 0, fail(errNoMem, "%v", err)
 	}
-	h := t.next
-	for i := uint32(0); i < n; i++ {
-		if h < t.first || h >= t.limit {
-			h = t.first
-		}
-		if _, used := t.objs[h]; !used && (h != t.reserved || h == 0) {
-			t.objs[h] = v
-			t.next = h + 1
-			return h, nil
-		}
-		h++
-	}
-	return 0, fail(errNoMem, "%s table full (%d)", t.name, n)
+	return h, nil
 }
 
 // put installs v at a chosen handle (the GSI QP).
 func (t *table[T]) put(h uint32, v *T) *cmdErr {
-	if h < t.first || h >= t.limit {
-		return fail(errInval, "%s handle %d: out of range", t.name, h).as(FindingHandle)
+	switch err := t.Put(h, v); {
+	case errors.Is(err, hca.ErrHandleRange):
+		return fail(errInval, "%v", err).as(FindingHandle)
+	case err != nil:
+		return fail(errBusy, "%v", err).as(FindingHandle)
 	}
-	if _, used := t.objs[h]; used {
-		return fail(errBusy, "%s handle %d: in use", t.name, h).as(FindingHandle)
-	}
-	t.objs[h] = v
 	return nil
 }
 
-func (t *table[T]) del(h uint32) { delete(t.objs, h) }
+func (t *table[T]) del(h uint32) { t.Del(h) }
 
 // handles lists live handles in ascending order.
-func (t *table[T]) handles() []uint32 {
-	hs := make([]uint32, 0, len(t.objs))
-	for h := range t.objs {
-		hs = append(hs, h)
-	}
-	sort.Slice(hs, func(i, j int) bool { return hs[i] < hs[j] })
-	return hs
-}
+func (t *table[T]) handles() []uint32 { return t.Handles() }
 
 // GIDEntry is one entry of the port's GID table.
 type GIDEntry struct {
@@ -102,20 +73,11 @@ type resources struct {
 	srq  table[srq]
 	gids []GIDEntry
 
-	pinned uint64 // page-list entries held by all objects
-
-	// mrVariants holds the key variant each MR handle last ended with
-	// (kept across deregistrations and device resets, at most one entry
-	// per handle of the MR table), so its next registration gets another
-	// key (mr.NextVariant).
-	mrVariants map[uint32]uint8
-	// mrGen numbers registrations (mr.Region.Gen): never reset.
-	mrGen uint64
+	pins hca.PinBudget // page-list entries held by all objects
+	// mrKeys hands out MR keys and registration generations (never reset:
+	// a key kept past a reset does not name a later registration).
+	mrKeys hca.MRKeys
 }
-
-// maxPinnedPages bounds the page lists one device keeps (4M entries, 32 MiB),
-// so a guest cannot make the emulator allocate without limit.
-const maxPinnedPages = 4 << 20
 
 func (r *resources) init(c *abi.DeviceCaps) {
 	r.uc = newTable[ucontext]("context", 1, c.MaxUAR)
@@ -123,46 +85,30 @@ func (r *resources) init(c *abi.DeviceCaps) {
 	r.mr = newTable[mr.Region]("MR", 1, min(c.MaxMR+1, 1<<24))
 	r.cq = newTable[cq]("CQ", 1, c.MaxCQ)
 	r.qp = newTable[qp]("QP", 1, min(c.MaxQP, 1<<16))
-	r.qp.reserved = 1 // QPN 1 is the GSI QP's
+	r.qp.Reserved = 1 // QPN 1 is the GSI QP's
 	r.srq = newTable[srq]("SRQ", 1, c.MaxSRQ)
 	r.gids = make([]GIDEntry, c.GIDTblLen)
-	r.pinned = 0
-	if r.mrVariants == nil {
-		r.mrVariants = map[uint32]uint8{}
-	}
+	r.pins.Reset()
 }
 
-// newMRKey is the key of a new registration of MR handle h: variant 0 the
-// first time the device registers h, then the one after the variant its
-// previous registration ended with.
-func (r *resources) newMRKey(h uint32) uint32 {
-	variant := uint8(0)
-	if prev, used := r.mrVariants[h]; used {
-		variant = mr.NextVariant(prev)
-	}
-	r.mrVariants[h] = variant
-	return mr.Key(h, variant)
-}
+// newMRKey is the key of a new registration of MR handle h (hca.MRKeys).
+func (r *resources) newMRKey(h uint32) uint32 { return r.mrKeys.NewKey(h) }
 
 // newMRGen is the generation of a new registration.
-func (r *resources) newMRGen() uint64 {
-	r.mrGen++
-	return r.mrGen
-}
+func (r *resources) newMRGen() uint64 { return r.mrKeys.NewGen() }
 
 func (r *resources) count() int {
-	return len(r.uc.objs) + len(r.pd.objs) + len(r.mr.objs) + len(r.cq.objs) + len(r.qp.objs) + len(r.srq.objs)
+	return r.uc.Len() + r.pd.Len() + r.mr.Len() + r.cq.Len() + r.qp.Len() + r.srq.Len()
 }
 
 func (r *resources) pin(n uint32) *cmdErr {
-	if r.pinned+uint64(n) > maxPinnedPages {
-		return fail(errNoMem, "device page-list budget exhausted (%d pages held)", r.pinned)
+	if err := r.pins.Pin(n); err != nil {
+		return fail(errNoMem, "%v", err)
 	}
-	r.pinned += uint64(n)
 	return nil
 }
 
-func (r *resources) unpin(n int) { r.pinned -= uint64(n) }
+func (r *resources) unpin(n int) { r.pins.Unpin(n) }
 
 // pinPages reads the page list of a new object (n pages from the directory
 // at pdir, read once and kept) and counts it against the page budget.
@@ -324,7 +270,7 @@ func (d *Device) cmdDestroyMR(req *abi.CmdDestroyMR) (abi.Response, *cmdErr) {
 // region's pages after this returns.
 func (d *Device) destroyMR(h uint32, m *mr.Region) {
 	d.revokeLoans()
-	d.res.mrVariants[h] = mr.Variant(m.LKey) // a fast-register may have changed it
+	d.res.mrKeys.Ended(h, mr.Variant(m.LKey)) // a fast-register may have changed it
 	d.res.unpin(len(m.Pages))
 	if pd := d.res.pd.get(m.PD); pd != nil {
 		pd.refs--
