@@ -21,6 +21,8 @@ type QP struct {
 	Stats   QPStats
 	txHigh  uint32
 	txValid bool
+	// timer is the QP's timer (Core.ArmTimer, StopTimer, TimerExpired).
+	timer qpTimer
 }
 
 // CountTx counts a packet a QP sent: f is its headers, n its payload

@@ -125,9 +125,6 @@ type Device struct {
 	// gidGen counts the GID table's changes: a QP's cached path (qpEnv.Path)
 	// is good while it has not moved.
 	gidGen uint64
-	// timerGens numbers the arming of QP timers, device-wide, so that a
-	// late expiry never matches a later QP's arming.
-	timerGens uint64
 	// cqeBuf is where post encodes a CQE before writing it to the ring.
 	cqeBuf [uverbs.CQESize]byte
 	// wire is the port as the core runs it (hca.Wire): its fabric
@@ -273,12 +270,6 @@ func (b *busMem) Store32(gpa uint64, v uint32) error {
 		return err
 	}
 	return dma.StoreUint32(b.m, gpa, v)
-}
-
-// nextTimerGen is a new QP timer generation (d.mu held).
-func (d *Device) nextTimerGen() uint64 {
-	d.timerGens++
-	return d.timerGens
 }
 
 // The function's regions: BAR0 holds the MSI-X table and PBA (the client

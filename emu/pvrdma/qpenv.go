@@ -2,7 +2,6 @@ package pvrdma
 
 import (
 	"errors"
-	"sync/atomic"
 	"time"
 
 	"github.com/hcaemu/hcaemu/dma"
@@ -24,19 +23,9 @@ import (
 
 // qpEnv is a QP's transport.Env.
 type qpEnv struct {
-	d   *Device
-	qp  *qp
-	mem mr.Space
-	// The QP's timer, made at its first arming and reset after (no
-	// allocation per arming). timerGen names the current arming (device
-	// lock); armed says whether it runs. The timer goroutine reads
-	// fireGen and deadline, set before each reset, to tell its own expiry
-	// from an earlier one's late run (fire).
-	timer    *time.Timer
-	timerGen uint64
-	armed    bool
-	fireGen  atomic.Uint64
-	deadline atomic.Int64     // of the current arming, on monoClock
+	d        *Device
+	qp       *qp
+	mem      mr.Space
 	wqe      []byte           // one SQ slot, reused
 	wqeSGEs  []uverbs.SGE     // the SGEs of the WQE being taken, reused
 	udWR     transport.SendWR // a UD send (sent at once): its Segs storage is reused
@@ -109,11 +98,9 @@ func (d *Device) resetTransport(qp *qp) {
 
 // qpTimer handles QP x's expired timer of generation gen.
 func (d *Device) qpTimer(qp *qp, gen uint64) {
-	env := qp.env
-	if qp.RC == nil || env == nil || gen != env.timerGen || !env.armed {
+	if qp.RC == nil || !d.core.TimerExpired(&qp.QP, gen) {
 		return
 	}
-	env.armed = false
 	qp.RC.Timeout()
 }
 
@@ -319,44 +306,9 @@ func (env *qpEnv) LocalOp(wr *transport.SendWR) transport.Status {
 	return env.d.localOp(env.qp, wr, env.mem)
 }
 
-func (env *qpEnv) ArmTimer(dur time.Duration) {
-	env.timerGen = env.d.nextTimerGen()
-	env.armed = true
-	// The deadline before the generation: fire reads them the other way.
-	env.deadline.Store(int64(monoClock() + dur))
-	env.fireGen.Store(env.timerGen)
-	if env.timer == nil {
-		env.timer = time.AfterFunc(dur, env.fire)
-	} else {
-		env.timer.Reset(dur)
-	}
-}
+func (env *qpEnv) ArmTimer(dur time.Duration) { env.d.core.ArmTimer(&env.qp.QP, dur) }
 
-// fire is the timer's function (timer goroutine). An expiry whose run
-// starts after the timer was armed again reads the new arming's deadline,
-// still ahead, and does nothing (the reset timer fires again); one that
-// reads the old generation is stale to the engine, which drops it.
-func (env *qpEnv) fire() {
-	gen := env.fireGen.Load()
-	if monoClock() < time.Duration(env.deadline.Load()) {
-		return
-	}
-	env.d.core.KickTimer(env.qp.Handle, gen)
-}
-
-// monoEpoch is where monoClock counts from.
-var monoEpoch = time.Now()
-
-// monoClock is the monotonic time since monoEpoch.
-func monoClock() time.Duration { return time.Since(monoEpoch) }
-
-func (env *qpEnv) StopTimer() {
-	if env.timer != nil {
-		env.timer.Stop()
-	}
-	env.armed = false
-	env.timerGen = env.d.nextTimerGen()
-}
+func (env *qpEnv) StopTimer() { env.d.core.StopTimer(&env.qp.QP) }
 
 func (env *qpEnv) Kick(work transport.Work, later bool) {
 	flags := hca.WorkSend
