@@ -52,6 +52,7 @@ var allowedImports = map[string][]string{
 	"emu/transport/ud":               {"dma", "emu/mr", "emu/roce", "emu/transport"},
 	"emu/transport/transporttest":    {"dma", "emu/mr", "emu/roce", "emu/transport"},
 	"emu/pvrdma":                     {"dma", "dma/pvrdma", "doorbell/pvrdma", "emu/fabric", "emu/hca", "emu/mr", "emu/pvrdma/abi", "emu/ratelog", "emu/roce", "emu/transport", "emu/transport/rc", "emu/transport/ud", "mmio", "uverbs/pvrdma"},
+	"emu/verbstest":                  {"emu/fabric", "emu/mr", "emu/transport"},
 	"emu/emutest":                    {"dma", "emu/pvrdma", "emu/pvrdma/abi", "uverbs/pvrdma"},
 	"vfio":                           {"dma"},
 	"vfio/record":                    {"dma", "vfio"},
@@ -130,7 +131,7 @@ var deviceModels = []string{"emu/pvrdma", "emu/pvrdma/abi", "uverbs/pvrdma", "do
 // device model imports the core.
 func TestCoreImportsNoModel(t *testing.T) {
 	const mod = "github.com/hcaemu/hcaemu/"
-	for _, pkg := range []string{"emu/hca", "emu/fault", "emu/transport", "emu/transport/rc", "emu/transport/ud", "emu/mr", "emu/fabric", "emu/roce"} {
+	for _, pkg := range []string{"emu/hca", "emu/fault", "emu/verbstest", "emu/transport", "emu/transport/rc", "emu/transport/ud", "emu/mr", "emu/fabric", "emu/roce"} {
 		out, err := exec.Command("go", "list", "-deps", mod+pkg).Output()
 		if err != nil {
 			t.Fatalf("go list -deps %s: %v", pkg, err)
