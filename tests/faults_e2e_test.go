@@ -83,7 +83,7 @@ func TestE2EFaults(t *testing.T) {
 	log := filepath.Join(dir, "faults.log")
 	script := guestTry + `
 try 18601 ibv_rc_pingpong -g 1 -c -n 300 -s 4096
-try 18602 ib_write_bw -x 1 -F -s 65536 -n 2000
+try 18602 ib_write_bw -x 1 -F -s 65536 -n 500
 try 18603 ibv_rc_pingpong -g 1 -c -n 50 -s 777
 try 18604 ibv_rc_pingpong -g 1 -n 100 -s 555
 exit 0
@@ -100,7 +100,7 @@ exit 0
 		// Loss, duplication and reordering: both tools finish, the
 		// pingpong's data check passes.
 		mustContain(t, out, k, regexp.QuoteMeta("RESULT 0 ibv_rc_pingpong -g 1 -c -n 300 -s 4096"),
-			regexp.QuoteMeta("RESULT 0 ib_write_bw -x 1 -F -s 65536 -n 2000"))
+			regexp.QuoteMeta("RESULT 0 ib_write_bw -x 1 -F -s 65536 -n 500"))
 	}
 	// Silent corruption: the side that received the corrupted message,
 	// and only it, finds it (ibv_rc_pingpong -c reports a bad page and
