@@ -1,6 +1,10 @@
 package hca
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/hcaemu/hcaemu/emu/transport"
+)
 
 // Event is an asynchronous event as the verbs name it (enum ibv_event_type
 // and ib_event_type share these numbers); each model maps it to its own
@@ -42,4 +46,16 @@ func (e Event) String() string {
 		return eventNames[e]
 	}
 	return fmt.Sprintf("Event(%d)", e)
+}
+
+// QPErrorEvent is the async event of a QP error its transport reports
+// (QP_FATAL for one it has no name for).
+func QPErrorEvent(ev transport.Event) Event {
+	switch ev {
+	case transport.EventQPRequestErr:
+		return EventQPReqErr
+	case transport.EventQPAccessError:
+		return EventQPAccessErr
+	}
+	return EventQPFatal
 }

@@ -3,6 +3,7 @@ package pvrdma
 import (
 	"github.com/hcaemu/hcaemu/dma"
 	pagedir "github.com/hcaemu/hcaemu/dma/pvrdma"
+	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/pvrdma/abi"
 	uverbs "github.com/hcaemu/hcaemu/uverbs/pvrdma"
 )
@@ -117,6 +118,6 @@ func (d *Device) post(c *cq, cqe *uverbs.CQE, solicited bool) bool {
 		return true
 	}
 	c.broken = true
-	d.event(abi.EventCQErr, c.handle)
+	d.event(hca.EventCQErr, c.handle)
 	return false
 }

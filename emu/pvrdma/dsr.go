@@ -6,6 +6,7 @@ import (
 
 	"github.com/hcaemu/hcaemu/dma"
 	pagedir "github.com/hcaemu/hcaemu/dma/pvrdma"
+	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/pvrdma/abi"
 	uverbs "github.com/hcaemu/hcaemu/uverbs/pvrdma"
 )
@@ -146,16 +147,17 @@ func (d *Device) push(r *devRing, entry []byte) bool {
 	return true
 }
 
-// event posts an async event and raises vector 1.
-func (d *Device) event(typ, info uint32) {
+// event posts async event ev (its PVRDMA EQE type: eqeType) and raises
+// vector 1.
+func (d *Device) event(ev hca.Event, info uint32) {
 	if d.dsr == nil {
 		return
 	}
 	if d.tracer != nil {
-		d.traceAsync(typ, info)
+		d.traceAsync(ev, info)
 	}
 	var e [abi.EQESize]byte
-	eqe := abi.EQE{Type: typ, Info: info}
+	eqe := abi.EQE{Type: eqeType(ev), Info: info}
 	eqe.Encode(e[:])
 	if !d.push(&d.dsr.async, e[:]) {
 		d.stats.eventsLost++

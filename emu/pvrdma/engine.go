@@ -81,7 +81,7 @@ func (d *Device) ownsPage(ctx, page uint32) bool {
 
 // serviceQP does what a QP's doorbells asked for.
 func (d *Device) serviceQP(qp *qp, flags hca.Work) {
-	if (qp.faultEvent != 0 || qp.faultErr) && d.faultPending(qp) {
+	if (qp.faultHasEvent || qp.faultErr) && d.faultPending(qp) {
 		return
 	}
 	switch qp.state {
@@ -99,7 +99,7 @@ func (d *Device) serviceQP(qp *qp, flags hca.Work) {
 		// the guest's producer index now so a corrupt one fails early.
 		if _, err := d.pendingWQEs(qp.pages, &qp.rq); err != nil {
 			d.find(FindingRingIndex, "QP to ERR with QP_FATAL", "qp %d rq pvrdma_ring.prod_tail: %v", qp.Handle, err)
-			d.qpError(qp, abi.EventQPFatal)
+			d.qpError(qp, hca.EventQPFatal)
 			return
 		}
 	}
@@ -137,7 +137,7 @@ func (m coreModel) Service(target hca.Target, h uint32, work hca.Work, timerGen 
 
 func (m coreModel) ReceiveFrame(frame []byte)    { m.d.wire.ReceiveFrame(frame) }
 func (m coreModel) ReceiveBatch(b *fabric.Batch) { m.d.wire.ReceiveBatch(b) }
-func (m coreModel) DeviceFatal()                 { m.d.event(abi.EventDeviceFatal, 0) }
+func (m coreModel) DeviceFatal()                 { m.d.event(hca.EventDeviceFatal, 0) }
 
 // BeforeUnlock shows the guest the ring indexes the hold advanced, and sends
 // the packets built under the lock before it is let go.

@@ -67,7 +67,7 @@ func (d *Device) faultCompletion(qp *qp, cqe *uverbs.CQE, op transport.WCOpcode,
 	case FaultCQError:
 		if c != nil && !c.broken {
 			c.broken = true
-			d.event(abi.EventCQErr, c.handle)
+			d.event(hca.EventCQErr, c.handle)
 		}
 		return false
 	default:
@@ -128,14 +128,14 @@ func (d *Device) deviceFault(act FaultAction, qp *qp, c *cq) {
 		if qp != nil && qp.state != abi.QPStateErr && qp.state != abi.QPStateReset {
 			// Deferred to the engine: the point may be inside the QP's
 			// transport, which ERR flushes.
-			qp.faultEvent = eqeType(act.Event)
+			qp.faultEvent, qp.faultHasEvent = act.Event, true
 			d.core.Kick(hca.TargetQP, qp.Handle, hca.WorkSend)
 		}
 	case FaultSRQError, FaultSRQLimit:
 		if qp != nil && qp.srq != 0 {
-			ev := uint32(abi.EventSRQErr)
+			ev := hca.EventSRQErr
 			if act.Kind == FaultSRQLimit {
-				ev = abi.EventSRQLimitReached
+				ev = hca.EventSRQLimitReached
 				if s := d.res.srq.get(qp.srq); s != nil {
 					s.limit = 0 // the limit is armed once (ibv_modify_srq)
 				}
@@ -148,17 +148,17 @@ func (d *Device) deviceFault(act FaultAction, qp *qp, c *cq) {
 		}
 		if c != nil && !c.broken {
 			c.broken = true
-			d.event(abi.EventCQErr, c.handle)
+			d.event(hca.EventCQErr, c.handle)
 		}
 	case FaultPortDown:
 		d.portDownFor(act.Duration)
 	case FaultGIDChange:
-		d.event(abi.EventGIDChange, 1)
+		d.event(hca.EventGIDChange, 1)
 	case FaultDeviceFatal:
 		if !d.core.Fatal {
 			d.log.Error("device fatal: fault injected")
 			d.core.Fatal = true
-			d.event(abi.EventDeviceFatal, 0)
+			d.event(hca.EventDeviceFatal, 0)
 		}
 	}
 }
@@ -167,9 +167,9 @@ func (d *Device) deviceFault(act FaultAction, qp *qp, c *cq) {
 // reports whether the QP went to ERR.
 func (d *Device) faultPending(qp *qp) bool {
 	switch {
-	case qp.faultEvent != 0:
+	case qp.faultHasEvent:
 		ev := qp.faultEvent
-		qp.faultEvent, qp.faultErr = 0, false
+		qp.faultHasEvent, qp.faultErr = false, false
 		d.qpError(qp, ev)
 		return true
 	case qp.faultErr:
@@ -190,7 +190,7 @@ func (d *Device) faultPending(qp *qp) bool {
 func (d *Device) portDownFor(dur time.Duration) {
 	if !d.wire.Down {
 		d.wire.Down = true
-		d.event(abi.EventPortErr, 1)
+		d.event(hca.EventPortErr, 1)
 		d.log.Info("port down: fault injected", "for", dur)
 	}
 	d.portGen++
@@ -206,7 +206,7 @@ func (d *Device) portDownFor(dur time.Duration) {
 		}
 		d.wire.Down = false
 		d.portTimer = nil
-		d.event(abi.EventPortActive, 1)
+		d.event(hca.EventPortActive, 1)
 		d.log.Info("port up: fault injected flap over")
 	})
 }

@@ -195,7 +195,7 @@ func (d *Device) inspectQP(qp *qp) QPState {
 	q := QPState{Handle: qp.Handle, QPN: qp.QPN, Type: qpTypeName(qp.typ), State: stateNames[qp.state],
 		PD: qp.PD, Context: qp.ctx, SendCQ: qp.sendCQ, RecvCQ: qp.recvCQ, SRQ: qp.srq,
 		DestQPN: a.DestQPN, Timeout: a.Timeout, RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry,
-		SQPSN: a.SQPSN, RQPSN: a.RQPSN, PendingFaultErr: qp.faultErr || qp.faultEvent != 0}
+		SQPSN: a.SQPSN, RQPSN: a.RQPSN, PendingFaultErr: qp.faultErr || qp.faultHasEvent}
 	prod, _ := dma.LoadUint32(d.mem, qp.pages[0]+qp.sq.prodOff)
 	q.SQ = RingState{Entries: qp.sq.ring.N, Prod: prod, Cons: qp.sq.cons}
 	if qp.srq == 0 {

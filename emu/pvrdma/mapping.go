@@ -90,22 +90,6 @@ func wcOpcode(op transport.WCOpcode) uint32 {
 	return wcOpcodes[op]
 }
 
-// qpEvents maps the transport's QP errors to PVRDMA async events.
-var qpEvents = [...]uint32{
-	transport.EventQPFatal:       abi.EventQPFatal,
-	transport.EventQPRequestErr:  abi.EventQPReqErr,
-	transport.EventQPAccessError: abi.EventQPAccessErr,
-}
-
-// qpEvent is the PVRDMA async event of transport error ev (QP_FATAL for
-// one it has no name for).
-func qpEvent(ev transport.Event) uint32 {
-	if ev == 0 || int(ev) >= len(qpEvents) {
-		return abi.EventQPFatal
-	}
-	return qpEvents[ev]
-}
-
 // eqeTypes maps the core's async events to PVRDMA's (enum pvrdma_eqe_type).
 var eqeTypes = [hca.NumEvents]uint32{
 	hca.EventCQErr: abi.EventCQErr, hca.EventQPFatal: abi.EventQPFatal, hca.EventQPReqErr: abi.EventQPReqErr,

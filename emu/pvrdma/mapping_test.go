@@ -80,13 +80,13 @@ func TestSendOpcodes(t *testing.T) {
 func TestQPEvent(t *testing.T) {
 	for _, tc := range []struct {
 		ev   transport.Event
-		want uint32 // enum pvrdma_eqe_type
+		want uint32 // enum pvrdma_eqe_type of the EQE the device writes
 	}{
 		{transport.EventQPFatal, 1}, {transport.EventQPRequestErr, 2}, {transport.EventQPAccessError, 3},
 		{0, 1}, {99, 1},
 	} {
-		if got := qpEvent(tc.ev); got != tc.want {
-			t.Errorf("qpEvent(%d) = %d, want %d", tc.ev, got, tc.want)
+		if got := eqeType(hca.QPErrorEvent(tc.ev)); got != tc.want {
+			t.Errorf("QP error %d: EQE type %d, want %d", tc.ev, got, tc.want)
 		}
 	}
 }

@@ -60,8 +60,9 @@ type qp struct {
 	env *qpEnv
 	// Injected faults the engine carries out at its next turn for the QP:
 	// an async event with ERR, or ERR alone (after an error completion).
-	faultEvent uint32
-	faultErr   bool
+	faultEvent    hca.Event
+	faultHasEvent bool
+	faultErr      bool
 }
 
 // transition is one legal edge of the IB QP state table with the attributes
@@ -302,20 +303,20 @@ func (d *Device) setState(qp *qp, next uint8) {
 func (d *Device) checkDrained(qp *qp) {
 	if qp.state == abi.QPStateSQD && (qp.RC == nil || qp.RC.Outstanding() == 0) && qp.attr.EnSQDAsyncNotify != 0 {
 		qp.attr.EnSQDAsyncNotify = 0
-		d.event(abi.EventSQDrained, qp.Handle)
+		d.event(hca.EventSQDrained, qp.Handle)
 	}
 }
 
 // qpError moves a QP to ERR because of an error it caused or met, with the
 // async event the driver expects.
-func (d *Device) qpError(qp *qp, ev uint32) {
+func (d *Device) qpError(qp *qp, ev hca.Event) {
 	if qp.state == abi.QPStateErr {
 		return
 	}
 	d.event(ev, qp.Handle)
 	d.setState(qp, abi.QPStateErr)
 	if qp.srq != 0 {
-		d.event(abi.EventQPLastWQEReached, qp.Handle)
+		d.event(hca.EventQPLastWQEReached, qp.Handle)
 	}
 }
 

@@ -109,7 +109,7 @@ func (env *qpEnv) PendingSends() (uint32, bool) {
 	n, err := d.pendingWQEs(qp.pages, &qp.sq)
 	if err != nil {
 		d.find(FindingRingIndex, "QP to ERR with QP_FATAL", "qp %d sq pvrdma_ring.prod_tail: %v", qp.Handle, err)
-		d.qpError(qp, abi.EventQPFatal)
+		d.qpError(qp, hca.EventQPFatal)
 		return 0, false
 	}
 	return n, true
@@ -122,7 +122,7 @@ func (env *qpEnv) TakeSend(wr *transport.SendWR) bool {
 	}
 	slot := qp.sq.ring.Slot(qp.sq.cons)
 	if err := d.takeSendWQE(qp, env.wqe); err != nil {
-		d.qpError(qp, abi.EventQPFatal)
+		d.qpError(qp, hca.EventQPFatal)
 		return false
 	}
 	w, err := uverbs.DecodeSendWQEInto(env.wqe, qp.sq.maxSGE, env.wqeSGEs)
@@ -238,7 +238,7 @@ func (env *qpEnv) Complete(c transport.Completion) {
 	d.completeRecv(qp, &cqe, c.Solicited)
 }
 
-func (env *qpEnv) Error(ev transport.Event) { env.d.qpError(env.qp, qpEvent(ev)) }
+func (env *qpEnv) Error(ev transport.Event) { env.d.qpError(env.qp, hca.QPErrorEvent(ev)) }
 
 func (env *qpEnv) Drained() { env.d.checkDrained(env.qp) }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/pvrdma/abi"
 	"github.com/hcaemu/hcaemu/emu/transport"
 	uverbs "github.com/hcaemu/hcaemu/uverbs/pvrdma"
@@ -48,7 +49,7 @@ func (d *Device) find(kind FindingKind, outcome, format string, args ...any) {
 	d.log.Error("strict mode: the device is latched in DEVICE_FATAL at the driver's first mistake", "finding", f.Text)
 	if !d.core.Fatal {
 		d.core.Fatal = true
-		d.event(abi.EventDeviceFatal, 0)
+		d.event(hca.EventDeviceFatal, 0)
 	}
 	if d.strict.report != nil {
 		d.strict.report(f)

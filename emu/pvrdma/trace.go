@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"github.com/hcaemu/hcaemu/emu/hca"
-	"github.com/hcaemu/hcaemu/emu/pvrdma/abi"
 	"github.com/hcaemu/hcaemu/emu/roce"
 	"github.com/hcaemu/hcaemu/emu/transport"
 	uverbs "github.com/hcaemu/hcaemu/uverbs/pvrdma"
@@ -83,11 +82,11 @@ func (d *Device) traceState(qp *qp, prev, next uint8) {
 }
 
 // traceAsync reports an async event; QP events name their QP.
-func (d *Device) traceAsync(typ, info uint32) {
-	ev := TraceEvent{Event: "async", Async: asyncName(typ), Handle: info}
+func (d *Device) traceAsync(typ hca.Event, info uint32) {
+	ev := TraceEvent{Event: "async", Async: typ.String(), Handle: info}
 	switch typ {
-	case abi.EventQPFatal, abi.EventQPReqErr, abi.EventQPAccessErr, abi.EventCommEst,
-		abi.EventSQDrained, abi.EventPathMig, abi.EventPathMigErr, abi.EventQPLastWQEReached:
+	case hca.EventQPFatal, hca.EventQPReqErr, hca.EventQPAccessErr, hca.EventCommEst,
+		hca.EventSQDrained, hca.EventPathMig, hca.EventPathMigErr, hca.EventQPLastWQEReached:
 		if qp := d.res.qp.get(info); qp != nil {
 			ev.QPN, ev.Handle = qp.QPN, 0
 		}
@@ -113,25 +112,6 @@ var wcStatusNames = [...]string{
 func wcStatusName(s uint32) string {
 	if int(s) < len(wcStatusNames) {
 		return wcStatusNames[s]
-	}
-	return "?"
-}
-
-// asyncNames are the PVRDMA async event names (pvrdma_dev_api.h's
-// PVRDMA_EVENT_*, without the prefix).
-var asyncNames = [...]string{
-	abi.EventCQErr: "CQ_ERR", abi.EventQPFatal: "QP_FATAL", abi.EventQPReqErr: "QP_REQ_ERR",
-	abi.EventQPAccessErr: "QP_ACCESS_ERR", abi.EventCommEst: "COMM_EST", abi.EventSQDrained: "SQ_DRAINED",
-	abi.EventPathMig: "PATH_MIG", abi.EventPathMigErr: "PATH_MIG_ERR", abi.EventDeviceFatal: "DEVICE_FATAL",
-	abi.EventPortActive: "PORT_ACTIVE", abi.EventPortErr: "PORT_ERR", abi.EventLIDChange: "LID_CHANGE",
-	abi.EventPKeyChange: "PKEY_CHANGE", abi.EventSMChange: "SM_CHANGE", abi.EventSRQErr: "SRQ_ERR",
-	abi.EventSRQLimitReached: "SRQ_LIMIT_REACHED", abi.EventQPLastWQEReached: "QP_LAST_WQE_REACHED",
-	abi.EventClientReregister: "CLIENT_REREGISTER", abi.EventGIDChange: "GID_CHANGE",
-}
-
-func asyncName(typ uint32) string {
-	if int(typ) < len(asyncNames) {
-		return asyncNames[typ]
 	}
 	return "?"
 }

@@ -84,7 +84,7 @@ func (d *Device) publishRings() {
 		if err := dma.StoreUint32(d.mem, c.pages[0]+uverbs.RxProdTail, c.prod); err != nil && !c.broken {
 			d.find(FindingPageDir, "CQ_ERR, the CQ takes no more", "cq %d pvrdma_ring.prod_tail: %v", c.handle, err)
 			c.broken = true
-			d.event(abi.EventCQErr, c.handle)
+			d.event(hca.EventCQErr, c.handle)
 		}
 	}
 	d.dirtyCQs = d.dirtyCQs[:0]
@@ -106,7 +106,7 @@ func (d *Device) publishRings() {
 	// in turn (a QP in ERR is not failed again, so this ends).
 	for _, qp := range lost {
 		d.find(FindingPageDir, "QP to ERR with QP_FATAL", "qp %d sq pvrdma_ring.cons_head: %v", qp.Handle, lostErr)
-		d.qpError(qp, abi.EventQPFatal)
+		d.qpError(qp, hca.EventQPFatal)
 	}
 	if len(lost) > 0 {
 		d.publishDirty()
@@ -134,7 +134,7 @@ func (d *Device) processSQ(qp *qp) {
 		slot := qp.sq.ring.Slot(qp.sq.cons)
 		if err := d.takeSendWQE(qp, buf); err != nil {
 			d.log.Warn("SQ WQE unreadable", "qp", qp.Handle, "err", err)
-			d.qpError(qp, abi.EventQPFatal)
+			d.qpError(qp, hca.EventQPFatal)
 			return
 		}
 		w, err := uverbs.DecodeSendWQEInto(buf, qp.sq.maxSGE, qp.env.wqeSGEs)
@@ -142,7 +142,7 @@ func (d *Device) processSQ(qp *qp) {
 			d.findSendWQE(qp, slot, &w)
 			cqe := uverbs.CQE{WRID: w.WRID, Opcode: sendWCOpcode(w.Opcode), Status: uverbs.WCLocLenErr}
 			d.completeSend(qp, &cqe, false)
-			d.qpError(qp, abi.EventQPReqErr)
+			d.qpError(qp, hca.EventQPReqErr)
 			return
 		}
 		qp.env.wqeSGEs = w.SGE[:0]
@@ -279,7 +279,7 @@ func (d *Device) popRecv(qp *qp) {
 	if s.limit != 0 {
 		if n, err := d.pendingWQEs(s.pages, &s.q); err == nil && n < s.limit {
 			s.limit = 0
-			d.event(abi.EventSRQLimitReached, s.handle)
+			d.event(hca.EventSRQLimitReached, s.handle)
 		}
 	}
 }
