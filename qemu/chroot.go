@@ -14,6 +14,7 @@ import (
 // ancestor (e.g. /home inside a root that belongs to subordinate IDs or to
 // root, entered by an unprivileged user).
 const enterScript = `set -e
+PATH=$PATH:/usr/sbin:/sbin # chroot, for users whose PATH lacks it
 root=$1; shift
 mount --rbind /dev "$root/dev"
 mount --make-rslave "$root/dev"
