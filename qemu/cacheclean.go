@@ -61,7 +61,7 @@ func CleanCache(dir string) error {
 		}
 		defer f.Close()
 		if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
-			return fmt.Errorf("cache %s: %s: try again when it is done", dir, l.name)
+			return fmt.Errorf("cache %s: %s: try again when it is done", dir, l.who)
 		}
 	}
 	if os.Geteuid() == 0 {

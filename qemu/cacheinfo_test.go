@@ -44,3 +44,37 @@ func TestInspectCache(t *testing.T) {
 		t.Errorf("complete: %+v", info)
 	}
 }
+
+// CleanCache refuses while a run holds the runs lock, or a provisioning the
+// provisioning lock, and removes the cache otherwise.
+func TestCleanCache(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cache")
+	if err := os.MkdirAll(filepath.Join(dir, "run", "0123"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	run, err := lockRuns(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := CleanCache(dir); err == nil || !strings.Contains(err.Error(), "an hcaemu run is using it") {
+		t.Errorf("with a run: %v", err)
+	}
+	run.Close()
+	unlock, err := lockCache(dir, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := CleanCache(dir); err == nil || !strings.Contains(err.Error(), "an hcaemu is provisioning it") {
+		t.Errorf("while provisioning: %v", err)
+	}
+	unlock()
+	if err := CleanCache(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("%s still there: %v", dir, err)
+	}
+	if err := CleanCache(dir); err != nil {
+		t.Errorf("cleaning nothing: %v", err)
+	}
+}

@@ -103,7 +103,7 @@ func (p *provisioner) gatherHostFacts(ctx context.Context, cache string) hostFac
 	} else {
 		h.mirrorErr = ErrNoMirror
 	}
-	h.needGo = !p.st.done("initramfs", i)
+	h.needGo = !p.st.done("initramfs", i) && p.toolsDir == "" // (an image alone needs no Go)
 	_, h.goErr = goTool()
 	if free, err := freeBytes(cache); err == nil {
 		h.free, h.freeChecked = free, true

@@ -248,6 +248,9 @@ func lockCache(cache string, exclusive bool, logw io.Writer) (unlock func(), err
 	lock, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		if lock, err = os.Open(path); err != nil {
+			if !exclusive {
+				return func() {}, nil // a read-only cache without a lock file: nobody provisions it
+			}
 			return nil, err
 		}
 	}
