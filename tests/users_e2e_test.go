@@ -39,12 +39,11 @@ type testUser struct {
 func makeTestUsers(t *testing.T, names ...string) []testUser {
 	t.Helper()
 	saved := map[string][]byte{}
-	modes := map[string]fs.FileMode{}
+	stats := map[string]fs.FileInfo{} // mode and owner (/etc/shadow is root:shadow 0640)
 	for _, f := range accountFiles {
 		if b, err := os.ReadFile(f); err == nil {
-			saved[f] = b
 			if fi, err := os.Stat(f); err == nil {
-				modes[f] = fi.Mode().Perm()
+				saved[f], stats[f] = b, fi
 			}
 		}
 	}
@@ -62,11 +61,22 @@ func makeTestUsers(t *testing.T, names ...string) []testUser {
 				os.Remove(f)
 				continue
 			}
-			if err := os.WriteFile(f+".hcaemu-restore", b, modes[f]); err == nil {
-				os.Chmod(f+".hcaemu-restore", modes[f])
-				if err := os.Rename(f+".hcaemu-restore", f); err != nil {
-					t.Errorf("restoring %s: %v", f, err)
-				}
+			fi := stats[f]
+			st := fi.Sys().(*syscall.Stat_t)
+			tmp := f + ".hcaemu-restore"
+			err := os.WriteFile(tmp, b, fi.Mode().Perm())
+			if err == nil {
+				err = os.Chown(tmp, int(st.Uid), int(st.Gid))
+			}
+			if err == nil {
+				err = os.Chmod(tmp, fi.Mode().Perm())
+			}
+			if err == nil {
+				err = os.Rename(tmp, f)
+			}
+			if err != nil {
+				os.Remove(tmp)
+				t.Errorf("restoring %s: %v", f, err)
 			}
 		}
 	})
