@@ -51,9 +51,6 @@ func CleanCache(dir string) error {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && os.Geteuid() != 0 && int(st.Uid) != os.Geteuid() {
 		return fmt.Errorf("cache %s belongs to user %d, not to you: only they or root can clean it", dir, st.Uid)
 	}
-	if mp, ok := mountBelow(dir); ok {
-		return fmt.Errorf("refusing to remove %s: %s is mounted below it (umount it first)", dir, mp)
-	}
 	for _, l := range []struct{ name, who string }{{"lock", "an hcaemu is provisioning it"}, {runsLock, "an hcaemu run is using it"}} {
 		f, err := os.OpenFile(filepath.Join(dir, l.name), os.O_RDWR, 0)
 		if err != nil {
@@ -64,26 +61,29 @@ func CleanCache(dir string) error {
 			return fmt.Errorf("cache %s: %s: try again when it is done", dir, l.who)
 		}
 	}
-	if os.Geteuid() == 0 {
-		return os.RemoveAll(dir)
-	}
-	argv, ok := subIDArgv()
-	if !ok {
-		// No subordinate IDs: everything is the user's own.
-		return os.RemoveAll(dir)
-	}
-	out, err := exec.Command(argv[0], append(argv[1:], "rm", "-rf", "--one-file-system", "--", dir)...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("removing %s in a user namespace: %v: %s", dir, err, out)
-	}
-	return nil
+	// What the user cannot remove belongs to their subordinate IDs:
+	// removeTree removes it where those are mapped (and refuses a tree
+	// with a mount below it).
+	return removeTree(dir)
 }
 
-// subIDArgv returns the unshare argv that runs a command as root of a user
-// namespace mapping the user to 0 and their subordinate IDs above, so that
-// root there owns every file of the user's caches; false without
-// subordinate IDs or newuidmap.
-func subIDArgv() ([]string, bool) {
+// subIDRootArgv returns the unshare argv that runs a command in the user
+// namespace of mmdebstrap's unshare mode (the user's subordinate IDs from 0
+// on, as in the root file systems it made: root there is their root) with
+// the user mapped above them, so that root there can read and write both;
+// false without subordinate IDs or newuidmap.
+func subIDRootArgv() ([]string, bool) {
+	us, un, gs, gn, ok := subIDs()
+	if !ok {
+		return nil, false
+	}
+	return []string{"unshare", fmt.Sprintf("--map-user=%d", un), fmt.Sprintf("--map-users=%d,0,%d", us, un),
+		fmt.Sprintf("--map-group=%d", gn), fmt.Sprintf("--map-groups=%d,0,%d", gs, gn), "--setuid", "0", "--setgid", "0"}, true
+}
+
+// subIDs returns the user's first subordinate UID and GID ranges, if they
+// have both and newuidmap and newgidmap are installed.
+func subIDs() (us, un, gs, gn int64, ok bool) {
 	name := strconv.Itoa(os.Geteuid())
 	if u, err := userName(); err == nil {
 		name = u
@@ -92,7 +92,16 @@ func subIDArgv() ([]string, bool) {
 	gs, gn, ok2 := subIDRange("/etc/subgid", name, strconv.Itoa(os.Getegid()))
 	_, e1 := exec.LookPath("newuidmap")
 	_, e2 := exec.LookPath("newgidmap")
-	if !ok1 || !ok2 || e1 != nil || e2 != nil {
+	return us, un, gs, gn, ok1 && ok2 && e1 == nil && e2 == nil
+}
+
+// subIDArgv returns the unshare argv that runs a command as root of a user
+// namespace mapping the user to 0 and their subordinate IDs above, so that
+// root there owns every file of the user's caches; false without
+// subordinate IDs or newuidmap.
+func subIDArgv() ([]string, bool) {
+	us, un, gs, gn, ok := subIDs()
+	if !ok {
 		return nil, false
 	}
 	return []string{"unshare", "--map-root-user",
