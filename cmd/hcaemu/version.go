@@ -63,6 +63,9 @@ func (b buildInfo) String() string {
 	if b.GoVersion != "" {
 		s += " " + b.GoVersion
 	}
+	if b.Revision == "" && b.Version == "(devel)" {
+		s += " (no VCS revision: built outside a git checkout or with -buildvcs=false)"
+	}
 	return s
 }
 

@@ -18,7 +18,7 @@ func TestReadBuildInfo(t *testing.T) {
 		t.Errorf("got %q, want %q", got, want)
 	}
 	b = readBuildInfo(&debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Path: "github.com/hcaemu/hcaemu"}}, true)
-	if got, want := b.String(), "hcaemu (devel) go1.26.8"; got != want {
+	if got, want := b.String(), "hcaemu (devel) go1.26.8 (no VCS revision: built outside a git checkout or with -buildvcs=false)"; got != want {
 		t.Errorf("got %q, want %q", got, want)
 	}
 	if got := readBuildInfo(nil, false).Version; got != "unknown" {
