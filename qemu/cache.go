@@ -99,7 +99,18 @@ func removeTree(dir string) error {
 	if mp, ok := mountBelow(abs); ok {
 		return fmt.Errorf("refusing to remove %s: %s is mounted below it (umount it first)", abs, mp)
 	}
-	return os.RemoveAll(abs)
+	err = os.RemoveAll(abs)
+	if err != nil && os.Geteuid() != 0 {
+		// A root file system of the user's subordinate IDs (made in
+		// mmdebstrap's unshare mode): removed where they are mapped.
+		if argv, ok := subIDArgv(); ok {
+			if out, err2 := exec.Command(argv[0], append(argv[1:], "rm", "-rf", "--one-file-system", "--", abs)...).CombinedOutput(); err2 != nil {
+				return fmt.Errorf("removing %s in a user namespace: %v: %s", abs, err2, out)
+			}
+			return nil
+		}
+	}
+	return err
 }
 
 // mountBelow returns a mount point at or below the absolute path abs.

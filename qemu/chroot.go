@@ -9,8 +9,12 @@ import (
 // enterScript runs in a private mount namespace (unshare --mount): it binds
 // /dev, /sys, a fresh /proc and /dev/shm into the root file system, binds the
 // cache tree at the same path inside, and chroots. The mounts vanish when the
-// command exits. Arguments: ROOT [HOSTDIR DIR]... -- COMMAND...
+// command exits. Arguments: ROOT [HOSTDIR DIR]... -- COMMAND... A DIR the
+// caller may not create in ROOT is made on a tmpfs over its deepest existing
+// ancestor (e.g. /home inside a root that belongs to subordinate IDs or to
+// root, entered by an unprivileged user).
 const enterScript = `set -e
+PATH=$PATH:/usr/sbin:/sbin # chroot, for users whose PATH lacks it
 root=$1; shift
 mount --rbind /dev "$root/dev"
 mount --make-rslave "$root/dev"
@@ -19,7 +23,19 @@ mount -t proc proc "$root/proc"
 mount --rbind /sys "$root/sys"
 mount --make-rslave "$root/sys"
 while [ "$1" != -- ]; do
-	mkdir -p "$root$2"
+	if ! mkdir -p "$root$2" 2>/dev/null; then
+		# Not ours to create in this root (a root file system of another
+		# user, or made in a user namespace, has a /home we cannot
+		# write): a tmpfs over the deepest directory it has on the way.
+		a=$2
+		while [ ! -d "$root$a" ]; do a=$(dirname "$a"); done
+		case "$a" in
+		/|/usr|/usr/*|/etc|/etc/*|/bin|/sbin|/lib*|/dev|/dev/*|/proc|/proc/*|/sys|/sys/*|/var)
+			echo "hcaemu-enter: cannot make $2 in $root (it would hide $a)" >&2; exit 1;;
+		esac
+		mount -t tmpfs -o mode=0755 tmpfs "$root$a"
+		mkdir -p "$root$2"
+	fi
 	mount --bind "$1" "$root$2"
 	shift 2
 done

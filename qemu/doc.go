@@ -3,9 +3,11 @@
 // and perftest, and boots guests that run one command each.
 //
 // Provision is cached and idempotent. Cache layout (default $HCAEMU_CACHE,
-// else /var/cache/hcaemu for root, else $XDG_CACHE_HOME/hcaemu):
+// else /var/cache/hcaemu for root, else /var/cache/hcaemu read-only when it
+// is complete, else $XDG_CACHE_HOME/hcaemu: SelectCache):
 //
-//	lock                 flock: one provisioning at a time
+//	lock                 flock: one provisioning at a time (shared: used read-only)
+//	runs.lock            flock shared by every run (CleanCache refuses meanwhile)
 //	stamps/STEP          a step is done when its stamp holds the step's key
 //	logs/STEP.log        full output of each step's commands
 //	tools/mmdebstrap/    mmdebstrap, from `apt-get download` + `dpkg-deb -x`
@@ -18,7 +20,16 @@
 //	guest/hcaemu-initramfs  the archive builder (mkuimage; writes each run's initrd)
 //	gomod/               Go module (u-root pinned) the busybox and the builder are built in
 //	accel                cached KVM boot probe (per host boot)
-//	run/ID/              one run: switch.net, gK.net, hcaK.sock, initrd.cpio
+//	run/ID/              one run (0700): switch.net, gK.net, hcaK.sock, initrd.cpio
+//
+// A cache complete but not writable by the user is used read-only
+// (Env.CacheDir); accel, runs.lock, run/ and the images it lacks go to the
+// user's own cache (Env.WorkDir), bound at the same path in QEMU's root. An
+// unprivileged user provisions with mmdebstrap's unshare mode (the roots
+// then belong to the user's subordinate IDs; CleanCache removes them in a
+// user namespace that maps those) and enters roots with unshare
+// --map-root-user; a bind target they may not create in a root (/home in a
+// root of subordinate IDs or of root) is made on a tmpfs.
 //
 // The steps are: tools, sid, trixie, modules (build vmw_pvrdma.ko in the
 // trixie root, collect kernel and modules), initramfs (build the archive

@@ -84,6 +84,8 @@ type Cluster struct {
 	// connected to the unix socket FaultsSocketPath(k) (a server must
 	// listen there before Run): the guest's hcaemu-faults command.
 	FaultPorts bool
+
+	runsLock *os.File // shared lock on the work directory's runs.lock
 }
 
 // Readiness is when guest 0's command counts as ready: guests >= 1 start
@@ -166,21 +168,40 @@ func (e *Env) NewCluster(guests int) (*Cluster, error) {
 	if guests < 1 {
 		return nil, fmt.Errorf("need at least one guest")
 	}
+	runs := filepath.Join(e.workDir(), dirRun)
 	// Run directories of runs that crashed a day ago or more.
-	if old, err := os.ReadDir(filepath.Join(e.CacheDir, dirRun)); err == nil {
+	if old, err := os.ReadDir(runs); err == nil {
 		for _, o := range old {
 			if fi, err := o.Info(); err == nil && time.Since(fi.ModTime()) > 24*time.Hour {
-				os.RemoveAll(filepath.Join(e.CacheDir, dirRun, o.Name()))
+				os.RemoveAll(filepath.Join(runs, o.Name()))
 			}
 		}
 	}
 	var rb [6]byte
 	rand.Read(rb[:])
-	dir := filepath.Join(e.CacheDir, dirRun, hex.EncodeToString(rb[:]))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	dir := filepath.Join(runs, hex.EncodeToString(rb[:]))
+	if err := os.MkdirAll(runs, 0o755); err != nil {
 		return nil, err
 	}
-	return &Cluster{Env: e, Dir: dir, Guests: guests, Stdout: os.Stdout, Stderr: os.Stderr, Image: e.Image}, nil
+	// The run's own: no other user sees its sockets or files.
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, err
+	}
+	// Held while the run exists: hcaemu cache clean refuses meanwhile.
+	lock, err := lockRuns(e.workDir())
+	if err != nil {
+		os.Remove(dir)
+		return nil, err
+	}
+	return &Cluster{Env: e, Dir: dir, Guests: guests, Stdout: os.Stdout, Stderr: os.Stderr, Image: e.Image, runsLock: lock}, nil
+}
+
+// workDir is where runs write: WorkDir, else CacheDir.
+func (e *Env) workDir() string {
+	if e.WorkDir != "" {
+		return e.WorkDir
+	}
+	return e.CacheDir
 }
 
 // guestNet is Net or its default.
@@ -242,6 +263,9 @@ func (c *Cluster) FaultsSocketPath(k int) string {
 
 // Close removes the run directory.
 func (c *Cluster) Close() error {
+	if c.runsLock != nil {
+		defer c.runsLock.Close()
+	}
 	if c.Dir == "" {
 		return nil
 	}
@@ -481,6 +505,10 @@ func (c *Cluster) Run(ctx context.Context, script string) ([]GuestResult, error)
 		}
 		argv := append([]string{e.QEMU}, qemuArgs(g)...)
 		if e.Root != "" {
+			if w := e.workDir(); w != e.CacheDir {
+				// The run directory, at the same path inside.
+				binds = append([]bindMount{{hostDir: w, dir: w}}, binds...)
+			}
 			argv = chrootArgv(e.Root, e.CacheDir, binds, argv...)
 		}
 		gr := &guestRun{k: k, nonce: nonce, ready: ReadyStarted, reboot: c.AllowReboot, status: -1,

@@ -42,7 +42,12 @@ type Options struct {
 // and a guest initramfs. All paths are absolute and mean the same inside Root
 // (the cache tree is bound at the same path there).
 type Env struct {
+	// CacheDir holds what was provisioned (read-only to this user when it
+	// is not WorkDir).
 	CacheDir string
+	// WorkDir receives what runs write: run directories (sockets, per-run
+	// archives) and the KVM probe's verdict ("" = CacheDir).
+	WorkDir string
 	// Root is the root file system QEMU runs in (entered with unshare +
 	// chroot); "" when the host's QEMU is recent enough.
 	Root string
@@ -123,60 +128,45 @@ const minFreeBytes = 3 << 30
 // Provision makes (or finds in the cache) everything needed to boot guests.
 // It is idempotent: every step leaves a stamp and is skipped when done.
 func Provision(ctx context.Context, opts Options) (*Env, error) {
-	cache := opts.CacheDir
-	if cache == "" {
-		cache = DefaultCacheDir()
-	}
-	cache, err := filepath.Abs(cache)
-	if err != nil {
-		return nil, err
-	}
 	logw := opts.Log
 	if logw == nil {
 		logw = os.Stderr
-	}
-	if err := checkPrivileges(); err != nil {
-		return nil, err
 	}
 	switch opts.Image {
 	case "", ImageDebian:
 	default:
 		return nil, fmt.Errorf("unknown image %q (want %s)", opts.Image, ImageDebian)
 	}
-	if len(cache)+len("/run/0123456789abcdef/g0.net") > 100 {
-		return nil, fmt.Errorf("cache directory path %q is too long for unix socket paths below it: set HCAEMU_CACHE to a shorter path", cache)
+	choice, err := SelectCache(opts.CacheDir)
+	if err != nil {
+		return nil, err
 	}
-	if err := os.MkdirAll(cache, 0o755); err != nil {
+	if choice.Note != "" {
+		fmt.Fprintln(logw, choice.Note)
+	}
+	if err := checkPrivileges(); err != nil {
+		return nil, err
+	}
+	if len(choice.WorkDir)+len("/run/0123456789abcdef/g0.net") > 100 {
+		return nil, fmt.Errorf("cache directory path %q is too long for unix socket paths below it: set HCAEMU_CACHE to a shorter path", choice.WorkDir)
+	}
+	if err := os.MkdirAll(choice.WorkDir, 0o755); err != nil {
 		return nil, fmt.Errorf("cannot create cache directory (set HCAEMU_CACHE or --cache): %w", err)
 	}
-	// One provisioning at a time per cache (a second hcaemu waits here).
-	lock, err := os.OpenFile(filepath.Join(cache, "lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if choice.ReadOnly {
+		return provisionOver(ctx, opts, choice, logw)
+	}
+	cache := choice.Dir
+	unlock, err := lockCache(cache, true, logw)
 	if err != nil {
-		if lock, err = os.Open(filepath.Join(cache, "lock")); err != nil {
-			return nil, err
-		}
+		return nil, err
 	}
-	defer lock.Close()
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		fmt.Fprintf(logw, "hcaemu: provision: waiting for another hcaemu provisioning %s...\n", cache)
-		if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
-			return nil, err
-		}
-	}
-	st := &stepper{dir: cache, log: logw}
-	r := &cmdRunner{logDir: filepath.Join(cache, dirLogs)}
-	p := &provisioner{cache: cache, st: st, r: r, mirror: opts.Mirror, log: logw}
-
+	defer unlock()
+	p := newProvisioner(cache, cache, opts.Mirror, logw)
 	imageKeyDone := opts.Image == "" || p.st.done("image-"+hash(imageKey(opts.Packages)), imageKey(opts.Packages))
 	if !p.allDone() || !imageKeyDone {
-		if os.Geteuid() != 0 {
-			if _, err := exec.LookPath("newuidmap"); err != nil {
-				return nil, fmt.Errorf("provisioning as a non-root user needs mmdebstrap's unshare mode: install uidmap (newuidmap) and give the user /etc/subuid and /etc/subgid ranges, or run as root")
-			}
-		}
-		free, err := freeBytes(cache)
-		if err == nil && free < minFreeBytes {
-			return nil, fmt.Errorf("only %.1f GB free in %s; provisioning needs about 3 GB: free some space or set HCAEMU_CACHE to another disk", float64(free)/1e9, cache)
+		if err := p.preflight(ctx, cache); err != nil {
+			return nil, err
 		}
 	}
 	t0 := time.Now()
@@ -202,13 +192,96 @@ func Provision(ctx context.Context, opts Options) (*Env, error) {
 	return e, nil
 }
 
+// provisionOver uses a complete cache that is read-only to this user
+// (choice.Dir) as it is; what it lacks (an image) is provisioned into the
+// user's own cache (choice.WorkDir), where the runs write too.
+func provisionOver(ctx context.Context, opts Options, choice CacheChoice, logw io.Writer) (*Env, error) {
+	// A shared lock: wait for the owner's provisioning, block nobody else.
+	unlock, err := lockCache(choice.Dir, false, logw)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	base := newProvisioner(choice.Dir, choice.WorkDir, opts.Mirror, logw)
+	if !base.allDone() {
+		return nil, fmt.Errorf("cache %s changed while being selected: run again", choice.Dir)
+	}
+	var image string
+	if opts.Image != "" {
+		key := imageKey(opts.Packages)
+		if base.st.done("image-"+hash(key), key) {
+			if image, err = base.image(ctx, opts.Packages); err != nil {
+				return nil, err
+			}
+		} else {
+			// Into the user's cache, with the tools of the base.
+			unlockOwn, err := lockCache(choice.WorkDir, true, logw)
+			if err != nil {
+				return nil, err
+			}
+			defer unlockOwn()
+			own := newProvisioner(choice.WorkDir, choice.WorkDir, opts.Mirror, logw)
+			own.toolsDir = base.path(dirTools)
+			if !own.st.done("image-"+hash(key), key) {
+				fmt.Fprintf(logw, "hcaemu: provision: %s has no image with these packages: making it in %s\n", choice.Dir, choice.WorkDir)
+				if err := own.preflight(ctx, choice.WorkDir); err != nil {
+					return nil, err
+				}
+			}
+			if image, err = own.image(ctx, opts.Packages); err != nil {
+				return nil, err
+			}
+		}
+	}
+	e, err := base.env(ctx)
+	if err != nil {
+		return nil, err
+	}
+	e.Image = image
+	return e, nil
+}
+
+// lockCache takes the provisioning lock of a cache: exclusive to provision
+// (a second hcaemu waits), shared to use a cache read-only.
+func lockCache(cache string, exclusive bool, logw io.Writer) (unlock func(), err error) {
+	path := filepath.Join(cache, "lock")
+	lock, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		if lock, err = os.Open(path); err != nil {
+			if !exclusive {
+				return func() {}, nil // a read-only cache without a lock file: nobody provisions it
+			}
+			return nil, err
+		}
+	}
+	how := unix.LOCK_SH
+	if exclusive {
+		how = unix.LOCK_EX
+	}
+	if err := unix.Flock(int(lock.Fd()), how|unix.LOCK_NB); err != nil {
+		fmt.Fprintf(logw, "hcaemu: provision: waiting for another hcaemu provisioning %s...\n", cache)
+		if err := unix.Flock(int(lock.Fd()), how); err != nil {
+			lock.Close()
+			return nil, err
+		}
+	}
+	return func() { lock.Close() }, nil
+}
+
+func newProvisioner(cache, workDir, mirror string, logw io.Writer) *provisioner {
+	return &provisioner{cache: cache, workDir: workDir, st: &stepper{dir: cache, log: logw},
+		r: &cmdRunner{logDir: filepath.Join(cache, dirLogs)}, mirror: mirror, log: logw}
+}
+
 type provisioner struct {
-	cache   string
-	st      *stepper
-	r       *cmdRunner
-	mirror  string
-	log     io.Writer
-	didWork bool
+	cache    string
+	workDir  string // where runs write (the cache unless it is read-only)
+	toolsDir string // the tools directory ("" = the cache's)
+	st       *stepper
+	r        *cmdRunner
+	mirror   string
+	log      io.Writer
+	didWork  bool
 }
 
 func (p *provisioner) path(elem ...string) string {
@@ -245,6 +318,9 @@ func (p *provisioner) getMirror(ctx context.Context) (string, error) {
 }
 
 func (p *provisioner) mmdebstrapPath() string {
+	if p.toolsDir != "" {
+		return filepath.Join(p.toolsDir, "mmdebstrap", "usr", "bin", "mmdebstrap")
+	}
 	return p.path(dirTools, "mmdebstrap", "usr", "bin", "mmdebstrap")
 }
 
@@ -445,6 +521,7 @@ func (p *provisioner) initramfs(ctx context.Context) error {
 func (p *provisioner) env(ctx context.Context) (*Env, error) {
 	e := &Env{
 		CacheDir:  p.cache,
+		WorkDir:   p.workDir,
 		Root:      p.path(dirSid),
 		QEMU:      "/usr/bin/qemu-system-x86_64",
 		Kernel:    p.path(dirGuest, "vmlinuz"),
@@ -507,13 +584,10 @@ func (p *provisioner) detectAccel(ctx context.Context, e *Env) string {
 		return "tcg" // no KVM, or not ours to use
 	}
 	kvm.Close()
-	bootID, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	key := strings.TrimSpace(string(bootID)) + " " + hash(e.Kernel, e.QEMU)
-	cache := p.path("accel")
-	if b, err := os.ReadFile(cache); err == nil {
-		if k, a, ok := strings.Cut(strings.TrimSpace(string(b)), "\n"); ok && k == key {
-			return a
-		}
+	key := accelKey(e.Kernel, e.QEMU)
+	cache := filepath.Join(p.workDir, "accel")
+	if a, ok := cachedAccel(cache, e.Kernel, e.QEMU); ok {
+		return a
 	}
 	fmt.Fprintf(p.log, "hcaemu: provision: /dev/kvm is usable; checking that KVM boots the guest...\n")
 	accel := "tcg"

@@ -5,6 +5,8 @@
 //	hcaemu serve --socket-path PATH [...]   serve HCAs to a QEMU you start
 //	hcaemu qemu-args --socket-path PATH     print the QEMU arguments
 //	hcaemu run [--guests N] -- COMMAND      provision, boot guests, run COMMAND
+//	hcaemu cache [clean]                    show (or remove) the cache
+//	hcaemu version [--json]                 versions of hcaemu and of the cache's QEMU, kernel, rdma-core
 package main
 
 import (
@@ -21,6 +23,8 @@ commands:
   faults      control a running fault plan; turn a fault log into a plan
   inspect     show what the HCAs of a running run or serve hold
   trace       stream what the HCAs of a running run or serve do, per QP
+  cache       where the cache is, how big, what it holds; "cache clean" removes yours
+  version     this hcaemu's version and the cache's QEMU, guest kernel, rdma-core (--json)
 
 "hcaemu <command> -h" describes a command's flags.`
 
@@ -42,6 +46,10 @@ func main() {
 		os.Exit(inspectMain(os.Args[2:], os.Stdout, os.Stderr))
 	case "trace":
 		os.Exit(traceMain(os.Args[2:], os.Stdout, os.Stderr))
+	case "cache":
+		os.Exit(cacheMain(os.Args[2:], os.Stdout, os.Stderr))
+	case "version", "--version":
+		os.Exit(versionMain(os.Args[2:], os.Stdout, os.Stderr))
 	case "-h", "--help", "help":
 		fmt.Println(usage)
 	default:

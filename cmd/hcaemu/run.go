@@ -64,6 +64,11 @@ ring index or WQE the device refuses or tolerates is logged as a "driver
 mistake" naming the object, the pvrdma_dev_api.h field, its value and what
 was allowed; --strict fail stops the run at the first one with exit 1.
 
+A cache that is complete but read-only to you (root's /var/cache/hcaemu)
+is used as it is, and what the run writes goes to your own cache
+(~/.cache/hcaemu); as a user without root, provisioning uses mmdebstrap's
+unshare mode (uidmap and an /etc/subuid range: hcaemu names what is missing).
+
 Environment: HCAEMU_CACHE (cache dir), HCAEMU_ACCEL (tcg|kvm), HCAEMU_MIRROR.
 `
 
@@ -103,7 +108,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	guests := fs.Int("guests", 1, "number of guests (1..8)")
 	timeout := fs.Duration("timeout", 10*time.Minute, "time limit for boot and command")
 	memory := fs.String("memory", "1G", "RAM per guest (e.g. 1G, 1536M)")
-	cache := fs.String("cache", "", "cache directory (default $HCAEMU_CACHE, else /var/cache/hcaemu for root)")
+	cache := fs.String("cache", "", "cache directory (default $HCAEMU_CACHE, else /var/cache/hcaemu for root, else /var/cache/hcaemu read-only when complete, else ~/.cache/hcaemu: hcaemu cache -h)")
 	pcap := fs.String("pcap", "", "write everything on the segment (the guests' IP traffic and RoCE) to this pcap file")
 	recordDir := fs.String("record", "", "record each HCA's boundary into this directory (hca0.rec.gz, ...) for replay tests")
 	logLevel := fs.String("log-level", "warn", "log level of the emulated HCAs (debug, info, warn, error)")
