@@ -304,40 +304,6 @@ func TestMRKeyGenerations(t *testing.T) {
 	}
 }
 
-// TestStaleRKeyAfterReuse: a peer keeps the R_Key of a region its owner
-// deregistered; the owner registers a new region, which gets the same
-// handle, in the same PD with remote write. A WRITE with the old R_Key is
-// a remote access error, and the new region is untouched.
-func TestStaleRKeyAfterReuse(t *testing.T) {
-	checkGoroutines(t)
-	sw := fabric.NewSwitch()
-	a, b := newHost(t, sw, 1), newHostCaps(t, sw, 2, smallMRTable())
-	src, lkA, _ := a.mr(t, 4096, allAccess)
-	fill(a.RAM.Mem[src:src+4096], 5)
-	qa, _ := pairRC(t, a, b, defaultRC(), defaultRC())
-	dst1, mr1 := b.region(t, b.pd, 4096, allAccess)
-	w := send(uverbs.OpRDMAWrite, 1, 0, uverbs.SGE{Addr: src, Length: 100, LKey: lkA})
-	w.SetRDMA(dst1, mr1.RKey)
-	qa.PostSend(w)
-	expectCQE(t, a, 1, uverbs.WCSuccess, a, b)
-	b.destroyMR(t, mr1.MRHandle)
-	dst2, mr2 := b.region(t, b.pd, 4096, allAccess)
-	if mr2.MRHandle != mr1.MRHandle {
-		t.Fatalf("new region got handle %d, want %d again", mr2.MRHandle, mr1.MRHandle)
-	}
-	if mr2.RKey == mr1.RKey {
-		t.Errorf("new region got the old R_Key %#x", mr1.RKey)
-	}
-	before := append([]byte(nil), b.RAM.Mem[dst2:dst2+4096]...)
-	w = send(uverbs.OpRDMAWrite, 2, 0, uverbs.SGE{Addr: src, Length: 100, LKey: lkA})
-	w.SetRDMA(dst2, mr1.RKey)
-	qa.PostSend(w)
-	expectCQE(t, a, 2, uverbs.WCRemAccessErr, a, b)
-	if !bytes.Equal(b.RAM.Mem[dst2:dst2+4096], before) {
-		t.Fatal("a WRITE with the old R_Key reached the region that reused its handle")
-	}
-}
-
 // TestDeregMidWriteDevice: the responder's guest deregisters the region a
 // multi-packet WRITE is landing in, between its first packet and the rest:
 // the requester completes with REM_ACCESS_ERR, the responder raises

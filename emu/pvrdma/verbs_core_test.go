@@ -16,8 +16,14 @@ import (
 // (package verbstest) against the PVRDMA model, through its fake driver.
 func TestCore(t *testing.T) {
 	checkGoroutines(t)
-	verbstest.RunCore(t, func(t *testing.T, sw *fabric.Switch, k int) verbstest.Host {
-		return &verbsHost{host: newHost(t, sw, k), t: t, dirs: map[uint64]verbsBuf{}}
+	verbstest.RunCore(t, func(t *testing.T, sw *fabric.Switch, k int, opts verbstest.HostOpts) verbstest.Host {
+		h := &verbsHost{t: t, dirs: map[uint64]verbsBuf{}, mrs: map[uint32]uint32{}}
+		if opts.OneRegion {
+			h.host = newHostCaps(t, sw, k, smallMRTable()) // MR handle 1: the driver's DMA region
+		} else {
+			h.host = newHost(t, sw, k)
+		}
+		return h
 	})
 }
 
@@ -26,6 +32,7 @@ type verbsHost struct {
 	*host
 	t    *testing.T
 	dirs map[uint64]verbsBuf // Alloc's buffers, by address
+	mrs  map[uint32]uint32   // MR handles by lkey
 }
 
 type verbsBuf struct {
@@ -68,6 +75,7 @@ func (h *verbsHost) regMR(pd uint32, addr uint64, n int, access uint32) abi.CmdC
 	if err != nil {
 		h.t.Fatal(err)
 	}
+	h.mrs[rsp.LKey] = rsp.MRHandle
 	return rsp
 }
 
@@ -82,6 +90,15 @@ func (h *verbsHost) RegMRForeignPD(addr uint64, n int, access uint32) uint32 {
 		h.t.Fatal(err)
 	}
 	return h.regMR(pd, addr, n, access).LKey
+}
+
+func (h *verbsHost) DeregMR(lkey uint32) {
+	handle, ok := h.mrs[lkey]
+	if !ok {
+		h.t.Fatalf("DeregMR of lkey %#x: no such region", lkey)
+	}
+	delete(h.mrs, lkey)
+	h.destroyMR(h.t, handle)
 }
 
 func (h *verbsHost) CreateRCQP(depth uint32) verbstest.QP {

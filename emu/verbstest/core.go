@@ -24,6 +24,7 @@ func RunCore(t *testing.T, newHost NewHost) {
 		{"RCOperations", testRCOperations},
 		{"RCRecoversFromLoss", testRCRecoversFromLoss},
 		{"RemoteOperationalError", testRemoteOperationalError},
+		{"StaleRKeyAfterReuse", testStaleRKeyAfterReuse},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newHost) })
 	}
@@ -75,7 +76,7 @@ func must(t *testing.T, what string, wc WC, status transport.Status) {
 // the path MTU and across pages.
 func testRCOperations(t *testing.T, newHost NewHost) {
 	sw := fabric.NewSwitch()
-	a, b := newHost(t, sw, 1), newHost(t, sw, 2)
+	a, b := newHost(t, sw, 1, HostOpts{}), newHost(t, sw, 2, HostOpts{})
 	const n = 20000
 	bufA, bufB := a.Alloc(n), b.Alloc(n)
 	lkA, _ := a.RegMR(bufA, n, All)
@@ -153,7 +154,7 @@ func lossy(percent int, seed uint64, dropped *atomic.Int64) fabric.Decorator {
 func testRCRecoversFromLoss(t *testing.T, newHost NewHost) {
 	var dropped atomic.Int64
 	sw := fabric.NewSwitch(lossy(10, 1, &dropped))
-	a, b := newHost(t, sw, 1), newHost(t, sw, 2)
+	a, b := newHost(t, sw, 1, HostOpts{}), newHost(t, sw, 2, HostOpts{})
 	const n = 64 << 10
 	bufA, bufB := a.Alloc(n), b.Alloc(n)
 	lkA, _ := a.RegMR(bufA, n, All)
@@ -207,7 +208,7 @@ func testRCRecoversFromLoss(t *testing.T, newHost NewHost) {
 // remote operational error and the requester completes REM_OP_ERR.
 func testRemoteOperationalError(t *testing.T, newHost NewHost) {
 	sw := fabric.NewSwitch()
-	a, b := newHost(t, sw, 1), newHost(t, sw, 2)
+	a, b := newHost(t, sw, 1, HostOpts{}), newHost(t, sw, 2, HostOpts{})
 	src := a.Alloc(4096)
 	lkA, _ := a.RegMR(src, 4096, All)
 	dst := b.Alloc(4096)
@@ -217,4 +218,36 @@ func testRemoteOperationalError(t *testing.T, newHost NewHost) {
 	qa.PostSend(SendWR{ID: 2, Opcode: transport.OpSend, SGEs: []mr.SGE{{Addr: src, Length: 10, LKey: lkA}}})
 	must(t, "requester", Poll(t, a, a, b), transport.StatusRemOpErr)
 	must(t, "responder", Poll(t, b, a, b), transport.StatusLocQPOpErr)
+}
+
+// testStaleRKeyAfterReuse: a peer keeps the R_Key of a region its owner
+// deregistered; the owner registers a new region, which gets the same
+// handle, in the same PD with remote write. A WRITE with the old R_Key is a
+// remote access error, and the new region is untouched.
+func testStaleRKeyAfterReuse(t *testing.T, newHost NewHost) {
+	sw := fabric.NewSwitch()
+	a, b := newHost(t, sw, 1, HostOpts{}), newHost(t, sw, 2, HostOpts{OneRegion: true})
+	src := a.Alloc(4096)
+	lkA, _ := a.RegMR(src, 4096, All)
+	fill(a.Mem(src, 4096), 5)
+	qa, _ := pair(a, b, DefaultRC())
+	dst1 := b.Alloc(4096)
+	lk1, rk1 := b.RegMR(dst1, 4096, All)
+	qa.PostSend(SendWR{ID: 1, Opcode: transport.OpWrite, RemoteAddr: dst1, RKey: rk1, SGEs: []mr.SGE{{Addr: src, Length: 100, LKey: lkA}}})
+	must(t, "WRITE", Poll(t, a, a, b), transport.StatusSuccess)
+	b.DeregMR(lk1)
+	dst2 := b.Alloc(4096)
+	_, rk2 := b.RegMR(dst2, 4096, All)
+	if mr.Handle(rk2) != mr.Handle(rk1) {
+		t.Fatalf("new region got handle %d, want %d again", mr.Handle(rk2), mr.Handle(rk1))
+	}
+	if rk2 == rk1 {
+		t.Errorf("new region got the old R_Key %#x", rk1)
+	}
+	before := bytes.Clone(b.Mem(dst2, 4096))
+	qa.PostSend(SendWR{ID: 2, Opcode: transport.OpWrite, RemoteAddr: dst2, RKey: rk1, SGEs: []mr.SGE{{Addr: src, Length: 100, LKey: lkA}}})
+	must(t, "WRITE with the old R_Key", Poll(t, a, a, b), transport.StatusRemAccess)
+	if !bytes.Equal(b.Mem(dst2, 4096), before) {
+		t.Fatal("a WRITE with the old R_Key reached the region that reused its handle")
+	}
 }

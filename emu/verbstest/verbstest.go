@@ -29,6 +29,8 @@ type Host interface {
 	RegMR(addr uint64, n int, access uint32) (lkey, rkey uint32)
 	// RegMRForeignPD registers [addr, addr+n) in another PD of the host.
 	RegMRForeignPD(addr uint64, n int, access uint32) (lkey uint32)
+	// DeregMR deregisters the region of key lkey.
+	DeregMR(lkey uint32)
 	// CreateRCQP makes an RC QP of depth send and receive WRs on the
 	// host's PD and CQ, in RESET.
 	CreateRCQP(depth uint32) QP
@@ -88,7 +90,15 @@ type WC struct {
 
 // NewHost makes host k (1, 2, ...) of a test on switch sw; the host is
 // gone when the test ends.
-type NewHost func(t *testing.T, sw *fabric.Switch, k int) Host
+type NewHost func(t *testing.T, sw *fabric.Switch, k int, opts HostOpts) Host
+
+// HostOpts are what a test needs of a host beyond the defaults.
+type HostOpts struct {
+	// OneRegion: the device's memory-region table has room for one region
+	// of the test's (besides what the driver registers itself), so a
+	// deregistered region's handle is the next region's.
+	OneRegion bool
+}
 
 // All is every access right.
 const All = mr.LocalWrite | mr.RemoteWrite | mr.RemoteRead | mr.RemoteAtomic
