@@ -282,8 +282,10 @@ func (d *StreamNIC) readLoop(conn *sockConn) {
 }
 
 // forwardFrame offers a copy of b to the switch through port until it is
-// taken, the pause limit passes (counted in dropped) or closing closes;
-// each refusal counts in paused.
+// taken, the pause limit passes (counted in dropped, and given up on at the
+// switch: Switch.lost) or closing closes; each refusal counts in paused.
+// Each offer is a frame of its own, but only the one taken crossed the
+// wire: the capture records that one, or b once when given up on.
 func forwardFrame(port *Port, b []byte, closing <-chan struct{}, limit time.Duration, paused, dropped *atomic.Uint64) {
 	var deadline time.Time
 	var timer *time.Timer
@@ -305,6 +307,7 @@ func forwardFrame(port *Port, b []byte, closing <-chan struct{}, limit time.Dura
 			deadline = now.Add(limit)
 		} else if now.After(deadline) {
 			dropped.Add(1)
+			port.sw.lost(port, b, limit)
 			return
 		}
 		if timer == nil {
