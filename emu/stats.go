@@ -1,6 +1,7 @@
 package emu
 
 import (
+	"fmt"
 	"slices"
 
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
@@ -150,8 +151,16 @@ func (d *Device) countCommand(op pvrdma.Opcode, errno uint32) {
 }
 
 // retire moves a QP's counts into the device's totals (it is going away).
+// A QP that sent requests again says so in the log (at info), with its QPN
+// as the guest knows it: the per-QP counter outlives the QP there, for
+// whoever reads a capture of its traffic (a go-back-N resumption in the
+// middle of a message is the sender's doing, not the wire's).
 func (d *Device) retire(qp *qp) {
 	st := qp.statsNow()
+	if st.Retransmitted > 0 {
+		d.log.Info("QP retransmitted", "qpn", fmt.Sprintf("%#x", qp.qpn), "retransmitted", st.Retransmitted,
+			"timeouts", st.Timeouts, "psn_sequence_naks", st.NAKsReceived.PSNSequence, "rnr_naks", st.RNRNAKsReceived)
+	}
 	d.stats.retired.add(&st)
 	qp.stats = QPStats{}
 }

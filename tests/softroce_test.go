@@ -37,6 +37,12 @@ func softRoCEScript() string {
 dev=$HCAEMU_RDMA_DEV
 echo "DEVICE $dev"
 failed=0
+# stat: soft-RoCE's counters after each step (checkCapture reads whether
+# its requester retransmitted in that step).
+stat() {
+  if [ "$dev" = rxe0 ]; then echo "RXESTAT $(rdma statistic show link rxe0/1 | tr '\n' ' ')"; fi
+}
+stat
 # run SERVER CMD...: the guest SERVER runs CMD, the other connects to it.
 run() {
   srv=$1; shift
@@ -47,6 +53,7 @@ run() {
   fi
   st=$?
   echo "RESULT $st $srv $*"
+  stat
   if [ $st -ne 0 ]; then failed=1; fi
 }
 rping_step() {
@@ -55,6 +62,7 @@ rping_step() {
     rping -s -v -C 5 -a 10.0.0.$((srv+1))
     st=$?
     echo "RESULT $st $srv rping"
+    stat
     if [ $st -ne 0 ]; then failed=1; fi
   else
     run $srv rping -c -v -C 5 -a
@@ -77,11 +85,13 @@ rping_step() {
 // bandwidth and latency tests (SEND, WRITE, READ, atomics) and rping
 // (rdma_cm over QP1), with hcaemu as the server and then as the client.
 // The capture holds both sides' RoCEv2 frames, and an independent ICRC
-// check accepts every one.
+// check accepts every one. The HCAs log at info, so that checkCapture
+// learns which of hcaemu's QPs retransmitted (soft-RoCE's counters, printed
+// after each step, say it for the other side).
 func TestE2ESoftRoCE(t *testing.T) {
 	needE2E(t)
 	pcap := filepath.Join(t.TempDir(), "rxe.pcap")
-	out, code := hcaemuRun(t, "--guests", "2", "--rxe", "1", "--timeout", "20m", "--pcap", pcap, "--", softRoCEScript())
+	out, code := hcaemuRun(t, "--guests", "2", "--rxe", "1", "--timeout", "20m", "--pcap", pcap, "--log-level", "info", "--", softRoCEScript())
 	mustContain(t, out, 0, "DEVICE vmw_pvrdma0")
 	mustContain(t, out, 1, "DEVICE rxe0")
 	for k, dev := range []string{"vmw_pvrdma0", "rxe0"} {
