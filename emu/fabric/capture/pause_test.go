@@ -107,13 +107,15 @@ func TestCapturePausedReceiver(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer nic.Close()
+		closeNIC := sync.OnceFunc(func() { nic.Close() })
+		defer closeNIC()
 		nic.SetPauseLimit(time.Hour) // no watchdog: the frame waits as long as it takes
 		frame := roce4(mac1, mac0, "10.0.0.2", "10.0.0.1", 9)
 		guestSend(t, nic, frame)
 		if got := <-hca.got; !bytes.Equal(got, frame) {
 			t.Fatalf("the HCA got %x", got)
 		}
+		closeNIC() // its reader is done: the capture knows the frame was taken
 		w.Close()
 		checkRecords(t, buf.Bytes(), [][]byte{frame})
 		if st := nic.Stats(); st.Paused != refusals || st.Dropped != 0 || st.In != 1 || hca.offers != refusals+1 {
@@ -135,7 +137,8 @@ func TestCaptureGivenUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nic.Close()
+	closeNIC := sync.OnceFunc(func() { nic.Close() })
+	defer closeNIC()
 	nic.SetPauseLimit(time.Millisecond)
 	frame := roce4(mac1, mac0, "10.0.0.2", "10.0.0.1", 3)
 	guestSend(t, nic, frame)
@@ -145,6 +148,7 @@ func TestCaptureGivenUp(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("no log line for the frame given up on")
 	}
+	closeNIC()
 	w.Close()
 	checkRecords(t, buf.Bytes(), [][]byte{frame})
 	hca.mu.Lock()
