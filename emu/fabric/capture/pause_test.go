@@ -101,14 +101,7 @@ func TestCapturePausedReceiver(t *testing.T) {
 	})
 	t.Run("nic-to-hca", func(t *testing.T) {
 		sw, w, buf := capturedSwitch(t)
-		hca := &pausing{refuse: refusals, got: make(chan []byte, 4)}
-		sw.Attach("hca0", mac0, hca.rx).SetAddrs([]netip.Addr{netip.MustParseAddr("10.0.0.1")})
-		nic, err := sw.ListenNIC("g1", mac1, filepath.Join(t.TempDir(), "g1.sw"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		closeNIC := sync.OnceFunc(func() { nic.Close() })
-		defer closeNIC()
+		hca, nic, closeNIC := guestToHCA(t, sw, refusals)
 		nic.SetPauseLimit(time.Hour) // no watchdog: the frame waits as long as it takes
 		frame := roce4(mac1, mac0, "10.0.0.2", "10.0.0.1", 9)
 		guestSend(t, nic, frame)
@@ -131,14 +124,7 @@ func TestCaptureGivenUp(t *testing.T) {
 	sw, w, buf := capturedSwitch(t)
 	logged := make(chan string, 4)
 	sw.SetLogger(slog.New(chanHandler(logged)))
-	hca := &pausing{refuse: 1 << 30, got: make(chan []byte, 1)}
-	sw.Attach("hca0", mac0, hca.rx).SetAddrs([]netip.Addr{netip.MustParseAddr("10.0.0.1")})
-	nic, err := sw.ListenNIC("g1", mac1, filepath.Join(t.TempDir(), "g1.sw"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	closeNIC := sync.OnceFunc(func() { nic.Close() })
-	defer closeNIC()
+	hca, nic, closeNIC := guestToHCA(t, sw, 1<<30)
 	nic.SetPauseLimit(time.Millisecond)
 	frame := roce4(mac1, mac0, "10.0.0.2", "10.0.0.1", 3)
 	guestSend(t, nic, frame)
@@ -157,6 +143,22 @@ func TestCaptureGivenUp(t *testing.T) {
 	if st := nic.Stats(); st.Dropped != 1 || st.Paused < 2 || sw.Dropped.Load() != 1 || uint64(offers) != st.Paused {
 		t.Errorf("NIC stats %+v; switch dropped %d; %d offers", st, sw.Dropped.Load(), offers)
 	}
+}
+
+// guestToHCA attaches to sw an HCA at 10.0.0.1 (station 0) that refuses
+// its first refuse offers, and guest 1's StreamNIC; closeNIC closes the NIC
+// (once: also as the test ends).
+func guestToHCA(t *testing.T, sw *fabric.Switch, refuse int) (hca *pausing, nic *fabric.StreamNIC, closeNIC func()) {
+	t.Helper()
+	hca = &pausing{refuse: refuse, got: make(chan []byte, 4)}
+	sw.Attach("hca0", mac0, hca.rx).SetAddrs([]netip.Addr{netip.MustParseAddr("10.0.0.1")})
+	nic, err := sw.ListenNIC("g1", mac1, filepath.Join(t.TempDir(), "g1.sw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeNIC = sync.OnceFunc(func() { nic.Close() })
+	t.Cleanup(closeNIC)
+	return hca, nic, closeNIC
 }
 
 // guestSend writes frame to the NIC's socket as the guest's QEMU does.
