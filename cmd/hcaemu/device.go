@@ -85,6 +85,7 @@ func newHCAs(log *slog.Logger, pcapPath, recordDir string, quiet func() bool, ex
 		decorators = append(decorators, capture.To(w))
 	}
 	h.sw = fabric.NewSwitch(decorators...)
+	h.sw.SetLogger(log)
 	if pcapPath == "" && quiet != nil {
 		h.sw.AllowDirect(quiet)
 	}

@@ -95,7 +95,7 @@ var (
 	descPortDropped = prometheus.NewDesc("hcaemu_port_dropped_frames_total", "Frames dropped before a QP took them (or lost to a port held down), by reason.", []string{"device", "reason"}, nil)
 	descCommands    = prometheus.NewDesc("hcaemu_commands_total", "Commands of the driver's command channel, by command and errno (0: success).", []string{"device", "command", "errno"}, nil)
 	descFindings    = prometheus.NewDesc("hcaemu_strict_findings_total", "Strict-mode findings (driver mistakes) by kind.", []string{"device", "kind"}, nil)
-	descSegment     = prometheus.NewDesc("hcaemu_segment_frames_total", "Frames on the Ethernet segment (guests' NICs, HCAs' ports, uplink) by outcome: forwarded, flooded, dropped (nobody took it, or a full receiver refused it), spoofed (another station's MAC or HCA address as source), cam_full (source MAC not learnt).", []string{"outcome"}, nil)
+	descSegment     = prometheus.NewDesc("hcaemu_segment_frames_total", "Frames on the Ethernet segment (guests' NICs, HCAs' ports, uplink) by outcome: forwarded, flooded, dropped (nobody took it, or its sender gave up on it after its receiver stayed paused for the pause limit), paused (an offer a full receiver refused: the sender offers the frame again), spoofed (another station's MAC or HCA address as source), cam_full (source MAC not learnt).", []string{"outcome"}, nil)
 	descDirectRuns  = prometheus.NewDesc("hcaemu_segment_direct_run_packets_total", "Packets among the direct ones that went inside runs: MIDDLE packets of one message handed over as one, taken by the receiver in one step.", nil, nil)
 	descDirectLent  = prometheus.NewDesc("hcaemu_segment_direct_lent_packets_total", "Packets among the run ones whose payload the sending HCA lent: copied once, from its guest memory straight into the receiver's.", nil, nil)
 	descDirect      = prometheus.NewDesc("hcaemu_segment_direct_packets_total", "Packets among the forwarded ones that went from HCA to HCA of this process without frames (nothing watched the wire: no capture, no fault rule).", nil, nil)
@@ -145,7 +145,7 @@ func (c *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 			outcome string
 			n       uint64
 		}{{"forwarded", sw.Forwarded.Load()}, {"flooded", sw.Flooded.Load()}, {"dropped", sw.Dropped.Load()},
-			{"spoofed", sw.Spoofed.Load()}, {"cam_full", sw.CAMFull.Load()}} {
+			{"paused", sw.Paused.Load()}, {"spoofed", sw.Spoofed.Load()}, {"cam_full", sw.CAMFull.Load()}} {
 			counter(descSegment, o.n, o.outcome)
 		}
 		counter(descDirect, sw.Direct.Load())

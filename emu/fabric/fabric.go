@@ -34,6 +34,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"slices"
@@ -60,8 +61,22 @@ type Receiver func(frame []byte) bool
 // goroutine. It returns false only when the receiving port refused the frame
 // because its queue is full (backpressure: the sender backs off and sends
 // again later); a frame lost on the way counts as sent.
+//
+// A refused frame did not cross the wire: the sender offers it again (a
+// new Send of a new buffer), so a link that records what crossed (capture)
+// records a frame only when the link it wraps took it.
 type Link interface {
 	Send(from *Port, frame []byte) bool
+}
+
+// LossNoter is a Link told of the frames a sender gave up on: offered
+// while their receiver was paused, and dropped once the pause lasted the
+// pause limit (StreamNIC's watchdog, on a frame from its guest). The
+// switch tells every link of its decorator chain that is a LossNoter, once
+// per frame, after the last refused offer. Lost must not keep frame, nor
+// block: it runs on the sender's goroutine.
+type LossNoter interface {
+	Lost(from *Port, frame []byte)
 }
 
 // LinkFunc adapts a function to Link.
@@ -106,7 +121,12 @@ type Switch struct {
 	now   func() time.Time     // the clock entries age by (tests replace it)
 
 	Forwarded atomic.Uint64
-	Dropped   atomic.Uint64
+	// Dropped counts frames lost on the segment: for nobody, or given up
+	// on at the pause limit (see Paused).
+	Dropped atomic.Uint64
+	// Paused counts the offers a full receiver refused (backpressure: the
+	// sender offers the frame again); not drops.
+	Paused atomic.Uint64
 	// Flooded counts frames sent to every station (broadcast, multicast,
 	// unknown unicast).
 	Flooded atomic.Uint64
@@ -130,6 +150,9 @@ type Switch struct {
 
 	decorated bool                        // made with decorators: direct only when quiet says
 	quiet     atomic.Pointer[func() bool] // AllowDirect's
+
+	noters []LossNoter                 // the decorator chain's links told of frames given up on
+	log    atomic.Pointer[slog.Logger] // SetLogger's; nil: no log
 }
 
 // The MAC table is bounded the way a switch's CAM is: a guest sending from
@@ -164,6 +187,9 @@ func NewSwitch(decorators ...Decorator) *Switch {
 	var l Link = LinkFunc(s.forward)
 	for i := len(decorators) - 1; i >= 0; i-- {
 		l = decorators[i](l)
+		if n, ok := l.(LossNoter); ok {
+			s.noters = append(s.noters, n)
+		}
 	}
 	s.link = l
 	s.decorated = len(decorators) > 0
@@ -601,11 +627,34 @@ func (s *Switch) deliver(to *Port, frame []byte) bool {
 		return true
 	}
 	if !to.rx(frame) {
-		s.Dropped.Add(1)
+		s.Paused.Add(1)
 		return false
 	}
 	s.Forwarded.Add(1)
 	return true
+}
+
+// SetLogger gives the switch a log for what it drops that a guest would
+// miss: frames given up on at the pause limit (nil: none).
+func (s *Switch) SetLogger(l *slog.Logger) { s.log.Store(l) }
+
+// lost is a frame from port from that its sender gave up on after its
+// receiver refused it for limit: counted in Dropped, logged, and told to
+// the decorator chain's LossNoters (a capture records it there, once).
+// The frame stays the caller's.
+func (s *Switch) lost(from *Port, frame []byte, limit time.Duration) {
+	s.Dropped.Add(1)
+	for _, n := range s.noters {
+		n.Lost(from, frame)
+	}
+	if l := s.log.Load(); l != nil {
+		args := []any{"from", from.name, "dst_mac", net.HardwareAddr(frame[0:6]).String()}
+		if dst, ok := DstIP(frame); ok {
+			args = append(args, "dst_ip", dst.String())
+		}
+		l.Warn("segment: frame dropped: its receiver stayed paused for the pause limit",
+			append(args, "bytes", len(frame), "limit", limit)...)
+	}
 }
 
 // Owner reports which port owns an address (for logs and tests).

@@ -44,6 +44,7 @@ type StreamNIC struct {
 	queue     [][]byte  // oldest first, at most nicQueue
 	partial   []byte    // the rest of a frame written in part, before the queue
 	busySince time.Time // when the writer's current write began; zero when idle
+	stuckSaid bool      // the watchdog's drops since busySince are logged
 	wake      chan struct{}
 
 	in, out, paused, dropped, refused atomic.Uint64
@@ -139,9 +140,16 @@ func (d *StreamNIC) receive(frame []byte) bool {
 	d.mu.Lock()
 	stuck := !d.busySince.IsZero() && time.Since(d.busySince) > time.Duration(d.pauseLimit.Load())
 	if d.conn == nil || stuck {
+		say := stuck && !d.stuckSaid
+		d.stuckSaid = d.stuckSaid || stuck
 		d.mu.Unlock()
 		d.dropped.Add(1)
 		Release(frame)
+		if l := d.port.sw.log.Load(); say && l != nil {
+			// Once per stall: the frames are dropped until the guest reads.
+			l.Warn("segment: a guest's NIC stayed paused for the pause limit: frames to it are dropped until it reads again",
+				"nic", d.port.name, "limit", time.Duration(d.pauseLimit.Load()))
+		}
 		return true
 	}
 	if len(d.queue) == 0 && d.partial == nil && d.busySince.IsZero() {
@@ -282,8 +290,10 @@ func (d *StreamNIC) readLoop(conn *sockConn) {
 }
 
 // forwardFrame offers a copy of b to the switch through port until it is
-// taken, the pause limit passes (counted in dropped) or closing closes;
-// each refusal counts in paused.
+// taken, the pause limit passes (counted in dropped, and given up on at the
+// switch: Switch.lost) or closing closes; each refusal counts in paused.
+// Each offer is a frame of its own, but only the one taken crossed the
+// wire: the capture records that one, or b once when given up on.
 func forwardFrame(port *Port, b []byte, closing <-chan struct{}, limit time.Duration, paused, dropped *atomic.Uint64) {
 	var deadline time.Time
 	var timer *time.Timer
@@ -305,6 +315,7 @@ func forwardFrame(port *Port, b []byte, closing <-chan struct{}, limit time.Dura
 			deadline = now.Add(limit)
 		} else if now.After(deadline) {
 			dropped.Add(1)
+			port.sw.lost(port, b, limit)
 			return
 		}
 		if timer == nil {
@@ -337,7 +348,7 @@ func (d *StreamNIC) writeLoop() {
 			batch, conn, partial := d.queue, d.conn, d.partial
 			d.queue, d.partial = nil, nil
 			if len(batch) == 0 && partial == nil {
-				d.busySince = time.Time{}
+				d.busySince, d.stuckSaid = time.Time{}, false
 				d.mu.Unlock()
 				break
 			}

@@ -3,14 +3,17 @@ package fabric
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -494,11 +497,13 @@ func TestStreamNICLossless(t *testing.T) {
 }
 
 // TestStreamNICWatchdog: a guest that stops reading for longer than the
-// pause limit loses frames instead of stalling its senders for ever; when
-// it reads again, frames flow.
+// pause limit loses frames instead of stalling its senders for ever, which
+// the switch logs once per stall; when it reads again, frames flow.
 func TestStreamNICWatchdog(t *testing.T) {
 	dir := t.TempDir()
 	sw := NewSwitch()
+	var logged countHandler
+	sw.SetLogger(slog.New(&logged))
 	hca := sw.Attach("hca0", stationMAC(0), func(f []byte) bool { Release(f); return true })
 	hca.SetAddrs([]netip.Addr{netip.MustParseAddr("10.0.0.1")})
 	nic, err := sw.ListenNIC("g1", stationMAC(1), filepath.Join(dir, "g1.sw"))
@@ -509,12 +514,15 @@ func TestStreamNICWatchdog(t *testing.T) {
 	q := dialNIC(t, nic)
 	nic.SetPauseLimit(time.Millisecond)
 	seq := uint32(0)
-	for nic.Stats().Dropped == 0 {
+	for nic.Stats().Dropped < 3 {
 		if hca.Send(seqFrame(seq)) {
 			seq++
 		} else {
 			time.Sleep(time.Millisecond) // paused: wait for the watchdog
 		}
+	}
+	if n := logged.n.Load(); n < 1 || n >= nic.Stats().Dropped {
+		t.Errorf("%d log lines for %d frames dropped: want one a stall", n, nic.Stats().Dropped)
 	}
 	// Reading again, frames flow: a marker sent now arrives (a marker
 	// written while the queue still drained may be lost to the watchdog;
@@ -535,3 +543,14 @@ func TestStreamNICWatchdog(t *testing.T) {
 		}
 	}
 }
+
+// countHandler is a slog handler counting records.
+type countHandler struct{ n atomic.Uint64 }
+
+func (h *countHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *countHandler) Handle(context.Context, slog.Record) error {
+	h.n.Add(1)
+	return nil
+}
+func (h *countHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *countHandler) WithGroup(string) slog.Handler      { return h }

@@ -1,6 +1,7 @@
 package pvrdma
 
 import (
+	"fmt"
 	"slices"
 
 	"github.com/hcaemu/hcaemu/emu/pvrdma/abi"
@@ -40,8 +41,16 @@ func (d *Device) countCommand(op abi.Opcode, errno uint32) {
 }
 
 // retire moves a QP's counts into the device's totals (it is going away).
+// A QP that sent requests again says so in the log (at info), with its QPN
+// as the guest knows it: the per-QP counter outlives the QP there, for
+// whoever reads a capture of its traffic (a go-back-N resumption in the
+// middle of a message is the sender's doing, not the wire's).
 func (d *Device) retire(qp *qp) {
 	st := qp.StatsNow()
+	if st.Retransmitted > 0 {
+		d.log.Info("QP retransmitted", "qpn", fmt.Sprintf("%#x", qp.QPN), "retransmitted", st.Retransmitted,
+			"timeouts", st.Timeouts, "psn_sequence_naks", st.NAKsReceived.PSNSequence, "rnr_naks", st.RNRNAKsReceived)
+	}
 	d.stats.retired.Add(&st)
 	qp.Stats = QPStats{}
 }

@@ -1,7 +1,11 @@
 package pvrdma_test
 
 import (
+	"fmt"
+	"io"
+	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -67,12 +71,17 @@ func qpStats(t *testing.T, h *host, qpn uint32) pvrdma.QPStats {
 // middle packet (the responder drops the next as out of sequence and NAKs
 // once, the requester resends two); one lost last packet (a timeout, the
 // message resent, two duplicates); an RNR NAK (one sent, one received, one resend). Device totals
-// keep a destroyed QP's counts; commands are counted by outcome.
+// keep a destroyed QP's counts, and the log says what a destroyed QP
+// retransmitted; commands are counted by outcome.
 func TestStats(t *testing.T) {
 	checkGoroutines(t)
 	drop := &dropNth{}
 	sw := fabric.NewSwitch(drop.decorator)
-	a, b := newHost(t, sw, 1), newHost(t, sw, 2)
+	var logA syncBuffer
+	a := newHostConfig(t, sw, 1, 64<<20, func(c *pvrdma.Config) {
+		c.Log = slog.New(slog.NewTextHandler(io.MultiWriter(&logA, tWriter{t}), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})
+	b := newHost(t, sw, 2)
 	src, lkA, _ := a.mr(t, 4096, allAccess)
 	dst, lkB, _ := b.mr(t, 4096, allAccess)
 	o := defaultRC()
@@ -148,6 +157,11 @@ func TestStats(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.MustCmd(&abi.CmdDestroyQP{QPHandle: qa.Handle}, &abi.CmdDestroyQPResp{}) // again: EINVAL
+	retired := fmt.Sprintf(`msg="QP retransmitted" dev=hca1 qpn=%#x retransmitted=%d timeouts=1 psn_sequence_naks=1 rnr_naks=%d`,
+		qa.QPN, fa.Retransmitted, fa.RNRNAKsReceived)
+	if !strings.Contains(logA.String(), retired) {
+		t.Errorf("the log lacks %s", retired)
+	}
 	after, qps := a.dev.Stats()
 	if len(qps) != 0 && qps[qa.QPN] != (pvrdma.QPStats{}) {
 		t.Errorf("destroyed QP still counted: %+v", qps)

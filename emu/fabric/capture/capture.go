@@ -4,19 +4,40 @@
 package capture
 
 import (
-	"time"
-
 	"github.com/hcaemu/hcaemu/emu/fabric"
 )
 
-// To is a decorator that writes every frame crossing the link to w before
-// passing it on, whether the link then delivers it or not. A write error
-// stops the capture, not the traffic.
+// To is a decorator that writes to w every frame the link it wraps takes:
+// delivered, or lost on the way (for nobody), as a wire would have carried
+// it. An offer a paused receiver refuses did not cross the wire (the sender
+// offers the frame again), so a frame is recorded once, when it is taken;
+// a frame its sender gave up on at the pause limit is recorded once, when
+// given up (fabric.LossNoter). Records keep the order and the time of the
+// offers they record, even though an offer's outcome is known only after
+// the link it wraps returns. A write error stops the capture, not the
+// traffic.
+//
+// Decorators outside it (fault injection) act first: the capture records
+// what they let through, a frame they drop never, one they duplicate or
+// delay as the copies or the late frame are taken.
 func To(w *PcapWriter) fabric.Decorator {
-	return func(next fabric.Link) fabric.Link {
-		return fabric.LinkFunc(func(from *fabric.Port, frame []byte) bool {
-			w.WritePacket(time.Now(), frame)
-			return next.Send(from, frame)
-		})
-	}
+	return func(next fabric.Link) fabric.Link { return &link{w: w, next: next} }
+}
+
+// link is To's decorator around next.
+type link struct {
+	w    *PcapWriter
+	next fabric.Link
+}
+
+func (l *link) Send(from *fabric.Port, frame []byte) bool {
+	rec := l.w.stage(frame) // (the frame is next's once passed on)
+	ok := l.next.Send(from, frame)
+	l.w.settle(rec, ok)
+	return ok
+}
+
+// Lost records a frame its sender gave up on.
+func (l *link) Lost(from *fabric.Port, frame []byte) {
+	l.w.settle(l.w.stage(frame), true)
 }

@@ -20,10 +20,12 @@ func frame4(src, dst string) []byte {
 	return f
 }
 
-// TestCapture: the capture decorator records every frame that crosses the
-// link, delivered or not, and keeps the backpressure answer of the link it
-// wraps. A frame from a source address its port does not own never enters
-// the fabric: the capture does not see it.
+// TestCapture: the capture decorator records every frame the link takes,
+// delivered or lost on the way (for nobody), and keeps the backpressure
+// answer of the link it wraps; an offer a full receiver refuses did not
+// cross the wire (the sender offers it again) and is not recorded. A frame
+// from a source address its port does not own never enters the fabric: the
+// capture does not see it.
 func TestCapture(t *testing.T) {
 	var buf bytes.Buffer
 	w, err := NewPcapWriter(&buf, PcapOptions{})
@@ -47,7 +49,7 @@ func TestCapture(t *testing.T) {
 		{a, "10.0.0.1", "10.0.0.2", false, true, true, "delivered"},
 		{b, "10.0.0.2", "10.0.0.1", false, true, true, "reply"},
 		{a, "10.0.0.1", "10.0.0.9", false, true, true, "nobody: lost, counts as sent"},
-		{a, "10.0.0.1", "10.0.0.2", true, false, true, "receiver full: backpressure"},
+		{a, "10.0.0.1", "10.0.0.2", true, false, false, "receiver full: backpressure, not on the wire"},
 		{a, "10.0.0.2", "10.0.0.2", false, true, false, "spoofed source: dropped before the capture"},
 	}
 	var want [][]byte

@@ -31,14 +31,30 @@ type PcapOptions struct {
 // host's little-endian byte order, LINKTYPE_ETHERNET. It is safe for
 // concurrent use; each record is written with one Write call while the
 // writer's lock is held, so records never interleave.
+//
+// A record may be staged before it is known whether it is to be kept (the
+// capture decorator stages a frame, then learns whether the link took it):
+// records are written in the order they were staged, each once it and every
+// record staged before it are settled, and a record settled as not kept is
+// never written.
 type PcapWriter struct {
-	mu     sync.Mutex
-	w      io.Writer
-	nano   bool
-	snap   uint32
-	err    error // sticky write error or ErrClosed
-	record []byte
+	mu      sync.Mutex
+	w       io.Writer
+	nano    bool
+	snap    uint32
+	err     error     // sticky write error or ErrClosed
+	pending []*staged // staged and not yet written, oldest first
 }
+
+// staged is one record staged: its bytes, and whether it is settled and
+// kept.
+type staged struct {
+	rec           []byte
+	settled, keep bool
+}
+
+// recordPool holds the buffers of staged records.
+var recordPool = sync.Pool{New: func() any { return new(staged) }}
 
 // NewPcapWriter writes the pcap file header to w and returns a writer.
 func NewPcapWriter(w io.Writer, opts PcapOptions) (*PcapWriter, error) {
@@ -73,12 +89,35 @@ func (p *PcapWriter) WritePacket(ts time.Time, frame []byte) error {
 	if p.err != nil {
 		return p.err
 	}
+	s := p.stageLocked(ts, frame)
+	s.settled, s.keep = true, true
+	p.flushLocked()
+	return p.err
+}
+
+// stage makes a record of frame captured now, written once it is settled
+// (settle); nil after a write error or Close.
+func (p *PcapWriter) stage(frame []byte) *staged {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.err != nil {
+		return nil
+	}
+	// The time is taken under the lock: records in the file are in the
+	// order of their times.
+	return p.stageLocked(time.Now(), frame)
+}
+
+// stageLocked copies frame into a record captured at ts, last in the
+// pending queue (p.mu held).
+func (p *PcapWriter) stageLocked(ts time.Time, frame []byte) *staged {
 	capLen := min(uint32(len(frame)), p.snap)
 	n := 16 + int(capLen)
-	if cap(p.record) < n {
-		p.record = make([]byte, n)
+	s := recordPool.Get().(*staged)
+	if cap(s.rec) < n {
+		s.rec = make([]byte, n)
 	}
-	rec := p.record[:n]
+	rec := s.rec[:n]
 	le := binary.LittleEndian
 	sec := ts.Unix()
 	frac := uint32(ts.Nanosecond())
@@ -90,11 +129,45 @@ func (p *PcapWriter) WritePacket(ts time.Time, frame []byte) error {
 	le.PutUint32(rec[8:], capLen)
 	le.PutUint32(rec[12:], uint32(len(frame)))
 	copy(rec[16:], frame[:capLen])
-	if _, err := p.w.Write(rec); err != nil {
-		p.err = err
-		return err
+	s.rec, s.settled, s.keep = rec, false, false
+	p.pending = append(p.pending, s)
+	return s
+}
+
+// settle says whether a staged record is kept, and writes the records
+// settled at the head of the queue (s nil: nothing staged).
+func (p *PcapWriter) settle(s *staged, keep bool) {
+	if s == nil {
+		return
 	}
-	return nil
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s.settled, s.keep = true, keep
+	p.flushLocked()
+}
+
+// flushLocked writes the kept records at the head of the queue up to the
+// first one not settled, and recycles them (p.mu held). After an error or
+// Close nothing more is written: the queue is only emptied.
+func (p *PcapWriter) flushLocked() {
+	i := 0
+	for ; i < len(p.pending) && p.pending[i].settled; i++ {
+		s := p.pending[i]
+		if s.keep && p.err == nil {
+			if _, err := p.w.Write(s.rec); err != nil {
+				p.err = err
+			}
+		}
+		p.pending[i] = nil
+		if cap(s.rec) <= 16+DefaultSnapLen {
+			recordPool.Put(s)
+		}
+	}
+	if i == len(p.pending) {
+		p.pending = p.pending[:0]
+	} else if i > 0 {
+		p.pending = append(p.pending[:0], p.pending[i:]...)
+	}
 }
 
 // Close stops the writer and closes the underlying writer if it is an
@@ -106,8 +179,9 @@ func (p *PcapWriter) Close() error {
 	if p.err == ErrClosed {
 		return nil
 	}
+	// Records still staged (a frame on its way as the capture stops) are
+	// not written.
 	p.err = ErrClosed
-	p.record = nil
 	if c, ok := p.w.(io.Closer); ok {
 		return c.Close()
 	}
