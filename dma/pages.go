@@ -39,10 +39,12 @@ func (p Pages) RangeShift(shift uint8, off, n uint64, fn func(gpa, n, done uint6
 	if !ok || uint64(len(p)) > (1<<64-1)>>shift || end > uint64(len(p))<<shift {
 		return fmt.Errorf("%w: [%#x, +%#x) outside a %d-page buffer of %d-byte pages", ErrFault, off, n, len(p), size)
 	}
+	mask := size - 1 // a mask, not %: size is a variable power of two
 	for done := uint64(0); done < n; {
 		o := off + done
-		chunk := min(n-done, size-o%size)
-		if err := fn(p[o>>shift]+o%size, chunk, done); err != nil {
+		in := o & mask
+		chunk := min(n-done, size-in)
+		if err := fn(p[o>>shift]+in, chunk, done); err != nil {
 			return err
 		}
 		done += chunk

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/netip"
+	"time"
 
 	"github.com/hcaemu/hcaemu/dma"
 	"github.com/hcaemu/hcaemu/emu/fabric"
@@ -40,10 +41,6 @@ type WireModel interface {
 	// Alive reports whether qp is still the QP its handle names (it may
 	// have been destroyed while a batch was taken).
 	Alive(qp *QP) bool
-	// Tracing reports whether a tracer listens; TraceRx tells it of a
-	// received packet (and why it was dropped, if it was).
-	Tracing() bool
-	TraceRx(qp *QP, pkt *roce.Packet, dropped string)
 }
 
 // Wire is an HCA's port as the core runs it: packets built into frames, or,
@@ -78,9 +75,12 @@ type Wire struct {
 
 	// Set by the model: MAC is the source MAC of the frames the port
 	// sends; Down, a fault holds the port down (every frame it would send
-	// or receive is lost).
-	MAC  [6]byte
-	Down bool
+	// or receive is lost); Tracer, when set, hears every packet received,
+	// stamped with Name (the device's).
+	MAC    [6]byte
+	Down   bool
+	Tracer Tracer
+	Name   string
 	// Stats count the port's frames and what it dropped; QKeyViolations,
 	// UD datagrams with the wrong Q_Key (a count the driver reads and a
 	// reset clears: the model clears it).
@@ -517,7 +517,7 @@ func (w *Wire) receiveIB(ib []byte, src, dst netip.Addr, ipHeader []byte, run in
 		w.Stats.NoQP++
 		return
 	}
-	if run > 1 && (w.model.Tracing() || pkt.Opcode().Transport() != roce.TransportRC) {
+	if run > 1 && (w.Tracer != nil || pkt.Opcode().Transport() != roce.TransportRC) {
 		// Traced packet by packet, or not RC (malformed below): taken
 		// apart, as the sender would have sent it.
 		if lent != nil {
@@ -558,8 +558,8 @@ func (w *Wire) scratch() []byte {
 // receivePacket hands a parsed packet (a run of run packets, its payload
 // lent when lent is not nil) to its QP.
 func (w *Wire) receivePacket(qp *QP, pkt *roce.Packet, src, dst netip.Addr, ipHeader []byte, run int, lent *LentPayload) {
-	if w.model.Tracing() {
-		w.model.TraceRx(qp, pkt, "")
+	if w.Tracer != nil {
+		w.traceRx(qp, pkt, "")
 	}
 	switch pkt.Opcode().Transport() {
 	case roce.TransportUD:
@@ -570,8 +570,8 @@ func (w *Wire) receivePacket(qp *QP, pkt *roce.Packet, src, dst netip.Addr, ipHe
 		if qp.UD != nil && !qp.UD.Receive(pkt, ipHeader) {
 			w.QKeyViolations++
 			w.Stats.QKey++
-			if w.model.Tracing() {
-				w.model.TraceRx(qp, pkt, "qkey")
+			if w.Tracer != nil {
+				w.traceRx(qp, pkt, "qkey")
 			}
 		} else {
 			qp.CountRx(pkt, 1, len(pkt.Payload))
@@ -591,11 +591,26 @@ func (w *Wire) receivePacket(qp *QP, pkt *roce.Packet, src, dst netip.Addr, ipHe
 		}
 		if qp.RC != nil && !qp.RC.ReceiveRunFrom(pkt, run, src, dst, from, scratch) {
 			w.Stats.Address += uint64(run)
-			if w.model.Tracing() {
-				w.model.TraceRx(qp, pkt, "address")
+			if w.Tracer != nil {
+				w.traceRx(qp, pkt, "address")
 			}
 		} else {
 			qp.CountRx(pkt, run, size)
 		}
 	}
+}
+
+// traceRx reports a received packet to the tracer, and why it was dropped
+// if it was (the tracer is set).
+func (w *Wire) traceRx(qp *QP, pkt *roce.Packet, dropped string) {
+	psn := pkt.BTH.PSN()
+	ev := TraceEvent{Time: time.Now(), Device: w.Name, QPN: qp.QPN, Event: "rx", Dir: "rx", PSN: &psn,
+		Opcode: pkt.Opcode().String(), DestQPN: pkt.BTH.DestQP(), Len: len(pkt.Payload), Dropped: dropped}
+	if dropped != "" {
+		ev.Event = "dropped" // after its rx: the QP did not take it
+	}
+	if pkt.AETH != nil {
+		ev.Syndrome = pkt.AETH.Syndrome().String()
+	}
+	w.Tracer.Trace(&ev)
 }

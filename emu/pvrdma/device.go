@@ -193,6 +193,7 @@ func New(cfg Config) *Device {
 	d.qpns = hca.NewQPNs(cfg.SequentialQPNs)
 	d.powerOn()
 	d.core.Start(coreModel{d}, log, Vectors, msix)
+	d.wire.Name = cfg.Name
 	d.wire.Attach(&d.core, coreModel{d}, log, cfg.Attach, d.mem, cfg.Mem)
 	return d
 }

@@ -16,6 +16,7 @@ func (d *Device) SetTracer(t Tracer) {
 	d.core.Lock()
 	defer d.unlock()
 	d.tracer = t
+	d.wire.Tracer = t
 }
 
 // trace hands ev to the tracer, stamped (d.mu held; d.tracer != nil).
@@ -35,20 +36,6 @@ func (d *Device) tracePacket(qp *qp, dir string, f *roce.PacketFields, n int, ag
 	}
 	if again {
 		ev.Event = "retransmit"
-	}
-	d.trace(&ev)
-}
-
-// traceRx reports a received packet, and why it was dropped if it was.
-func (d *Device) traceRx(qp *hca.QP, pkt *roce.Packet, dropped string) {
-	psn := pkt.BTH.PSN()
-	ev := TraceEvent{QPN: qp.QPN, Event: "rx", Dir: "rx", PSN: &psn, Opcode: pkt.Opcode().String(),
-		DestQPN: pkt.BTH.DestQP(), Len: len(pkt.Payload), Dropped: dropped}
-	if dropped != "" {
-		ev.Event = "dropped" // after its rx: the QP did not take it
-	}
-	if pkt.AETH != nil {
-		ev.Syndrome = pkt.AETH.Syndrome().String()
 	}
 	d.trace(&ev)
 }

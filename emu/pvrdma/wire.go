@@ -4,7 +4,6 @@ import (
 	"net/netip"
 
 	"github.com/hcaemu/hcaemu/emu/hca"
-	"github.com/hcaemu/hcaemu/emu/roce"
 	"github.com/hcaemu/hcaemu/emu/transport"
 )
 
@@ -63,7 +62,3 @@ func (m coreModel) Alive(q *hca.QP) bool {
 	qp := m.d.res.qp.get(q.Handle)
 	return qp != nil && &qp.QP == q
 }
-
-func (m coreModel) Tracing() bool { return m.d.tracer != nil }
-
-func (m coreModel) TraceRx(q *hca.QP, pkt *roce.Packet, dropped string) { m.d.traceRx(q, pkt, dropped) }
