@@ -31,32 +31,30 @@ func transportState(s uint8) transport.State {
 }
 
 // wcStatuses maps the transport's completion statuses to PVRDMA's
-// (pvrdma_wc_status); wcStatusKnown says which entries are mapped (an
-// array, not a map: it is read for every CQE).
-var wcStatuses, wcStatusKnown = func() (m [transport.StatusRNRRetryExc + 1]uint32, known [transport.StatusRNRRetryExc + 1]bool) {
-	for s, w := range map[transport.Status]uint32{
-		transport.StatusSuccess:     uverbs.WCSuccess,
-		transport.StatusLocLenErr:   uverbs.WCLocLenErr,
-		transport.StatusLocQPOpErr:  uverbs.WCLocQPOpErr,
-		transport.StatusLocProtErr:  uverbs.WCLocProtErr,
-		transport.StatusWRFlushErr:  uverbs.WCWRFlushErr,
-		transport.StatusBadRespErr:  uverbs.WCBadRespErr,
-		transport.StatusRemInvReq:   uverbs.WCRemInvReqErr,
-		transport.StatusRemAccess:   uverbs.WCRemAccessErr,
-		transport.StatusRemOpErr:    uverbs.WCRemOpErr,
-		transport.StatusRetryExc:    uverbs.WCRetryExcErr,
-		transport.StatusRNRRetryExc: uverbs.WCRNRRetryExc,
-	} {
-		m[s], known[s] = w, true
-	}
-	return m, known
-}()
+// (pvrdma_wc_status); ok marks the mapped entries (an array: it is read
+// for every CQE).
+var wcStatuses = [...]struct {
+	status uint32
+	ok     bool
+}{
+	transport.StatusSuccess:     {uverbs.WCSuccess, true},
+	transport.StatusLocLenErr:   {uverbs.WCLocLenErr, true},
+	transport.StatusLocQPOpErr:  {uverbs.WCLocQPOpErr, true},
+	transport.StatusLocProtErr:  {uverbs.WCLocProtErr, true},
+	transport.StatusWRFlushErr:  {uverbs.WCWRFlushErr, true},
+	transport.StatusBadRespErr:  {uverbs.WCBadRespErr, true},
+	transport.StatusRemInvReq:   {uverbs.WCRemInvReqErr, true},
+	transport.StatusRemAccess:   {uverbs.WCRemAccessErr, true},
+	transport.StatusRemOpErr:    {uverbs.WCRemOpErr, true},
+	transport.StatusRetryExc:    {uverbs.WCRetryExcErr, true},
+	transport.StatusRNRRetryExc: {uverbs.WCRNRRetryExc, true},
+}
 
 // wcStatus is the PVRDMA completion status of transport status s
 // (IBV_WC_GENERAL_ERR for one PVRDMA has no name for).
 func wcStatus(s transport.Status) uint32 {
-	if int(s) < len(wcStatuses) && wcStatusKnown[s] {
-		return wcStatuses[s]
+	if int(s) < len(wcStatuses) && wcStatuses[s].ok {
+		return wcStatuses[s].status
 	}
 	return uverbs.WCGeneralErr
 }

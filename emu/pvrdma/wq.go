@@ -88,8 +88,11 @@ func (d *Device) publishRings() {
 		}
 	}
 	d.dirtyCQs = d.dirtyCQs[:0]
-	var lost []*qp // send queues whose index the guest cannot be shown
-	var lostErr error
+	type lostSQ struct {
+		qp  *qp
+		err error
+	}
+	var lost []lostSQ // send queues whose index the guest cannot be shown
 	for i, qp := range d.dirtySQs {
 		d.dirtySQs[i] = nil
 		qp.sqDirty = false
@@ -97,16 +100,16 @@ func (d *Device) publishRings() {
 			continue
 		}
 		if err := dma.StoreUint32(d.mem, qp.pages[0]+qp.sq.consOff, qp.sq.cons); err != nil && qp.state != abi.QPStateErr {
-			lost, lostErr = append(lost, qp), err
+			lost = append(lost, lostSQ{qp, err})
 		}
 	}
 	d.dirtySQs = d.dirtySQs[:0]
 	// A guest that cannot see its send queue emptied would wait for a slot
 	// for ever: its QP fails instead, and the flush it takes is published
 	// in turn (a QP in ERR is not failed again, so this ends).
-	for _, qp := range lost {
-		d.find(FindingPageDir, "QP to ERR with QP_FATAL", "qp %d sq pvrdma_ring.cons_head: %v", qp.Handle, lostErr)
-		d.qpError(qp, hca.EventQPFatal)
+	for _, l := range lost {
+		d.find(FindingPageDir, "QP to ERR with QP_FATAL", "qp %d sq pvrdma_ring.cons_head: %v", l.qp.Handle, l.err)
+		d.qpError(l.qp, hca.EventQPFatal)
 	}
 	if len(lost) > 0 {
 		d.publishDirty()
