@@ -1,6 +1,10 @@
 package hca
 
-import "fmt"
+import (
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+)
 
 // Strict mode: the device as a checker of its driver. Wherever a device
 // refuses or tolerates something its driver did (a command field out of
@@ -104,3 +108,56 @@ type Finding struct {
 }
 
 func (f Finding) String() string { return f.Device + ": " + f.Kind.String() + ": " + f.Text }
+
+// Strict is a device's strict-mode bookkeeping: its mode, the findings it
+// counted by kind over its life (resets do not clear them: they count the
+// driver's mistakes over the whole run) and StrictFail's latch. The model
+// names the structure and field in each Finding; Strict logs, counts and
+// latches. Record is called under the device lock; Counts may be read
+// without it.
+type Strict struct {
+	Mode StrictMode
+	// Report, if set, gets StrictFail's first finding.
+	Report func(Finding)
+	counts [NumFindingKinds]atomic.Uint64
+	// latched: StrictFail saw its first finding (device lock).
+	latched bool
+}
+
+// Record counts f and logs it as the mode says: at Debug under StrictOff,
+// else at Warn (log should be rate-limited per message: one message per
+// kind). At StrictFail's first finding it latches, logs that, calls fatal
+// (the model declares itself DEVICE_FATAL in its own terms) and then
+// Report.
+func (s *Strict) Record(log *slog.Logger, f Finding, fatal func()) {
+	if int(f.Kind) < len(s.counts) {
+		s.counts[f.Kind].Add(1)
+	}
+	if s.Mode == StrictOff {
+		log.Debug("driver mistake: "+f.Kind.String(), "finding", f.Text)
+		return
+	}
+	log.Warn("driver mistake: "+f.Kind.String(), "finding", f.Text)
+	if s.Mode != StrictFail || s.latched {
+		return
+	}
+	s.latched = true
+	log.Error("strict mode: the device is latched in DEVICE_FATAL at the driver's first mistake", "finding", f.Text)
+	fatal()
+	if s.Report != nil {
+		s.Report(f)
+	}
+}
+
+// Latched reports whether StrictFail has latched (device lock): the
+// device stays fatal across resets.
+func (s *Strict) Latched() bool { return s.latched }
+
+// Counts returns how many findings of each kind were recorded.
+func (s *Strict) Counts() [NumFindingKinds]uint64 {
+	var out [NumFindingKinds]uint64
+	for k := range out {
+		out[k] = s.counts[k].Load()
+	}
+	return out
+}

@@ -604,7 +604,7 @@ func (w *Wire) receivePacket(qp *QP, pkt *roce.Packet, src, dst netip.Addr, ipHe
 // if it was (the tracer is set).
 func (w *Wire) traceRx(qp *QP, pkt *roce.Packet, dropped string) {
 	psn := pkt.BTH.PSN()
-	ev := TraceEvent{Time: time.Now(), Device: w.Name, QPN: qp.QPN, Event: "rx", Dir: "rx", PSN: &psn,
+	ev := TraceEvent{QPN: qp.QPN, Event: "rx", Dir: "rx", PSN: &psn,
 		Opcode: pkt.Opcode().String(), DestQPN: pkt.BTH.DestQP(), Len: len(pkt.Payload), Dropped: dropped}
 	if dropped != "" {
 		ev.Event = "dropped" // after its rx: the QP did not take it
@@ -612,5 +612,27 @@ func (w *Wire) traceRx(qp *QP, pkt *roce.Packet, dropped string) {
 	if pkt.AETH != nil {
 		ev.Syndrome = pkt.AETH.Syndrome().String()
 	}
-	w.Tracer.Trace(&ev)
+	w.Trace(&ev)
+}
+
+// Trace hands ev to the tracer stamped with the time and the device's name
+// (the device lock held; the tracer is set).
+func (w *Wire) Trace(ev *TraceEvent) {
+	ev.Time, ev.Device = time.Now(), w.Name
+	w.Tracer.Trace(ev)
+}
+
+// TraceTx reports a packet of n payload bytes that QP qpn sent (again: a
+// retransmission) to the tracer (the tracer is set).
+func (w *Wire) TraceTx(qpn uint32, f *roce.PacketFields, n int, again bool) {
+	psn := f.BTH.PSN
+	ev := TraceEvent{QPN: qpn, Event: "tx", Dir: "tx", PSN: &psn, Opcode: f.BTH.Opcode.String(),
+		DestQPN: f.BTH.DestQP, Len: n}
+	if info, _ := f.BTH.Opcode.Info(); info.Headers&roce.HasAETH != 0 {
+		ev.Syndrome = f.AETH.Syndrome.String()
+	}
+	if again {
+		ev.Event = "retransmit"
+	}
+	w.Trace(&ev)
 }

@@ -111,7 +111,7 @@ func (d *Device) request() {
 		d.errReg = errInval
 		return
 	}
-	if d.strict.latched {
+	if d.strict.Latched() {
 		// Strict mode latched DEVICE_FATAL: the device takes no more
 		// commands.
 		d.errReg = errIO

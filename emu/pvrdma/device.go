@@ -135,11 +135,9 @@ type Device struct {
 	// shown yet (publishRings, at the latest in unlock).
 	dirtyCQs []*cq
 	dirtySQs []*qp
-	// tracer, when set, hears every step of every QP (SetTracer).
-	tracer Tracer
 	// stats are the device's counters (stats.go).
 	stats     deviceCounters
-	strict    findings    // strict mode: counts are atomic, the latch is under mu
+	strict    hca.Strict  // strict mode: counts are atomic, the latch is under mu
 	portGen   uint64      // generation of the port-down timer
 	portTimer *time.Timer // brings the port back up
 }
@@ -178,7 +176,7 @@ func New(cfg Config) *Device {
 		mac:       cfg.MAC,
 		msix:      msix,
 		faults:    cfg.Faults,
-		strict:    findings{mode: cfg.Strict, report: cfg.OnFinding},
+		strict:    hca.Strict{Mode: cfg.Strict, Report: cfg.OnFinding},
 		pci: mmio.NewConfig(mmio.Identity{
 			Vendor: VendorVMware, Device: DevicePVRDMA,
 			SubVendor: VendorVMware, SubDevice: DevicePVRDMA,
@@ -209,7 +207,7 @@ func (d *Device) powerOn() {
 	d.mach.Store(uint32(binary.LittleEndian.Uint16(d.mac[4:6])))
 	d.dsr = nil
 	d.active = false
-	d.core.Fatal = d.strict.latched // strict mode's latch survives resets
+	d.core.Fatal = d.strict.Latched() // strict mode's latch survives resets
 	d.wire.Down = false
 	d.portGen++
 	if d.portTimer != nil {

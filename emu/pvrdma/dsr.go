@@ -153,7 +153,7 @@ func (d *Device) event(ev hca.Event, info uint32) {
 	if d.dsr == nil {
 		return
 	}
-	if d.tracer != nil {
+	if d.wire.Tracer != nil {
 		d.traceAsync(ev, info)
 	}
 	var e [abi.EQESize]byte

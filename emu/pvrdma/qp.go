@@ -290,7 +290,7 @@ func (d *Device) setState(qp *qp, next uint8) {
 			d.checkDrained(qp)
 		}
 	}
-	if prev != next && d.tracer != nil {
+	if prev != next && d.wire.Tracer != nil {
 		d.traceState(qp, prev, next)
 	}
 	if prev != next {

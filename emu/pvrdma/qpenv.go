@@ -33,15 +33,9 @@ type qpEnv struct {
 	rwqeSGEs []uverbs.SGE     // its SGEs, reused
 	recvSegs []mr.Seg         // its segments, reused (see peekRecv)
 	sges     []mr.SGE         // the SGE list being validated, reused
-	// The path Path resolved last, good while the GID table (gen, from
-	// d.gidGen+1; 0: none) and the QP's address vector and destination QP
-	// are what they were: resolved once per packet otherwise (every RC
-	// packet received checks its addresses against it).
-	path    transport.Path
-	pathOK  bool
-	pathGen uint64
-	pathAH  abi.AHAttr
-	pathDst uint32
+	// The path Path resolved last, by the GID table's generation
+	// (d.gidGen) and the QP's address vector and destination QP.
+	path hca.PathCache[pathKey]
 }
 
 // Region implements mr.Table: the MR table.
@@ -130,7 +124,7 @@ func (env *qpEnv) TakeSend(wr *transport.SendWR) bool {
 		env.wqeSGEs = w.SGE[:0] // (sendWR keeps none of them)
 	}
 	env.sendWR(wr, &w, err, slot)
-	if d.tracer != nil {
+	if d.wire.Tracer != nil {
 		d.traceWQE(qp, wr)
 	}
 	return true
@@ -218,7 +212,7 @@ func (env *qpEnv) Complete(c transport.Completion) {
 			return
 		}
 	}
-	if d.tracer != nil && (c.Recv || c.Signaled || qp.sigAll || c.Status != transport.StatusSuccess) {
+	if d.wire.Tracer != nil && (c.Recv || c.Signaled || qp.sigAll || c.Status != transport.StatusSuccess) {
 		d.traceCQE(qp, &cqe, c.Opcode, c.Recv)
 	}
 	if !c.Recv {
@@ -247,17 +241,24 @@ func (env *qpEnv) Publish() { env.d.publishDirty() }
 // Path is where an RC QP's packets go: its primary path.
 func (env *qpEnv) Path() (transport.Path, bool) {
 	qp := env.qp
-	ah := &qp.attr.AH
-	if env.pathGen == env.d.gidGen+1 && env.pathAH == *ah && env.pathDst == qp.attr.DestQPN {
-		return env.path, env.pathOK
+	key := pathKey{ah: qp.attr.AH, destQPN: qp.attr.DestQPN}
+	if p, ok, hit := env.path.Get(env.d.gidGen, key); hit {
+		return p, ok
 	}
+	ah := &key.ah
 	p, ok := env.d.pathFor(ah.SGIDIndex, ah.DGID)
 	if ok {
 		p.DMAC, p.HopLimit, p.TClass, p.FlowLabel = ah.DMAC, ah.HopLimit, ah.TrafficClass, ah.FlowLabel
 		p.SrcPort = roce.UDPSourcePort(ah.FlowLabel, qp.QPN, qp.attr.DestQPN)
 	}
-	env.path, env.pathOK, env.pathGen, env.pathAH, env.pathDst = p, ok, env.d.gidGen+1, *ah, qp.attr.DestQPN
+	env.path.Put(env.d.gidGen, key, p, ok)
 	return p, ok
+}
+
+// pathKey is what an RC QP's path is resolved from.
+type pathKey struct {
+	ah      abi.AHAttr
+	destQPN uint32
 }
 
 // PathTo is where a UD datagram to ah goes.
@@ -280,8 +281,8 @@ func (env *qpEnv) Transmit(path transport.Path, f roce.PacketFields, payload tra
 	err := d.wire.Transmit(&path, &f, &payload, env.mem)
 	if err == nil {
 		again := env.qp.CountTx(&f, payload.Len)
-		if d.tracer != nil {
-			d.tracePacket(env.qp, "tx", &f, payload.Len, again)
+		if d.wire.Tracer != nil {
+			d.wire.TraceTx(env.qp.QPN, &f, payload.Len, again)
 		}
 	}
 	return err
@@ -292,7 +293,7 @@ func (env *qpEnv) Transmit(path transport.Path, f roce.PacketFields, payload tra
 // a time, as faults and traces expect.
 func (env *qpEnv) TransmitRun(path transport.Path, f roce.PacketFields, payload transport.Payload, n int) (int, error) {
 	d := env.d
-	if d.wire.Down || d.tracer != nil || n < 1 {
+	if d.wire.Down || d.wire.Tracer != nil || n < 1 {
 		return 0, nil
 	}
 	taken, err := d.wire.TransmitRun(&path, &f, &payload, n, env.mem)

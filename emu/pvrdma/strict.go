@@ -2,7 +2,6 @@ package pvrdma
 
 import (
 	"fmt"
-	"sync/atomic"
 
 	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/pvrdma/abi"
@@ -19,41 +18,16 @@ import (
 // driver got back. A finding never changes what the device answers; only
 // StrictFail adds to it.
 
-// findings is the device's strict-mode state.
-type findings struct {
-	mode   StrictMode
-	report func(Finding)
-	counts [NumFindingKinds]atomic.Uint64
-	// latched: StrictFail saw its first finding (d.mu).
-	latched bool
-}
-
 // find records a finding (d.mu held). outcome says what the driver got
-// ("CREATE_CQ failed: ERR=22 EINVAL", "completed with LOC_LEN_ERR").
+// ("CREATE_CQ failed: ERR=22 EINVAL"; "completed with LOC_LEN_ERR").
 func (d *Device) find(kind FindingKind, outcome, format string, args ...any) {
 	f := Finding{Device: d.name, Kind: kind, Text: fmt.Sprintf(format, args...) + ": " + outcome}
-	d.strict.counts[kind].Add(1)
-	switch d.strict.mode {
-	case StrictOff:
-		d.log.Debug("driver mistake: "+kind.String(), "finding", f.Text)
-		return
-	default:
-		// One message per kind: the rate limiter bounds each kind on its
-		// own and counts what it suppressed.
-		d.log.Warn("driver mistake: "+kind.String(), "finding", f.Text)
-	}
-	if d.strict.mode != StrictFail || d.strict.latched {
-		return
-	}
-	d.strict.latched = true
-	d.log.Error("strict mode: the device is latched in DEVICE_FATAL at the driver's first mistake", "finding", f.Text)
-	if !d.core.Fatal {
-		d.core.Fatal = true
-		d.event(hca.EventDeviceFatal, 0)
-	}
-	if d.strict.report != nil {
-		d.strict.report(f)
-	}
+	d.strict.Record(d.log, f, func() {
+		if !d.core.Fatal {
+			d.core.Fatal = true
+			d.event(hca.EventDeviceFatal, 0)
+		}
+	})
 }
 
 // reportf records a finding from outside the device lock.
@@ -66,13 +40,7 @@ func (d *Device) reportf(kind FindingKind, outcome, format string, args ...any) 
 // Findings returns how many findings of each kind the device recorded
 // since it was created (resets do not clear them: they count the driver's
 // mistakes over the whole run).
-func (d *Device) Findings() [NumFindingKinds]uint64 {
-	var out [NumFindingKinds]uint64
-	for k := range out {
-		out[k] = d.strict.counts[k].Load()
-	}
-	return out
-}
+func (d *Device) Findings() [NumFindingKinds]uint64 { return d.strict.Counts() }
 
 // errOrRange says why an index was refused: its read failed, or it is
 // beyond the ring.

@@ -1,10 +1,7 @@
 package pvrdma
 
 import (
-	"time"
-
 	"github.com/hcaemu/hcaemu/emu/hca"
-	"github.com/hcaemu/hcaemu/emu/roce"
 	"github.com/hcaemu/hcaemu/emu/transport"
 	uverbs "github.com/hcaemu/hcaemu/uverbs/pvrdma"
 )
@@ -15,30 +12,11 @@ import (
 func (d *Device) SetTracer(t Tracer) {
 	d.core.Lock()
 	defer d.unlock()
-	d.tracer = t
 	d.wire.Tracer = t
 }
 
-// trace hands ev to the tracer, stamped (d.mu held; d.tracer != nil).
-func (d *Device) trace(ev *TraceEvent) {
-	ev.Time = time.Now()
-	ev.Device = d.name
-	d.tracer.Trace(ev)
-}
-
-// tracePacket reports a packet a QP sent (again: a retransmission).
-func (d *Device) tracePacket(qp *qp, dir string, f *roce.PacketFields, n int, again bool) {
-	psn := f.BTH.PSN
-	ev := TraceEvent{QPN: qp.QPN, Event: dir, Dir: dir, PSN: &psn, Opcode: f.BTH.Opcode.String(),
-		DestQPN: f.BTH.DestQP, Len: n}
-	if info, _ := f.BTH.Opcode.Info(); info.Headers&roce.HasAETH != 0 {
-		ev.Syndrome = f.AETH.Syndrome.String()
-	}
-	if again {
-		ev.Event = "retransmit"
-	}
-	d.trace(&ev)
-}
+// trace hands ev to the tracer, stamped (d.mu held; d.wire.Tracer != nil).
+func (d *Device) trace(ev *TraceEvent) { d.wire.Trace(ev) }
 
 // traceWQE reports a send work request taken from the send queue.
 func (d *Device) traceWQE(qp *qp, wr *transport.SendWR) {

@@ -154,7 +154,7 @@ func (d *Device) processSQ(qp *qp) {
 		wr := &qp.env.udWR
 		*wr = transport.SendWR{Segs: wr.Segs[:0]}
 		qp.env.sendWR(wr, &w, nil, slot)
-		if d.tracer != nil {
+		if d.wire.Tracer != nil {
 			d.traceWQE(qp, wr)
 		}
 		qp.UD.Send(wr)
