@@ -1,7 +1,7 @@
 package pvrdma_test
 
 // Helpers of the attack fuzzers (FuzzGuestMemory, FuzzRCPeer): hosts whose
-// device reaches guest memory through an emutest.WriteWatch, canary pages,
+// device reaches guest memory through an verbstest.WriteWatch, canary pages,
 // quiescence without sleeping, and the closing check that a fresh QP pair
 // on the attacked devices still moves checked data.
 
@@ -17,6 +17,7 @@ import (
 	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/pvrdma/abi"
+	"github.com/hcaemu/hcaemu/emu/verbstest"
 	uverbs "github.com/hcaemu/hcaemu/uverbs/pvrdma"
 )
 
@@ -25,7 +26,7 @@ import (
 // anywhere): every region is a real one the test places.
 type watchedHost struct {
 	*host
-	watch *emutest.WriteWatch
+	watch *verbstest.WriteWatch
 	// snaps are guest ranges that must keep their bytes (canaries, regions
 	// no work may write, deregistered regions), with the bytes to keep.
 	snaps []snapshot
@@ -45,7 +46,7 @@ func newWatchedHost(t *testing.T, sw *fabric.Switch, k, ram int, maxMR uint32) *
 	t.Helper()
 	mac := [6]byte{0x00, 0x50, 0x56, 0, 0, byte(k)}
 	drv := emutest.New(ram)
-	watch := emutest.NewWriteWatch(drv.RAM)
+	watch := verbstest.NewWriteWatch(drv.RAM)
 	log := slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	caps := pvrdma.DefaultCaps()
 	if maxMR != 0 {
@@ -74,8 +75,8 @@ func newWatchedHost(t *testing.T, sw *fabric.Switch, k, ram int, maxMR uint32) *
 	if h.cq, err = drv.CreateCQ(0, 256); err != nil {
 		t.Fatal(err)
 	}
-	watch.AllowDevice(drv)
-	watch.AllowCQ("cq", h.cq)
+	emutest.AllowDevice(watch, drv)
+	emutest.AllowCQ(watch, "cq", h.cq)
 	return &watchedHost{host: h, watch: watch}
 }
 
@@ -237,7 +238,7 @@ func freshPairMoves(t *testing.T, a, b *watchedHost) {
 		if err != nil {
 			t.Fatalf("%s: fresh CQ: %v", h.ip, err)
 		}
-		h.watch.AllowCQ("fresh cq", cq)
+		emutest.AllowCQ(h.watch, "fresh cq", cq)
 		hc := *h.host
 		hc.pd, hc.cq = pd, cq
 		return &watchedHost{host: &hc, watch: h.watch}
@@ -251,7 +252,7 @@ func freshPairMoves(t *testing.T, a, b *watchedHost) {
 		h  *watchedHost
 		qp *emutest.QP
 	}{{a, qa}, {b, qb}} {
-		h.h.watch.AllowQP("fresh qp", h.qp)
+		emutest.AllowQP(h.h.watch, "fresh qp", h.qp)
 	}
 	fill(a.RAM.Mem[src.gpa:src.gpa+2*n], 0x3C)
 	clear(b.RAM.Mem[dst.gpa : dst.gpa+2*n])

@@ -92,7 +92,7 @@ func newGuestRig(t *testing.T) *guestRig {
 		s.av.DGID = peer.ip.As16()
 		s.av.DGID[10], s.av.DGID[11] = 0xff, 0xff
 		for _, qp := range []*emutest.QP{s.rc, s.ud} {
-			s.watch.AllowQP("qp", qp)
+			emutest.AllowQP(s.watch, "qp", qp)
 			g.structs = append(g.structs,
 				guestStruct{i, "QP ring state", qp.Pages[0], 16},
 				guestStruct{i, "QP work queues", qp.Pages[1], uint64(len(qp.Pages)-1) * dma.PageSize},

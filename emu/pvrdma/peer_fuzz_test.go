@@ -157,8 +157,8 @@ func newPeerRig(t *testing.T) *peerRig {
 	// after the default second.
 	o.timeout, o.retryCnt, o.rnrRetry = 12, 3, 3
 	r.qa, r.qb = pairRC(t, a.host, b.host, o, o)
-	a.watch.AllowQP("qa", r.qa)
-	b.watch.AllowQP("qb", r.qb)
+	emutest.AllowQP(a.watch, "qa", r.qa)
+	emutest.AllowQP(b.watch, "qb", r.qb)
 	for i := range peerRecvs {
 		off := uint64(i) * 4096
 		r.qb.PostRecv(uverbs.RecvWQE{WRID: 100 + uint64(i), SGE: []uverbs.SGE{{Addr: r.recvBuf.addr + off, Length: 4096, LKey: r.recvBuf.lkey}}})
