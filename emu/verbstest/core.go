@@ -34,6 +34,7 @@ func RunCore(t *testing.T, newHost NewHost) {
 		{"DuplicateReadAfterReuse", testDuplicateReadAfterReuse},
 		{"ReplayedReadAfterReuse", testReplayedReadAfterReuse},
 		{"FastRegKeyChange", testFastRegKeyChange},
+		{"IsolationHostilePeer", testIsolationHostilePeer},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			CheckGoroutines(t)
