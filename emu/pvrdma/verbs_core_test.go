@@ -1,6 +1,7 @@
 package pvrdma_test
 
 import (
+	"encoding/binary"
 	"net/netip"
 	"testing"
 
@@ -251,7 +252,8 @@ func (h *verbsHost) Poll() (verbstest.WC, bool) {
 		h.t.Fatalf("CQE status %d is no status the device should write", e.Status)
 	}
 	return verbstest.WC{ID: e.WRID, Status: st, Opcode: wcOpcodes[e.Opcode], ByteLen: e.ByteLen,
-		Recv: e.Opcode&uverbs.WCRecv != 0, QPN: h.qpns[e.QP]}, true
+		Recv: e.Opcode&uverbs.WCRecv != 0, QPN: h.qpns[e.QP],
+		WithImm: e.WCFlags&uverbs.WCFlagImm != 0, Imm: binary.BigEndian.Uint32(e.ImmData[:])}, true
 }
 
 func (q verbsQP) QPN() uint32 { return q.q.QPN }

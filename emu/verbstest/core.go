@@ -35,6 +35,11 @@ func RunCore(t *testing.T, newHost NewHost) {
 		{"ReplayedReadAfterReuse", testReplayedReadAfterReuse},
 		{"FastRegKeyChange", testFastRegKeyChange},
 		{"IsolationHostilePeer", testIsolationHostilePeer},
+		{"DirectEquivalent", testDirectEquivalent},
+		{"DirectGating", testDirectGating},
+		{"LentPayloadRevoked", testLentPayloadRevoked},
+		{"SenderTakesBatches", testSenderTakesBatches},
+		{"DirectAcksCoalesced", testDirectAcksCoalesced},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			CheckGoroutines(t)

@@ -151,6 +151,9 @@ type WC struct {
 	ByteLen uint32
 	Recv    bool
 	QPN     uint32 // the QP it completes work of
+	// WithImm: the message carried immediate data, Imm.
+	WithImm bool
+	Imm     uint32
 }
 
 // NewHost makes host k (1, 2, ...) of a test on switch sw; the host is
