@@ -50,7 +50,8 @@ type Host interface {
 	// CreateRCQP makes an RC QP of depth send and receive WRs on the
 	// host's PD and CQ, in RESET.
 	CreateRCQP(depth uint32) QP
-	// Connect brings q to RTS towards peer's QP pq: path MTU 1024 over the
+	// Connect brings q to RTS towards QP pq of peer (a Host of the same
+	// NewHost, or its Fresh, never a wrapper): path MTU 1024 over the
 	// peer's IP, q's first send PSN StartPSN(q.QPN()) and its expected PSN
 	// StartPSN(pq.QPN()).
 	Connect(q QP, peer Host, pq QP, opts RCOpts)
