@@ -192,8 +192,8 @@ func testDirectGating(t *testing.T, newHost NewHost) {
 	}
 }
 
-// waitUntil waits (bounded) until cond holds, letting hosts run.
-func waitUntil(t *testing.T, what string, cond func() bool, hosts ...Host) {
+// WaitFor waits (bounded) until cond holds, letting hosts run.
+func WaitFor(t *testing.T, what string, cond func() bool, hosts ...Host) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for !cond() {
@@ -273,7 +273,7 @@ func testLentPayloadRevoked(t *testing.T, newHost NewHost) {
 
 			b.Hold(func() {
 				qa.PostSend(write(1, src.va, n, src.lkey, dst, rk))
-				waitUntil(t, "a lent run handed to the held receiver", func() bool { return sw.DirectLent.Load() > 0 }, a)
+				WaitFor(t, "a lent run handed to the held receiver", func() bool { return sw.DirectLent.Load() > 0 }, a)
 				src.end()
 				mem := a.Mem(src.addr, n)
 				for i := range mem {
@@ -323,7 +323,7 @@ func testSenderTakesBatches(t *testing.T, newHost NewHost) {
 			post := func() {
 				qa.PostSend(w)
 				// No Sync of b here: it would take b's batches itself.
-				waitUntil(t, "packets handed to the held receiver", func() bool { return sw.Direct.Load() > sent })
+				WaitFor(t, "packets handed to the held receiver", func() bool { return sw.Direct.Load() > sent })
 				// a's engine found b's batches out of its reach: it must
 				// go on with its own work, not wait for b.
 				synced := make(chan struct{})

@@ -95,27 +95,54 @@ func testMRKeyGenerations(t *testing.T, newHost NewHost) {
 	}
 }
 
+// midMessage is a connected pair on a gated switch, a's region of midSize
+// bytes (filled) the source of a message into b's, and a's frames let
+// through one at first (arm), the rest held.
+type midMessage struct {
+	g             *gate
+	a, b          Host
+	qa, qb        QP
+	src, dst      uint64
+	lkA, lkB, rkB uint32
+}
+
+const midSize = 4 * 1024 // four packets at PMTU 1024
+
+func newMidMessage(t *testing.T, newHost NewHost, seed byte) *midMessage {
+	t.Helper()
+	sw, g := gatedSwitch(t)
+	m := &midMessage{g: g, a: newHost(t, sw, 1, HostOpts{}), b: newHost(t, sw, 2, HostOpts{})}
+	m.src, m.lkA, _ = region(m.a, m.a.PD(), midSize, All)
+	fill(m.a.Mem(m.src, midSize), seed)
+	m.dst, m.lkB, m.rkB = region(m.b, m.b.PD(), midSize, All)
+	m.qa, m.qb = pair(m.a, m.b, DefaultRC())
+	g.arm(m.a.MAC(), 1, false)
+	return m
+}
+
+// hold waits until the gate holds the message's last three packets, and b
+// has taken its first.
+func (m *midMessage) hold(t *testing.T, what string) {
+	t.Helper()
+	m.g.waitFor(t, m.a.MAC(), what, func(held, _ int) bool { return held >= 3 }, m.a, m.b)
+	m.b.Sync()
+}
+
 // testDeregMidWrite: the responder's guest deregisters the region a
 // multi-packet WRITE is landing in, between its first packet and the rest:
 // the requester completes with REM_ACCESS_ERR, the responder raises
 // QP_ACCESS_ERR, and the old pages are unchanged byte for byte after the
 // deregistration returned.
 func testDeregMidWrite(t *testing.T, newHost NewHost) {
-	sw, g := gatedSwitch(t)
-	a, b := newHost(t, sw, 1, HostOpts{}), newHost(t, sw, 2, HostOpts{})
-	const n = 4 * 1024 // four packets at PMTU 1024
-	src, lkA, _ := region(a, a.PD(), n, All)
-	fill(a.Mem(src, n), 17)
-	dst, lkB, rkB := region(b, b.PD(), n, All)
-	qa, qb := pair(a, b, DefaultRC())
-	g.arm(a.MAC(), 1, false)
-	qa.PostSend(write(1, src, n, lkA, dst, rkB))
-	g.waitFor(t, a.MAC(), "held WRITE packets", func(held, _ int) bool { return held >= 3 }, a, b)
-	b.Sync() // the first packet landed
+	m := newMidMessage(t, newHost, 17)
+	a, b, qa, qb, src, dst, g := m.a, m.b, m.qa, m.qb, m.src, m.dst, m.g
+	qa.PostSend(write(1, src, midSize, m.lkA, dst, m.rkB))
+	m.hold(t, "held WRITE packets")
+	const n = midSize
 	if !bytes.Equal(b.Mem(dst, 1024), a.Mem(src, 1024)) {
 		t.Fatal("the first WRITE packet did not land")
 	}
-	dereg(t, b, lkB)
+	dereg(t, b, m.lkB)
 	before := bytes.Clone(b.Mem(dst, n))
 	g.open(a.MAC())
 	expect(t, a, 1, transport.StatusRemAccess, a, b)
@@ -132,19 +159,13 @@ func testDeregMidWrite(t *testing.T, newHost NewHost) {
 // is landing in is deregistered between its packets: the receive completes
 // with LOC_PROT_ERR, the sender with REM_OP_ERR, and nothing more lands.
 func testDeregMidSend(t *testing.T, newHost NewHost) {
-	sw, g := gatedSwitch(t)
-	a, b := newHost(t, sw, 1, HostOpts{}), newHost(t, sw, 2, HostOpts{})
-	const n = 4 * 1024
-	src, lkA, _ := region(a, a.PD(), n, All)
-	fill(a.Mem(src, n), 29)
-	dst, lkB, _ := region(b, b.PD(), n, All)
-	qa, qb := pair(a, b, DefaultRC())
-	qb.PostRecv(RecvWR{ID: 7, SGEs: []mr.SGE{{Addr: dst, Length: n, LKey: lkB}}})
-	g.arm(a.MAC(), 1, false)
-	qa.PostSend(SendWR{ID: 1, Opcode: transport.OpSend, SGEs: []mr.SGE{{Addr: src, Length: n, LKey: lkA}}})
-	g.waitFor(t, a.MAC(), "held SEND packets", func(held, _ int) bool { return held >= 3 }, a, b)
-	b.Sync()
-	dereg(t, b, lkB)
+	m := newMidMessage(t, newHost, 29)
+	a, b, dst, g := m.a, m.b, m.dst, m.g
+	const n = midSize
+	m.qb.PostRecv(RecvWR{ID: 7, SGEs: []mr.SGE{{Addr: dst, Length: n, LKey: m.lkB}}})
+	m.qa.PostSend(SendWR{ID: 1, Opcode: transport.OpSend, SGEs: []mr.SGE{{Addr: m.src, Length: n, LKey: m.lkA}}})
+	m.hold(t, "held SEND packets")
+	dereg(t, b, m.lkB)
 	before := bytes.Clone(b.Mem(dst, n))
 	g.open(a.MAC())
 	expect(t, b, 7, transport.StatusLocProtErr, a, b)
@@ -205,22 +226,42 @@ func testDeregReadDestination(t *testing.T, newHost NewHost) {
 	}
 }
 
+// readReuse is a connected pair on a gated switch for a READ by a of b's
+// region src1 (filled) into a's dst, b's region table with room for one
+// region, so that the next registration after src1's reuses its handle.
+type readReuse struct {
+	g             *gate
+	a, b          Host
+	qa, qb        QP
+	dst, src1     uint64
+	lkA, lk1, rk1 uint32
+}
+
+const readReuseSize = 2 * 1024
+
+func newReadReuse(t *testing.T, newHost NewHost, seed byte) *readReuse {
+	t.Helper()
+	sw, g := gatedSwitch(t)
+	r := &readReuse{g: g, a: newHost(t, sw, 1, HostOpts{}), b: newHost(t, sw, 2, HostOpts{Regions: 1})}
+	r.dst, r.lkA, _ = region(r.a, r.a.PD(), readReuseSize, All)
+	r.src1, r.lk1, r.rk1 = region(r.b, r.b.PD(), readReuseSize, All)
+	fill(r.b.Mem(r.src1, readReuseSize), seed)
+	r.qa, r.qb = pair(r.a, r.b, DefaultRC())
+	return r
+}
+
 // testDuplicateReadAfterReuse: a READ's responses are lost; meanwhile the
 // responder's guest deregisters the region and registers another one, in
 // another PD and granting no remote access, which gets the same handle.
 // The requester's retried READ (a duplicate for the responder) gets a NAK
 // and completes with REM_ACCESS_ERR: never the new region's data.
 func testDuplicateReadAfterReuse(t *testing.T, newHost NewHost) {
-	sw, g := gatedSwitch(t)
-	a, b := newHost(t, sw, 1, HostOpts{}), newHost(t, sw, 2, HostOpts{Regions: 1})
-	const n = 2 * 1024
-	dst, lkA, _ := region(a, a.PD(), n, All)
-	src1, lk1, rk1 := region(b, b.PD(), n, All)
-	fill(b.Mem(src1, n), 53)
 	// The default timeout (about 1 s, 7 retries): the steps between the
 	// loss and the retransmission must not outlast the retries, however
 	// loaded the machine; the test waits one timeout for the retry.
-	qa, qb := pair(a, b, DefaultRC())
+	r := newReadReuse(t, newHost, 53)
+	g, a, b, qa, qb, dst, lkA, src1, lk1, rk1 := r.g, r.a, r.b, r.qa, r.qb, r.dst, r.lkA, r.src1, r.lk1, r.rk1
+	const n = readReuseSize
 	g.arm(b.MAC(), 0, true) // b's READ responses are lost
 	qa.PostSend(read(1, dst, n, lkA, src1, rk1))
 	g.waitFor(t, b.MAC(), "lost READ responses", func(_, dropped int) bool { return dropped >= 2 }, a, b)
@@ -257,13 +298,9 @@ func testReplayedReadAfterReuse(t *testing.T, newHost NewHost) {
 		}
 		t.Run(name, func(t *testing.T) {
 			CheckGoroutines(t)
-			sw, g := gatedSwitch(t)
-			a, b := newHost(t, sw, 1, HostOpts{}), newHost(t, sw, 2, HostOpts{Regions: 1})
-			const n = 2 * 1024
-			dst, lkA, _ := region(a, a.PD(), n, All)
-			src1, lk1, rk1 := region(b, b.PD(), n, All)
-			fill(b.Mem(src1, n), 61)
-			qa, qb := pair(a, b, DefaultRC())
+			r := newReadReuse(t, newHost, 61)
+			g, a, b, qa, qb, dst, lkA, src1, lk1, rk1 := r.g, r.a, r.b, r.qa, r.qb, r.dst, r.lkA, r.src1, r.lk1, r.rk1
+			const n = readReuseSize
 			g.mu.Lock()
 			g.tap = a.MAC()
 			g.mu.Unlock()

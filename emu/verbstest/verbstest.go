@@ -4,9 +4,21 @@
 // once. A model's test package implements Host over its fake driver and
 // calls RunCore; a second model inherits every test by doing the same.
 //
+// The tests (RunCore's subtests): RC operations, recovery from loss, the
+// remote operational error, stale R_Keys after a handle's reuse; the MR
+// keys (mrkeys.go: key generations, deregistration mid-WRITE, mid-SEND, of
+// a retransmission's source and a READ's destination, duplicate and
+// replayed READs after reuse, fast-register key changes); isolation against
+// a hostile peer (isolation.go); the direct path between HCAs of one
+// process (direct.go); the hostile-peer fuzzer's seeds (peerfuzz.go).
+// FuzzRCPeer is the fuzzer, called from a model's own FuzzRCPeer. The
+// attack tests' oracle is WriteWatch (watch.go): a host made with
+// HostOpts.Watch reaches guest memory through one, and Guarded and
+// ClosingOracle (oracle.go) check it, the kept ranges and a fresh pair.
+//
 // Values are the verbs' and the core's (transport.Opcode, transport.Status,
-// transport.WCOpcode, mr access bits), never a model's: each model's Host
-// converts, as its device does.
+// transport.WCOpcode, mr access bits, hca.Event, hca stats), never a
+// model's: each model's Host converts, as its device does.
 package verbstest
 
 import (
