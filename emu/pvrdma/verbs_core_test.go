@@ -2,6 +2,7 @@ package pvrdma_test
 
 import (
 	"encoding/binary"
+	"log/slog"
 	"net/netip"
 	"testing"
 
@@ -46,6 +47,9 @@ func newVerbsHost(t *testing.T, sw *fabric.Switch, k int, opts verbstest.HostOpt
 		if opts.Watch {
 			watch = verbstest.NewWriteWatch(drv.RAM)
 			cfg.Mem = watch
+			// The attack fuzzers' hosts: warnings only, as a fuzzer's
+			// thousands of runs would drown in debug lines.
+			cfg.Log = slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		}
 	}, !opts.Watch)
 	if watch != nil {
@@ -253,7 +257,7 @@ func (h *verbsHost) Poll() (verbstest.WC, bool) {
 	}
 	return verbstest.WC{ID: e.WRID, Status: st, Opcode: wcOpcodes[e.Opcode], ByteLen: e.ByteLen,
 		Recv: e.Opcode&uverbs.WCRecv != 0, QPN: h.qpns[e.QP],
-		WithImm: e.WCFlags&uverbs.WCFlagImm != 0, Imm: binary.BigEndian.Uint32(e.ImmData[:])}, true
+		WithImm: e.WCFlags&uverbs.WCFlagImm != 0, Imm: binary.BigEndian.Uint32(e.ImmData[:]), Entry: e}, true
 }
 
 func (q verbsQP) QPN() uint32 { return q.q.QPN }

@@ -216,7 +216,7 @@ func (r *peerRig) reregister(i int) {
 	h := r.owner[i]
 	re := h.RegisterAt(r.t, old.Name+" (re-registered)", old.PD, old.Addr, old.Size, old.Access, false)
 	r.t.Logf("%s (handle %d) re-registered as handle %d", old.Name, mr.Handle(old.LKey), mr.Handle(re.LKey))
-	// A later DESTROY_MR of i deregisters the new registration.
+	// A later deregistration of i deregisters the new registration.
 	r.victims[i], r.gone[i] = re, false
 }
 
@@ -499,7 +499,7 @@ func testRCPeerSeeds(t *testing.T, newHost NewHost) {
 // the pair's regions mid-message and registers new ones that may reuse the
 // handle. Oracle: no device write outside the places it may write (rings,
 // the regions the pair's work names; never a deregistered region after
-// DESTROY_MR returned, a re-registered one, another PD's or a canary);
+// its deregistration returned, a re-registered one, another PD's or a canary);
 // every victim work request completes, and one that completes SUCCESS
 // moved the right data; the devices still serve commands and a fresh QP
 // pair moves checked data.

@@ -167,6 +167,9 @@ type WC struct {
 	// WithImm: the message carried immediate data, Imm.
 	WithImm bool
 	Imm     uint32
+	// Entry is the completion as the model's device wrote it (e.g. its
+	// CQE), compared whole by the tests that compare two runs.
+	Entry any
 }
 
 // NewHost makes host k (1, 2, ...) of a test on switch sw; the host is
