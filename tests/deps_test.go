@@ -52,7 +52,7 @@ var allowedImports = map[string][]string{
 	"emu/transport/ud":               {"dma", "emu/mr", "emu/roce", "emu/transport"},
 	"emu/transport/transporttest":    {"dma", "emu/mr", "emu/roce", "emu/transport"},
 	"emu/pvrdma":                     {"dma", "dma/pvrdma", "doorbell/pvrdma", "emu/fabric", "emu/hca", "emu/mr", "emu/pvrdma/abi", "emu/ratelog", "emu/roce", "emu/transport", "emu/transport/rc", "emu/transport/ud", "mmio", "uverbs/pvrdma"},
-	"emu/verbstest":                  {"emu/fabric", "emu/mr", "emu/transport"},
+	"emu/verbstest":                  {"dma", "emu/fabric", "emu/fabric/capture", "emu/hca", "emu/mr", "emu/roce", "emu/transport"},
 	"emu/emutest":                    {"dma", "emu/pvrdma", "emu/pvrdma/abi", "uverbs/pvrdma"},
 	"vfio":                           {"dma"},
 	"vfio/record":                    {"dma", "vfio"},

@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/netip"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -16,22 +15,13 @@ import (
 	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/fault"
 	"github.com/hcaemu/hcaemu/emu/roce"
+	"github.com/hcaemu/hcaemu/emu/verbstest"
 )
 
 // checkGoroutines fails the test if it leaves goroutines behind.
 func checkGoroutines(t *testing.T) {
 	t.Helper()
-	before := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(time.Minute)
-		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
-		}
-		if n := runtime.NumGoroutine(); n > before {
-			buf := make([]byte, 1<<16)
-			t.Errorf("goroutine leak: %d before, %d after\n%s", before, n, buf[:runtime.Stack(buf, true)])
-		}
-	})
+	verbstest.CheckGoroutines(t)
 }
 
 // testNet is two ports, hca0 (10.0.0.1) and hca1 (10.0.0.2), on a switch

@@ -4,14 +4,13 @@ import (
 	"encoding/binary"
 	"log/slog"
 	"math/bits"
-	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/hcaemu/hcaemu/emu/emutest"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/pvrdma/abi"
+	"github.com/hcaemu/hcaemu/emu/verbstest"
 	uverbs "github.com/hcaemu/hcaemu/uverbs/pvrdma"
 )
 
@@ -33,17 +32,7 @@ func (w tWriter) Write(p []byte) (int, error) {
 // checkGoroutines fails the test if it leaves goroutines behind.
 func checkGoroutines(t *testing.T) {
 	t.Helper()
-	before := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(time.Minute)
-		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
-		}
-		if n := runtime.NumGoroutine(); n > before {
-			buf := make([]byte, 1<<16)
-			t.Errorf("goroutine leak: %d before, %d after\n%s", before, n, buf[:runtime.Stack(buf, true)])
-		}
-	})
+	verbstest.CheckGoroutines(t)
 }
 
 type rig struct {

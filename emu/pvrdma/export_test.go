@@ -1,6 +1,15 @@
 package pvrdma
 
-import "github.com/hcaemu/hcaemu/emu/hca"
+import (
+	"github.com/hcaemu/hcaemu/emu/hca"
+	"github.com/hcaemu/hcaemu/emu/transport"
+)
+
+// EQEType is the pvrdma_eqe_type of the core's event ev.
+func EQEType(ev hca.Event) uint32 { return eqeType(ev) }
+
+// TransportState is the core's state of pvrdma_qp_state s.
+func TransportState(s uint8) transport.State { return transportState(s) }
 
 // WithLock runs fn while holding the device lock, as the engine does while it
 // works through a batch of frames (tests of what must not wait for it).

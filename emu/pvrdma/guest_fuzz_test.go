@@ -8,7 +8,9 @@ import (
 	"github.com/hcaemu/hcaemu/dma"
 	"github.com/hcaemu/hcaemu/emu/emutest"
 	"github.com/hcaemu/hcaemu/emu/fabric"
+	"github.com/hcaemu/hcaemu/emu/mr"
 	"github.com/hcaemu/hcaemu/emu/pvrdma/abi"
+	"github.com/hcaemu/hcaemu/emu/verbstest"
 	uverbs "github.com/hcaemu/hcaemu/uverbs/pvrdma"
 )
 
@@ -23,13 +25,14 @@ type guestStruct struct {
 
 // guestSide is one host of FuzzGuestMemory and its objects.
 type guestSide struct {
-	*watchedHost
+	*verbsHost
+	guard  *verbstest.Guarded // its WriteWatch oracle
 	rc, ud *emutest.QP
 	// In the host's PD: rw (all access), lw (local write only), ro
 	// (remote read only), lo (local write only, named by no local SGE:
 	// only a remote WRITE or atomic, which it does not grant, could write
 	// it); x: all access in a PD no QP uses.
-	rw, lw, ro, lo, x *region
+	rw, lw, ro, lo, x *verbstest.Region
 	av                uverbs.AV // towards the other host
 }
 
@@ -46,7 +49,7 @@ const guestUDQKey = 0x1111
 // pdirOf returns the page directory emutest built right after pages
 // (Driver.Buffer allocates the pages, then the directory and its one
 // table), after checking that it is one.
-func pdirOf(t *testing.T, h *watchedHost, pages []uint64) uint64 {
+func pdirOf(t *testing.T, h *verbsHost, pages []uint64) uint64 {
 	t.Helper()
 	dir := pages[len(pages)-1] + dma.PageSize
 	if tbl := h.Get64(dir); tbl != dir+dma.PageSize || h.Get64(tbl) != pages[0] {
@@ -59,18 +62,15 @@ func newGuestRig(t *testing.T) *guestRig {
 	sw := fabric.NewSwitch()
 	g := &guestRig{t: t}
 	for i := range g.sides {
-		h := newWatchedHost(t, sw, i+1, 2<<20, 0)
-		s := &guestSide{watchedHost: h}
-		s.rw = h.register(t, "rw", h.pd, 16384, allAccess, true)
-		s.lw = h.register(t, "lw", h.pd, 8192, 1, true)
-		s.ro = h.register(t, "ro", h.pd, 4096, 4, false)
-		s.lo = h.register(t, "lo", h.pd, 4096, 1, false)
-		pd2, err := h.CreatePD(0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.x = h.register(t, "x", pd2, 8192, allAccess, false)
-		h.canaries(2)
+		h := newVerbsHost(t, sw, i+1, verbstest.HostOpts{RAM: 2 << 20, Watch: true}).(*verbsHost)
+		gh := verbstest.Guard(h)
+		s := &guestSide{verbsHost: h, guard: gh}
+		s.rw = gh.Register(t, "rw", h.pd, 16384, verbstest.All, true)
+		s.lw = gh.Register(t, "lw", h.pd, 8192, mr.LocalWrite, true)
+		s.ro = gh.Register(t, "ro", h.pd, 4096, mr.RemoteRead, false)
+		s.lo = gh.Register(t, "lo", h.pd, 4096, mr.LocalWrite, false)
+		s.x = gh.Register(t, "x", h.NewPD(), 8192, verbstest.All, false)
+		gh.Canaries(2)
 		s.ud = h.qp(t, abi.QPTypeUD, 16)
 		if err := s.ud.Modify(abi.AttrState|abi.AttrPKeyIndex|abi.AttrPort|abi.AttrQKey,
 			abi.QPAttr{State: abi.QPStateInit, PortNum: 1, QKey: guestUDQKey}); err != nil {
@@ -92,23 +92,23 @@ func newGuestRig(t *testing.T) *guestRig {
 		s.av.DGID = peer.ip.As16()
 		s.av.DGID[10], s.av.DGID[11] = 0xff, 0xff
 		for _, qp := range []*emutest.QP{s.rc, s.ud} {
-			s.watch.AllowQP("qp", qp)
+			emutest.AllowQP(s.watch, "qp", qp)
 			g.structs = append(g.structs,
 				guestStruct{i, "QP ring state", qp.Pages[0], 16},
 				guestStruct{i, "QP work queues", qp.Pages[1], uint64(len(qp.Pages)-1) * dma.PageSize},
-				guestStruct{i, "QP page directory", pdirOf(t, s.watchedHost, qp.Pages), 2 * dma.PageSize})
+				guestStruct{i, "QP page directory", pdirOf(t, s.verbsHost, qp.Pages), 2 * dma.PageSize})
 		}
 		g.structs = append(g.structs,
 			guestStruct{i, "CQ ring state", s.cq.Pages[0], 16},
 			guestStruct{i, "CQ entries", s.cq.Pages[1], uint64(len(s.cq.Pages)-1) * dma.PageSize},
-			guestStruct{i, "CQ page directory", pdirOf(t, s.watchedHost, s.cq.Pages), 2 * dma.PageSize},
-			guestStruct{i, "MR page directory", s.rw.pdir, 2 * dma.PageSize},
+			guestStruct{i, "CQ page directory", pdirOf(t, s.verbsHost, s.cq.Pages), 2 * dma.PageSize},
+			guestStruct{i, "MR page directory", s.dirs[s.rw.GPA].dir, 2 * dma.PageSize},
 			guestStruct{i, "async ring", s.AsyncRing[0], uint64(len(s.AsyncRing)) * dma.PageSize},
 			guestStruct{i, "CQ notification ring", s.CQRing[0], uint64(len(s.CQRing)) * dma.PageSize},
 			guestStruct{i, "DSR", s.DSR, dma.PageSize})
 		for k := range 4 {
-			g.postRecv(s, s.rc, uverbs.RecvWQE{WRID: g.nextWRID(), SGE: []uverbs.SGE{{Addr: s.lw.addr, Length: 8192, LKey: s.lw.lkey}}})
-			g.postRecv(s, s.ud, uverbs.RecvWQE{WRID: g.nextWRID(), SGE: []uverbs.SGE{{Addr: s.rw.addr + uint64(k)*4096, Length: 4096, LKey: s.rw.lkey}}})
+			g.postRecv(s, s.rc, uverbs.RecvWQE{WRID: g.nextWRID(), SGE: []uverbs.SGE{{Addr: s.lw.Addr, Length: 8192, LKey: s.lw.LKey}}})
+			g.postRecv(s, s.ud, uverbs.RecvWQE{WRID: g.nextWRID(), SGE: []uverbs.SGE{{Addr: s.rw.Addr + uint64(k)*4096, Length: 4096, LKey: s.rw.LKey}}})
 		}
 	}
 	for _, s := range g.sides {
@@ -145,25 +145,25 @@ func (g *guestRig) postRecv(s *guestSide, qp *emutest.QP, w uverbs.RecvWQE) {
 func (g *guestRig) legit(arg []byte) {
 	s, peer := g.sides[arg[0]&1], g.sides[1-arg[0]&1]
 	n := uint32(binary.BigEndian.Uint16(arg[2:])) % 8192
-	src := uverbs.SGE{Addr: s.rw.addr, Length: n, LKey: s.rw.lkey}
+	src := uverbs.SGE{Addr: s.rw.Addr, Length: n, LKey: s.rw.LKey}
 	switch arg[1] % 5 {
 	case 0:
-		g.postRecv(peer, peer.rc, uverbs.RecvWQE{WRID: g.nextWRID(), SGE: []uverbs.SGE{{Addr: peer.lw.addr, Length: 8192, LKey: peer.lw.lkey}}})
+		g.postRecv(peer, peer.rc, uverbs.RecvWQE{WRID: g.nextWRID(), SGE: []uverbs.SGE{{Addr: peer.lw.Addr, Length: 8192, LKey: peer.lw.LKey}}})
 		g.postSend(s, s.rc, send(uverbs.OpSend, g.nextWRID(), 0, src))
 	case 1:
 		w := send(uverbs.OpRDMAWrite, g.nextWRID(), 0, src)
-		w.SetRDMA(peer.rw.addr+8192, peer.rw.rkey)
+		w.SetRDMA(peer.rw.Addr+8192, peer.rw.RKey)
 		g.postSend(s, s.rc, w)
 	case 2:
-		w := send(uverbs.OpRDMARead, g.nextWRID(), 0, uverbs.SGE{Addr: s.lw.addr, Length: n, LKey: s.lw.lkey})
-		w.SetRDMA(peer.rw.addr, peer.rw.rkey)
+		w := send(uverbs.OpRDMARead, g.nextWRID(), 0, uverbs.SGE{Addr: s.lw.Addr, Length: n, LKey: s.lw.LKey})
+		w.SetRDMA(peer.rw.Addr, peer.rw.RKey)
 		g.postSend(s, s.rc, w)
 	case 3:
-		w := send(uverbs.OpAtomicFetchAdd, g.nextWRID(), 0, uverbs.SGE{Addr: s.lw.addr + 8, Length: 8, LKey: s.lw.lkey})
-		w.SetAtomic(peer.rw.addr+16, 1, 0, peer.rw.rkey)
+		w := send(uverbs.OpAtomicFetchAdd, g.nextWRID(), 0, uverbs.SGE{Addr: s.lw.Addr + 8, Length: 8, LKey: s.lw.LKey})
+		w.SetAtomic(peer.rw.Addr+16, 1, 0, peer.rw.RKey)
 		g.postSend(s, s.rc, w)
 	case 4:
-		g.postRecv(peer, peer.ud, uverbs.RecvWQE{WRID: g.nextWRID(), SGE: []uverbs.SGE{{Addr: peer.lw.addr, Length: 4096, LKey: peer.lw.lkey}}})
+		g.postRecv(peer, peer.ud, uverbs.RecvWQE{WRID: g.nextWRID(), SGE: []uverbs.SGE{{Addr: peer.lw.Addr, Length: 4096, LKey: peer.lw.LKey}}})
 		src.Length = min(n, 1024)
 		w := send(uverbs.OpSend, g.nextWRID(), 0, src)
 		w.SetUD(peer.ud.QPN, guestUDQKey, s.av)
@@ -176,25 +176,25 @@ func (g *guestRig) legit(arg []byte) {
 // offset from the region's start, [3:7] the length (mod 16 KiB).
 func (g *guestRig) sge(s *guestSide, arg []byte) uverbs.SGE {
 	peer := g.sides[1-g.sideIndex(s)]
-	regions := []*region{s.rw, s.lw, s.ro, s.x, peer.rw}
+	regions := []*verbstest.Region{s.rw, s.lw, s.ro, s.x, peer.rw}
 	off := uint64(binary.BigEndian.Uint16(arg[1:]))
 	raw := binary.BigEndian.Uint32(arg[3:])
 	if k := int(arg[0]) % 6; k < len(regions) {
-		return uverbs.SGE{Addr: regions[k].addr + off, Length: raw % 16384, LKey: regions[k].lkey}
+		return uverbs.SGE{Addr: regions[k].Addr + off, Length: raw % 16384, LKey: regions[k].LKey}
 	}
-	if raw == s.lo.lkey {
+	if raw == s.lo.LKey {
 		raw ^= 1 << 31 // a local SGE never names lo
 	}
-	return uverbs.SGE{Addr: s.rw.addr + off, Length: raw % 16384, LKey: raw}
+	return uverbs.SGE{Addr: s.rw.Addr + off, Length: raw % 16384, LKey: raw}
 }
 
 // remote picks an R_Key and address from 3 bytes as sge does, among the
 // peer's regions (and one of the side's own).
 func (g *guestRig) remote(s *guestSide, arg []byte) (uint64, uint32) {
 	peer := g.sides[1-g.sideIndex(s)]
-	regions := []*region{peer.rw, peer.lw, peer.ro, peer.x, s.rw, peer.lo}
+	regions := []*verbstest.Region{peer.rw, peer.lw, peer.ro, peer.x, s.rw, peer.lo}
 	reg := regions[int(arg[0])%len(regions)]
-	return reg.addr + uint64(binary.BigEndian.Uint16(arg[1:])), reg.rkey
+	return reg.Addr + uint64(binary.BigEndian.Uint16(arg[1:])), reg.RKey
 }
 
 func (g *guestRig) sideIndex(s *guestSide) int {
@@ -259,7 +259,7 @@ func (g *guestRig) run(in []byte) {
 			}
 			s.Doorbell(0, off, value)
 		case guestSettle:
-			settle(g.sides[0].watchedHost, g.sides[1].watchedHost)
+			verbstest.Settle(g.sides[0], g.sides[1])
 		case guestLegit:
 			g.legit(arg[:])
 		case guestWQE:
@@ -300,8 +300,7 @@ func (g *guestRig) run(in []byte) {
 // check drains what completed, then applies the oracle.
 func (g *guestRig) check() {
 	t := g.t
-	a, b := g.sides[0].watchedHost, g.sides[1].watchedHost
-	settle(a, b)
+	verbstest.Settle(g.sides[0], g.sides[1])
 	for _, s := range g.sides {
 		// The ring indices may be scribbled over: drain under the lock.
 		s.dev.WithLock(func() {
@@ -316,7 +315,7 @@ func (g *guestRig) check() {
 			s.CQNotifications()
 		})
 	}
-	closingOracle(t, a, b)
+	verbstest.ClosingOracle(t, g.sides[0].guard, g.sides[1].guard)
 }
 
 // FuzzGuestMemory plays a guest that scribbles over what it shares with a

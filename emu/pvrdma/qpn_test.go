@@ -8,6 +8,7 @@ import (
 	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/pvrdma/abi"
 	"github.com/hcaemu/hcaemu/emu/roce"
+	"github.com/hcaemu/hcaemu/emu/verbstest"
 	uverbs "github.com/hcaemu/hcaemu/uverbs/pvrdma"
 )
 
@@ -58,37 +59,39 @@ func TestQPNGuess(t *testing.T) {
 	checkGoroutines(t)
 	var wire fabric.Link
 	sw := fabric.NewSwitch(func(next fabric.Link) fabric.Link { wire = next; return next })
-	v := newVictims(t, sw)
+	a, b := newHostRAM(t, sw, 1, 4<<20), newHostRAM(t, sw, 2, 4<<20)
+	dst, lkB, _ := b.mr(t, 4096, allAccess)
+	qa, qb := pairRC(t, a, b, defaultRC(), defaultRC())
 	inject := sw.Attach("inject", [6]byte{0x02, 0, 0, 0, 0, 9}, func(f []byte) bool { fabric.Release(f); return true })
 	t.Cleanup(inject.Detach)
-	w := bits.Len32(min(v.b.Caps().MaxQP, 1<<16) - 1)
+	w := bits.Len32(min(b.Caps().MaxQP, 1<<16) - 1)
 	payload := []byte("guessed")
 	tests := []struct {
 		name   string
 		destQP uint32
 		lands  bool
 	}{
-		{"the handle", v.qb.Handle, false},
-		{"the handle with other high bits", v.qb.QPN ^ 1<<w, false},
-		{"the handle with the top bit flipped", v.qb.QPN ^ 1<<23, false},
-		{"the QPN", v.qb.QPN, true},
+		{"the handle", qb.Handle, false},
+		{"the handle with other high bits", qb.QPN ^ 1<<w, false},
+		{"the handle with the top bit flipped", qb.QPN ^ 1<<23, false},
+		{"the QPN", qb.QPN, true},
 	}
-	v.postRecv()
+	qb.PostRecv(uverbs.RecvWQE{WRID: 20, SGE: []uverbs.SGE{{Addr: dst, Length: 4096, LKey: lkB}}})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if !tt.lands && tt.destQP == v.qb.QPN {
+			if !tt.lands && tt.destQP == qb.QPN {
 				// The handle never is: a QPN's random bits are never all
 				// zero.
-				t.Fatalf("QPN %#x is guessable", v.qb.QPN)
+				t.Fatalf("QPN %#x is guessable", qb.QPN)
 			}
 			f := roce.PacketFields{Payload: payload}
-			f.BTH = roce.BTHFields{Opcode: roce.RCSendOnly, PKey: roce.DefaultPKey, DestQP: tt.destQP, PSN: v.nextSendPSN, AckReq: true}
-			wire.Send(inject, rawFrame(t, netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"), f))
+			f.BTH = roce.BTHFields{Opcode: roce.RCSendOnly, PKey: roce.DefaultPKey, DestQP: tt.destQP, PSN: verbstest.StartPSN(qa.QPN), AckReq: true}
+			wire.Send(inject, verbstest.RawFrame(t, netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"), f))
 			if !tt.lands {
-				noCQE(t, v.b.cq, v.a, v.b)
+				noCQE(t, b.cq, a, b)
 				return
 			}
-			if e := poll(t, v.b.cq, v.a, v.b); e.Status != uverbs.WCSuccess || e.ByteLen != uint32(len(payload)) {
+			if e := poll(t, b.cq, a, b); e.Status != uverbs.WCSuccess || e.ByteLen != uint32(len(payload)) {
 				t.Fatalf("the real QPN: %+v", e)
 			}
 		})

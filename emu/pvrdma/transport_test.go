@@ -52,6 +52,14 @@ func newHostHook(t *testing.T, sw *fabric.Switch, k int, ram int, hook pvrdma.Fa
 // adjust (a fault hook, strict mode, a logger).
 func newHostConfig(t *testing.T, sw *fabric.Switch, k int, ram int, adjust func(*pvrdma.Config)) *host {
 	t.Helper()
+	return newHostWith(t, sw, k, ram, func(cfg *pvrdma.Config, _ *emutest.Driver) { adjust(cfg) }, true)
+}
+
+// newHostWith probes an HCA as newHost does, ram bytes of guest RAM, its
+// configuration adjusted by adjust (which may wrap the driver's RAM as the
+// device's memory); dmaMR: the kernel PD gets its DMA region (h.lkey).
+func newHostWith(t *testing.T, sw *fabric.Switch, k int, ram int, adjust func(*pvrdma.Config, *emutest.Driver), dmaMR bool) *host {
+	t.Helper()
 	mac := [6]byte{0x00, 0x50, 0x56, 0, 0, byte(k)}
 	drv := emutest.New(ram)
 	// Configured with another MAC than the one of the default GID below:
@@ -60,7 +68,7 @@ func newHostConfig(t *testing.T, sw *fabric.Switch, k int, ram int, adjust func(
 	cfgMAC[3] = 0xEE
 	cfg := pvrdma.Config{Name: "hca" + string(rune('0'+k)), Mem: drv.RAM, MSIX: drv.IRQ.Raise,
 		Log: testLog(t), MAC: cfgMAC, Attach: attachTo(sw, "hca"+string(rune('0'+k)), mac)}
-	adjust(&cfg)
+	adjust(&cfg, drv)
 	dev := pvrdma.New(cfg)
 	t.Cleanup(dev.Close)
 	drv.Dev = dev
@@ -80,11 +88,13 @@ func newHostConfig(t *testing.T, sw *fabric.Switch, k int, ram int, adjust func(
 	if h.pd, err = drv.CreatePD(0); err != nil {
 		t.Fatal(err)
 	}
-	mr, err := drv.CreateMR(abi.CmdCreateMR{PDHandle: h.pd, AccessFlags: abi.AccessLocalWrite, Flags: abi.MRFlagDMA})
-	if err != nil {
-		t.Fatal(err)
+	if dmaMR {
+		mr, err := drv.CreateMR(abi.CmdCreateMR{PDHandle: h.pd, AccessFlags: abi.AccessLocalWrite, Flags: abi.MRFlagDMA})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.lkey = mr.LKey
 	}
-	h.lkey = mr.LKey
 	if h.cq, err = drv.CreateCQ(0, 1024); err != nil {
 		t.Fatal(err)
 	}

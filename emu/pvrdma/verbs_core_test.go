@@ -1,11 +1,16 @@
 package pvrdma_test
 
 import (
+	"encoding/binary"
+	"log/slog"
+	"net/netip"
 	"testing"
 
 	"github.com/hcaemu/hcaemu/emu/emutest"
 	"github.com/hcaemu/hcaemu/emu/fabric"
+	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/mr"
+	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/pvrdma/abi"
 	"github.com/hcaemu/hcaemu/emu/transport"
 	"github.com/hcaemu/hcaemu/emu/verbstest"
@@ -16,23 +21,59 @@ import (
 // (package verbstest) against the PVRDMA model, through its fake driver.
 func TestCore(t *testing.T) {
 	checkGoroutines(t)
-	verbstest.RunCore(t, func(t *testing.T, sw *fabric.Switch, k int, opts verbstest.HostOpts) verbstest.Host {
-		h := &verbsHost{t: t, dirs: map[uint64]verbsBuf{}, mrs: map[uint32]uint32{}}
-		if opts.OneRegion {
-			h.host = newHostCaps(t, sw, k, smallMRTable()) // MR handle 1: the driver's DMA region
-		} else {
-			h.host = newHost(t, sw, k)
+	verbstest.RunCore(t, newVerbsHost)
+}
+
+// newVerbsHost is the PVRDMA fake driver as verbstest's NewHost: an HCA on
+// sw with IPv4 10.0.0.k (GID index 1), a kernel PD (with its DMA region
+// unless opts.Watch) and a CQ.
+func newVerbsHost(t *testing.T, sw *fabric.Switch, k int, opts verbstest.HostOpts) verbstest.Host {
+	t.Helper()
+	ram := opts.RAM
+	if ram == 0 {
+		ram = 64 << 20
+	}
+	var watch *verbstest.WriteWatch
+	h := newHostWith(t, sw, k, ram, func(cfg *pvrdma.Config, drv *emutest.Driver) {
+		cfg.SequentialQPNs = opts.SequentialQPNs
+		if opts.Regions != 0 {
+			caps := pvrdma.DefaultCaps()
+			caps.MaxMR = uint32(opts.Regions)
+			if !opts.Watch {
+				caps.MaxMR++ // the driver's DMA region
+			}
+			cfg.Caps = &caps
 		}
-		return h
-	})
+		if opts.Watch {
+			watch = verbstest.NewWriteWatch(drv.RAM)
+			cfg.Mem = watch
+			// The attack fuzzers' hosts: warnings only, as a fuzzer's
+			// thousands of runs would drown in debug lines.
+			cfg.Log = slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		}
+	}, !opts.Watch)
+	if watch != nil {
+		emutest.AllowDevice(watch, h.Driver)
+		emutest.AllowCQ(watch, "cq", h.cq)
+	}
+	return &verbsHost{host: h, t: t, watch: watch, verbsState: &verbsState{
+		dirs: map[uint64]verbsBuf{}, mrs: map[uint32]uint32{}, qpns: map[uint64]uint32{}}}
 }
 
 // verbsHost is the PVRDMA fake driver as a verbstest.Host.
 type verbsHost struct {
 	*host
-	t    *testing.T
-	dirs map[uint64]verbsBuf // Alloc's buffers, by address
-	mrs  map[uint32]uint32   // MR handles by lkey
+	*verbsState // shared with the host's Fresh contexts
+	t           *testing.T
+	watch       *verbstest.WriteWatch
+}
+
+// verbsState is what the driver knows of the objects it made.
+type verbsState struct {
+	dirs   map[uint64]verbsBuf // Alloc's buffers, by address
+	mrs    map[uint32]uint32   // MR handles by lkey
+	qpns   map[uint64]uint32   // QPNs by QP handle (CQEs name handles)
+	events [][2]uint32         // async events read from the ring
 }
 
 type verbsBuf struct {
@@ -40,7 +81,10 @@ type verbsBuf struct {
 	dir   uint64
 }
 
-type verbsQP struct{ q *emutest.QP }
+type verbsQP struct {
+	q *emutest.QP
+	d *emutest.Driver // its host's (where a fast-register's page list goes)
+}
 
 func (h *verbsHost) Alloc(n int) uint64 {
 	pages, dir := h.Buffer((n + 4095) / 4096)
@@ -49,6 +93,17 @@ func (h *verbsHost) Alloc(n int) uint64 {
 }
 
 func (h *verbsHost) Mem(addr uint64, n int) []byte { return h.RAM.Mem[addr : addr+uint64(n)] }
+func (h *verbsHost) MAC() [6]byte                  { return h.mac }
+func (h *verbsHost) IP() netip.Addr                { return h.ip }
+func (h *verbsHost) PD() uint32                    { return h.pd }
+
+func (h *verbsHost) NewPD() uint32 {
+	pd, err := h.CreatePD(0)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return pd
+}
 
 // pvrdmaAccess maps mr's access bits to pvrdma_access_flags.
 func pvrdmaAccess(access uint32) uint32 {
@@ -64,45 +119,58 @@ func pvrdmaAccess(access uint32) uint32 {
 	return a
 }
 
-func (h *verbsHost) regMR(pd uint32, addr uint64, n int, access uint32) abi.CmdCreateMRResp {
+func (h *verbsHost) createMR(req abi.CmdCreateMR) (lkey, rkey uint32) {
+	h.t.Helper()
+	rsp, err := h.CreateMR(req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.mrs[rsp.LKey] = rsp.MRHandle
+	return rsp.LKey, rsp.RKey
+}
+
+func (h *verbsHost) RegMRAt(pd uint32, va, addr uint64, n int, access uint32) (lkey, rkey uint32) {
 	h.t.Helper()
 	b, ok := h.dirs[addr]
 	if !ok {
 		h.t.Fatalf("RegMR of %#x: not a buffer from Alloc", addr)
 	}
-	rsp, err := h.CreateMR(abi.CmdCreateMR{Start: addr, Length: uint64(n), PdirDMA: b.dir,
-		PDHandle: pd, AccessFlags: pvrdmaAccess(access), NChunks: uint32(len(b.pages))})
-	if err != nil {
-		h.t.Fatal(err)
+	if va == 0 {
+		va = addr
 	}
-	h.mrs[rsp.LKey] = rsp.MRHandle
-	return rsp
+	return h.createMR(abi.CmdCreateMR{Start: va, Length: uint64(n), PdirDMA: b.dir,
+		PDHandle: pd, AccessFlags: pvrdmaAccess(access), NChunks: uint32(len(b.pages))})
 }
 
 func (h *verbsHost) RegMR(addr uint64, n int, access uint32) (lkey, rkey uint32) {
-	rsp := h.regMR(h.pd, addr, n, access)
-	return rsp.LKey, rsp.RKey
+	h.t.Helper()
+	return h.RegMRAt(h.pd, 0, addr, n, access)
 }
 
-func (h *verbsHost) RegMRForeignPD(addr uint64, n int, access uint32) uint32 {
-	pd, err := h.CreatePD(0)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	return h.regMR(pd, addr, n, access).LKey
+func (h *verbsHost) AllocFRMR(pages int) (lkey, rkey uint32) {
+	h.t.Helper()
+	return h.createMR(abi.CmdCreateMR{PDHandle: h.pd, Flags: abi.MRFlagFRMR, NChunks: uint32(pages)})
 }
 
-func (h *verbsHost) DeregMR(lkey uint32) {
+func (h *verbsHost) DeregMR(lkey uint32) error {
 	handle, ok := h.mrs[lkey]
 	if !ok {
 		h.t.Fatalf("DeregMR of lkey %#x: no such region", lkey)
 	}
+	if err := h.MustCmd(&abi.CmdDestroyMR{MRHandle: handle}, nil); err != nil {
+		return err
+	}
 	delete(h.mrs, lkey)
-	h.destroyMR(h.t, handle)
+	return nil
 }
 
 func (h *verbsHost) CreateRCQP(depth uint32) verbstest.QP {
-	return verbsQP{h.qp(h.t, abi.QPTypeRC, depth)}
+	q := h.qp(h.t, abi.QPTypeRC, depth)
+	h.qpns[uint64(q.Handle)] = q.QPN
+	if h.watch != nil {
+		emutest.AllowQP(h.watch, "qp", q)
+	}
+	return verbsQP{q, h.Driver}
 }
 
 func (h *verbsHost) Connect(q verbstest.QP, peer verbstest.Host, pq verbstest.QP, o verbstest.RCOpts) {
@@ -110,7 +178,48 @@ func (h *verbsHost) Connect(q verbstest.QP, peer verbstest.Host, pq verbstest.QP
 	connect(h.t, h.host, q.(verbsQP).q, peer.(*verbsHost).host, pq.(verbsQP).q, opts)
 }
 
-func (h *verbsHost) Sync() { h.dev.Sync() }
+func (h *verbsHost) QPState(q verbstest.QP) transport.State {
+	attr, err := q.(verbsQP).q.Query()
+	if err != nil {
+		h.t.Fatalf("QUERY_QP: %v", err)
+	}
+	return pvrdma.TransportState(uint8(attr.State))
+}
+
+func (h *verbsHost) Raised(q verbstest.QP, ev hca.Event) bool {
+	h.events = append(h.events, h.AsyncEvents()...)
+	return hasEvent(h.events, pvrdma.EQEType(ev), q.(verbsQP).q.Handle)
+}
+
+func (h *verbsHost) Sync()                                            { h.dev.Sync() }
+func (h *verbsHost) Idle() bool                                       { return h.dev.Idle() }
+func (h *verbsHost) Stats() (hca.DeviceStats, map[uint32]hca.QPStats) { return h.dev.Stats() }
+func (h *verbsHost) Hold(fn func())                                   { h.dev.WithLock(fn) }
+func (h *verbsHost) HoldTaking(fn func())                             { h.dev.HoldTaking(fn) }
+func (h *verbsHost) Helped() uint64                                   { return h.dev.HelpedBatches() }
+func (h *verbsHost) Reset()                                           { h.dev.Reset() }
+func (h *verbsHost) Watch() *verbstest.WriteWatch                     { return h.watch }
+
+func (h *verbsHost) Alive() error {
+	_, err := h.QueryPort(1)
+	return err
+}
+
+func (h *verbsHost) Fresh() verbstest.Host {
+	pd := h.NewPD()
+	cq, err := h.CreateCQ(0, 64)
+	if err != nil {
+		h.t.Fatalf("fresh CQ: %v", err)
+	}
+	if h.watch != nil {
+		emutest.AllowCQ(h.watch, "fresh cq", cq)
+	}
+	hc := *h.host
+	hc.pd, hc.cq = pd, cq
+	f := *h
+	f.host = &hc
+	return &f
+}
 
 // The PVRDMA completion values (pvrdma_wc_status and pvrdma_wc_opcode)
 // back in the core's terms.
@@ -147,7 +256,8 @@ func (h *verbsHost) Poll() (verbstest.WC, bool) {
 		h.t.Fatalf("CQE status %d is no status the device should write", e.Status)
 	}
 	return verbstest.WC{ID: e.WRID, Status: st, Opcode: wcOpcodes[e.Opcode], ByteLen: e.ByteLen,
-		Recv: e.Opcode&uverbs.WCRecv != 0}, true
+		Recv: e.Opcode&uverbs.WCRecv != 0, QPN: h.qpns[e.QP],
+		WithImm: e.WCFlags&uverbs.WCFlagImm != 0, Imm: binary.BigEndian.Uint32(e.ImmData[:]), Entry: e}, true
 }
 
 func (q verbsQP) QPN() uint32 { return q.q.QPN }
@@ -160,18 +270,35 @@ func sges(in []mr.SGE) []uverbs.SGE {
 	return out
 }
 
-func (q verbsQP) PostSend(wr verbstest.SendWR) {
+// wqe is wr as a PVRDMA send WQE (a fast-register's page list built in
+// the guest memory of d).
+func wqe(d *emutest.Driver, wr verbstest.SendWR) uverbs.SendWQE {
 	w := send(sendOpcodes[wr.Opcode], wr.ID, 0, sges(wr.SGEs)...)
 	switch wr.Opcode {
 	case transport.OpWrite, transport.OpWriteImm, transport.OpRead:
 		w.SetRDMA(wr.RemoteAddr, wr.RKey)
 	case transport.OpCompSwap, transport.OpFetchAdd:
 		w.SetAtomic(wr.RemoteAddr, wr.CompareAdd, wr.Swap, wr.RKey)
+	case transport.OpLocalInv, transport.OpSendInv:
+		le.PutUint32(w.Ex[:], wr.InvalidateKey)
+	case transport.OpFastReg:
+		f := wr.FastReg
+		w.SetFastReg(uverbs.FastReg{IOVA: f.IOVA, PageListDir: d.PageDir(f.Pages), PageShift: 12,
+			PageListLen: uint32(len(f.Pages)), Length: f.Length, Access: pvrdmaAccess(f.Access), RKey: f.Key})
 	}
 	if wr.Opcode == transport.OpSendImm || wr.Opcode == transport.OpWriteImm {
 		w.Ex = [4]byte{byte(wr.Imm >> 24), byte(wr.Imm >> 16), byte(wr.Imm >> 8), byte(wr.Imm)}
 	}
-	q.q.PostSend(w)
+	return w
+}
+
+func (q verbsQP) PostSend(wr verbstest.SendWR) { q.q.PostSend(wqe(q.d, wr)) }
+
+func (q verbsQP) PostSends(wrs ...verbstest.SendWR) {
+	for _, wr := range wrs {
+		q.q.WriteSend(wqe(q.d, wr))
+	}
+	q.q.RingSend()
 }
 
 func (q verbsQP) PostRecv(wr verbstest.RecvWR) {

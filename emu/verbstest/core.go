@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,9 +26,43 @@ func RunCore(t *testing.T, newHost NewHost) {
 		{"RCRecoversFromLoss", testRCRecoversFromLoss},
 		{"RemoteOperationalError", testRemoteOperationalError},
 		{"StaleRKeyAfterReuse", testStaleRKeyAfterReuse},
+		{"MRKeyGenerations", testMRKeyGenerations},
+		{"DeregMidWrite", testDeregMidWrite},
+		{"DeregMidSend", testDeregMidSend},
+		{"DeregSourceMidRetransmission", testDeregSourceMidRetransmission},
+		{"DeregReadDestination", testDeregReadDestination},
+		{"DuplicateReadAfterReuse", testDuplicateReadAfterReuse},
+		{"ReplayedReadAfterReuse", testReplayedReadAfterReuse},
+		{"FastRegKeyChange", testFastRegKeyChange},
+		{"IsolationHostilePeer", testIsolationHostilePeer},
+		{"DirectEquivalent", testDirectEquivalent},
+		{"DirectGating", testDirectGating},
+		{"LentPayloadRevoked", testLentPayloadRevoked},
+		{"SenderTakesBatches", testSenderTakesBatches},
+		{"DirectAcksCoalesced", testDirectAcksCoalesced},
+		{"RCPeerSeeds", testRCPeerSeeds},
 	} {
-		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newHost) })
+		t.Run(tc.name, func(t *testing.T) {
+			CheckGoroutines(t)
+			tc.fn(t, newHost)
+		})
 	}
+}
+
+// CheckGoroutines fails the test if it leaves goroutines behind.
+func CheckGoroutines(t *testing.T) {
+	t.Helper()
+	before := runtime.NumGoroutine()
+	t.Cleanup(func() {
+		deadline := time.Now().Add(time.Minute)
+		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if n := runtime.NumGoroutine(); n > before {
+			buf := make([]byte, 1<<16)
+			t.Errorf("goroutine leak: %d before, %d after\n%s", before, n, buf[:runtime.Stack(buf, true)])
+		}
+	})
 }
 
 // Poll waits (bounded) for the next completion of h, letting every host's
@@ -212,7 +247,7 @@ func testRemoteOperationalError(t *testing.T, newHost NewHost) {
 	src := a.Alloc(4096)
 	lkA, _ := a.RegMR(src, 4096, All)
 	dst := b.Alloc(4096)
-	foreign := b.RegMRForeignPD(dst, 4096, mr.LocalWrite)
+	foreign, _ := b.RegMRAt(b.NewPD(), 0, dst, 4096, mr.LocalWrite)
 	qa, qb := pair(a, b, DefaultRC())
 	qb.PostRecv(RecvWR{ID: 1, SGEs: []mr.SGE{{Addr: dst, Length: 100, LKey: foreign}}})
 	qa.PostSend(SendWR{ID: 2, Opcode: transport.OpSend, SGEs: []mr.SGE{{Addr: src, Length: 10, LKey: lkA}}})
@@ -226,7 +261,7 @@ func testRemoteOperationalError(t *testing.T, newHost NewHost) {
 // remote access error, and the new region is untouched.
 func testStaleRKeyAfterReuse(t *testing.T, newHost NewHost) {
 	sw := fabric.NewSwitch()
-	a, b := newHost(t, sw, 1, HostOpts{}), newHost(t, sw, 2, HostOpts{OneRegion: true})
+	a, b := newHost(t, sw, 1, HostOpts{}), newHost(t, sw, 2, HostOpts{Regions: 1})
 	src := a.Alloc(4096)
 	lkA, _ := a.RegMR(src, 4096, All)
 	fill(a.Mem(src, 4096), 5)
@@ -235,7 +270,7 @@ func testStaleRKeyAfterReuse(t *testing.T, newHost NewHost) {
 	lk1, rk1 := b.RegMR(dst1, 4096, All)
 	qa.PostSend(SendWR{ID: 1, Opcode: transport.OpWrite, RemoteAddr: dst1, RKey: rk1, SGEs: []mr.SGE{{Addr: src, Length: 100, LKey: lkA}}})
 	must(t, "WRITE", Poll(t, a, a, b), transport.StatusSuccess)
-	b.DeregMR(lk1)
+	dereg(t, b, lk1)
 	dst2 := b.Alloc(4096)
 	_, rk2 := b.RegMR(dst2, 4096, All)
 	if mr.Handle(rk2) != mr.Handle(rk1) {

@@ -1,11 +1,10 @@
-package emutest
+package verbstest
 
 import (
 	"fmt"
 	"sync"
 
 	"github.com/hcaemu/hcaemu/dma"
-	uverbs "github.com/hcaemu/hcaemu/uverbs/pvrdma"
 )
 
 // WriteWatch is guest memory as a device reaches it, with every device write
@@ -16,7 +15,8 @@ import (
 // a writable view) not wholly inside the allowed ranges is recorded as a
 // violation. The write itself goes through, so the device behaves as it
 // would on real guest memory. The guest's own stores (the driver writing RAM
-// directly) are not seen.
+// directly) are not seen. It knows no model: a model's Host allows its own
+// structures (HostOpts.Watch), a test the regions it registers.
 type WriteWatch struct {
 	Mem dma.Memory
 
@@ -43,7 +43,7 @@ func NewWriteWatch(mem dma.Memory) *WriteWatch { return &WriteWatch{Mem: mem} }
 func (w *WriteWatch) Allow(name string, gpa, n uint64) {
 	end, ok := dma.End(gpa, n)
 	if !ok {
-		panic("emutest: WriteWatch range overflows")
+		panic("verbstest: WriteWatch range overflows")
 	}
 	w.mu.Lock()
 	w.allowed = append(w.allowed, watchRange{name: name, gpa: gpa, end: end})
@@ -133,32 +133,4 @@ func (w *WriteWatch) Access(gpa, n uint64, write bool, fn func(b []byte)) error 
 		w.check(gpa, n)
 	}
 	return w.Mem.Access(gpa, n, write, fn)
-}
-
-// AllowDevice allows the places a probed device writes on its own: the
-// response slot, the async event and CQ notification rings' entries and
-// their producer indices.
-func (w *WriteWatch) AllowDevice(d *Driver) {
-	w.Allow("device", d.RespSlot, dma.PageSize)
-	for _, ring := range [][]uint64{d.AsyncRing, d.CQRing} {
-		w.Allow("device", ring[0]+uverbs.RxProdTail, 4)
-		for _, page := range ring[1:] {
-			w.Allow("device", page, dma.PageSize)
-		}
-	}
-}
-
-// AllowCQ allows a CQ's entries and its producer index.
-func (w *WriteWatch) AllowCQ(name string, cq *CQ) {
-	w.Allow(name, cq.Pages[0]+uverbs.RxProdTail, 4)
-	for _, page := range cq.Pages[1:] {
-		w.Allow(name, page, dma.PageSize)
-	}
-}
-
-// AllowQP allows a QP's two device-owned consumer indices (never its work
-// queue entries).
-func (w *WriteWatch) AllowQP(name string, qp *QP) {
-	w.Allow(name, qp.Pages[0]+uverbs.TxConsHead, 4)
-	w.Allow(name, qp.Pages[0]+uverbs.RxConsHead, 4)
 }
