@@ -85,3 +85,8 @@ func FWRev(major, minor uint16) uint32 { return uint32(minor)<<16 | uint32(major
 func CmdIfRevFWSub(cmdifRev, sub uint16) uint32 {
 	return uint32(cmdifRev)<<CmdIfRevShift | uint32(sub)
 }
+
+// HealthSyndFWErr is the health buffer syndrome of a firmware internal
+// error (core/health.c: MLX5_INITIAL_SEG_HEALTH_SYNDROME_FW_INTERNAL_ERR):
+// any non-zero synd makes the driver's health poll report the device.
+const HealthSyndFWErr = 0x1
