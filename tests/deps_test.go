@@ -69,6 +69,11 @@ var allowedImports = map[string][]string{
 	"tests":                          nil,
 }
 
+// stdlibOnly are the plain formats that import nothing beyond the standard
+// library (not even a third-party module), so that fuzzers and fake drivers
+// use them without the device.
+var stdlibOnly = map[string]bool{"emu/mlx5/ifc": true}
+
 // TestImportGraph checks every package's imports of the module against
 // allowedImports, and that the hcaemu binary's packages import nothing of the
 // initramfs-building stack (u-root, mkuimage, gobusybox: the builder runs as
@@ -104,6 +109,9 @@ func TestImportGraph(t *testing.T) {
 				t.Errorf("%s imports %s: only the initramfs builder tool links u-root", pkg, imp)
 			}
 			if !strings.HasPrefix(imp, mod) {
+				if first, _, _ := strings.Cut(imp, "/"); stdlibOnly[pkg] && strings.Contains(first, ".") {
+					t.Errorf("%s imports %s: it is plain data, the standard library only", pkg, imp)
+				}
 				continue
 			}
 			dep := rel(imp)

@@ -125,24 +125,13 @@ type Stats struct {
 
 // New creates a device in its power-on state.
 func New(cfg Config) *Device {
-	log := cfg.Log
-	if log == nil {
-		log = slog.Default()
-	}
 	// Much of what the device logs, the guest triggers: bound it per message.
-	log = slog.New(ratelog.New(log.Handler(), ratelog.Options{}))
-	if cfg.Name != "" {
-		log = log.With("dev", cfg.Name)
-	}
+	log := ratelog.Device(cfg.Log, cfg.Name)
 	vectors := cfg.Vectors
 	if vectors <= 0 {
 		vectors = DefaultVectors
 	}
 	vectors = min(vectors, MaxVectors)
-	msix := cfg.MSIX
-	if msix == nil {
-		msix = func(int) {}
-	}
 	d := &Device{
 		name:    cfg.Name,
 		log:     log,
@@ -153,14 +142,11 @@ func New(cfg Config) *Device {
 			Vendor: VendorMellanox, Device: DeviceConnectX4,
 			SubVendor: VendorMellanox, SubDevice: DeviceConnectX4,
 			Class: ClassInfiniBand,
-		}, [6]mmio.BAR{
-			regionInit: {Size: BAR0Size, Is64: true, Prefetch: true},
-			regionMSIX: {Size: BAR2Size, Is64: true},
-		}, &mmio.MSIX{Vectors: vectors, TableBAR: regionMSIX, PBABAR: regionMSIX, PBAOff: PBAOff},
+		}, bars, &mmio.MSIX{Vectors: vectors, TableBAR: regionMSIX, PBABAR: regionMSIX, PBAOff: PBAOff},
 			&mmio.PCIe{LinkSpeed: 3, LinkWidth: 16}), // 8 GT/s x16, a ConnectX-4's
 	}
 	d.powerOn()
-	d.core.Start(coreModel{d}, log, vectors, msix)
+	d.core.Start(coreModel{d}, log, vectors, cfg.MSIX)
 	return d
 }
 
@@ -179,15 +165,21 @@ const (
 	regionConfig = mmio.RegionConfig
 )
 
-// RegionSize implements vfio.Device.
+// bars are the function's BARs, both 64-bit (BAR1 and BAR3 are their
+// upper halves).
+var bars = [6]mmio.BAR{
+	regionInit: {Size: BAR0Size, Is64: true, Prefetch: true},
+	regionMSIX: {Size: BAR2Size, Is64: true},
+}
+
+// RegionSize implements vfio.Device: the BARs config space declares, and
+// config space itself.
 func (d *Device) RegionSize(index int) uint64 {
-	switch index {
-	case regionInit:
-		return BAR0Size
-	case regionMSIX:
-		return BAR2Size
-	case regionConfig:
+	switch {
+	case index == regionConfig:
 		return mmio.ConfigSize
+	case index >= 0 && index < len(bars):
+		return bars[index].Size
 	}
 	return 0
 }
@@ -203,33 +195,37 @@ func (d *Device) IRQCount(index int) uint32 {
 
 // ReadRegion implements vfio.Device.
 func (d *Device) ReadRegion(index int, off uint64, p []byte) error {
-	switch index {
-	case regionConfig:
-		d.pci.Read(off, p)
-	case regionMSIX:
-		// The client emulates the MSI-X table; only PBA reads arrive and
-		// nothing is pending: vectors without an eventfd are dropped.
-		clear(p)
-	case regionInit:
-		d.core.Lock()
-		d.readBAR0(off, p)
-		d.core.Unlock()
-	default:
-		return fmt.Errorf("region %d absent", index)
-	}
-	return nil
+	return d.access(index, off, p, false)
 }
 
 // WriteRegion implements vfio.Device.
 func (d *Device) WriteRegion(index int, off uint64, p []byte) error {
+	return d.access(index, off, p, true)
+}
+
+// access is a region read or write.
+func (d *Device) access(index int, off uint64, p []byte, write bool) error {
 	switch index {
 	case regionConfig:
-		d.pci.Write(off, p)
+		if write {
+			d.pci.Write(off, p)
+		} else {
+			d.pci.Read(off, p)
+		}
 	case regionMSIX:
-		// MSI-X table writes are the client's; ignore.
+		// The client emulates the MSI-X table: our copy takes no writes,
+		// and a PBA read sees nothing pending (vectors without an eventfd
+		// are dropped).
+		if !write {
+			clear(p)
+		}
 	case regionInit:
 		d.core.Lock()
-		d.writeBAR0(off, p)
+		if write {
+			d.writeBAR0(off, p)
+		} else {
+			d.readBAR0(off, p)
+		}
 		d.core.Unlock()
 	default:
 		return fmt.Errorf("region %d absent", index)

@@ -223,7 +223,7 @@ func newChainCmd(drv *mlx5test.Driver, inLen, outLen uint32) *chainCmd {
 	return c
 }
 
-// block returns a block's control fields for editing; put writes them back.
+// block returns a block's control fields; put writes them back.
 func block(drv *mlx5test.Driver, gpa uint64) ifc.CmdProtBlock {
 	p, _ := ifc.DecodeProtBlock(drv.Bytes(gpa, ifc.CmdProtBlockSize))
 	return p
@@ -231,6 +231,13 @@ func block(drv *mlx5test.Driver, gpa uint64) ifc.CmdProtBlock {
 
 func put(drv *mlx5test.Driver, gpa uint64, p ifc.CmdProtBlock) {
 	p.Encode(drv.Bytes(gpa, ifc.CmdProtBlockSize))
+}
+
+// editBlock changes a block's control fields in guest RAM.
+func editBlock(drv *mlx5test.Driver, gpa uint64, edit func(*ifc.CmdProtBlock)) {
+	p := block(drv, gpa)
+	edit(&p)
+	put(drv, gpa, p)
 }
 
 // TestMalformedCommands: every descriptor or chain the device must refuse
@@ -254,9 +261,7 @@ func TestMalformedCommands(t *testing.T) {
 		{"output longer than any message", 16, 16, func(_ *mlx5test.Driver, c *chainCmd) { c.lay.OutLen = 1 << 31 }, ifc.DeliveryOutLengthErr},
 		{"input chain missing", 100, 16, func(_ *mlx5test.Driver, c *chainCmd) { c.lay.InPtr = 0 }, ifc.DeliveryInLengthErr},
 		{"input chain ends before its length", 1200, 16, func(drv *mlx5test.Driver, c *chainCmd) {
-			p := block(drv, c.inBlocks[1])
-			p.Next = 0
-			put(drv, c.inBlocks[1], p)
+			editBlock(drv, c.inBlocks[1], func(p *ifc.CmdProtBlock) { p.Next = 0 })
 		}, ifc.DeliveryInLengthErr},
 		{"input pointer not 1 KiB aligned", 100, 16, func(_ *mlx5test.Driver, c *chainCmd) { c.lay.InPtr += 0x40 }, ifc.DeliveryInPtrAlignErr},
 		{"input mailbox outside guest memory", 100, 16, func(_ *mlx5test.Driver, c *chainCmd) { c.lay.InPtr = outside }, ifc.DeliveryInPtrAlignErr},
@@ -264,19 +269,13 @@ func TestMalformedCommands(t *testing.T) {
 			c.lay.InPtr = drv.Mem.Base + uint64(len(drv.Mem.Mem))
 		}, ifc.DeliveryInPtrAlignErr},
 		{"next pointer outside guest memory", 1200, 16, func(drv *mlx5test.Driver, c *chainCmd) {
-			p := block(drv, c.inBlocks[0])
-			p.Next = outside
-			put(drv, c.inBlocks[0], p)
+			editBlock(drv, c.inBlocks[0], func(p *ifc.CmdProtBlock) { p.Next = outside })
 		}, ifc.DeliveryInPtrAlignErr},
 		{"input chain loops to its head", 2000, 16, func(drv *mlx5test.Driver, c *chainCmd) {
-			p := block(drv, c.inBlocks[1])
-			p.Next = c.inBlocks[0]
-			put(drv, c.inBlocks[1], p)
+			editBlock(drv, c.inBlocks[1], func(p *ifc.CmdProtBlock) { p.Next = c.inBlocks[0] })
 		}, ifc.DeliveryBadBlkNumErr},
 		{"input block points at itself, numbered to match", 2000, 16, func(drv *mlx5test.Driver, c *chainCmd) {
-			p := block(drv, c.inBlocks[0])
-			p.Next = c.inBlocks[0]
-			put(drv, c.inBlocks[0], p)
+			editBlock(drv, c.inBlocks[0], func(p *ifc.CmdProtBlock) { p.Next = c.inBlocks[0] })
 		}, ifc.DeliveryBadBlkNumErr},
 		{"block numbers out of order", 2000, 16, func(drv *mlx5test.Driver, c *chainCmd) {
 			p, q := block(drv, c.inBlocks[1]), block(drv, c.inBlocks[2])
@@ -285,37 +284,25 @@ func TestMalformedCommands(t *testing.T) {
 			put(drv, c.inBlocks[2], q)
 		}, ifc.DeliveryBadBlkNumErr},
 		{"input block with another command's token", 2000, 16, func(drv *mlx5test.Driver, c *chainCmd) {
-			p := block(drv, c.inBlocks[2])
-			p.Token++
-			put(drv, c.inBlocks[2], p)
+			editBlock(drv, c.inBlocks[2], func(p *ifc.CmdProtBlock) { p.Token++ })
 		}, ifc.DeliveryTokErr},
 		{"output pointer not aligned", 16, 100, func(_ *mlx5test.Driver, c *chainCmd) { c.lay.OutPtr |= 8 }, ifc.DeliveryOutPtrAlignErr},
 		{"output mailbox outside guest memory", 16, 100, func(_ *mlx5test.Driver, c *chainCmd) { c.lay.OutPtr = outside }, ifc.DeliveryOutPtrAlignErr},
 		{"output chain ends before its length", 16, 1100, func(drv *mlx5test.Driver, c *chainCmd) {
-			p := block(drv, c.outBlocks[0])
-			p.Next = 0
-			put(drv, c.outBlocks[0], p)
+			editBlock(drv, c.outBlocks[0], func(p *ifc.CmdProtBlock) { p.Next = 0 })
 		}, ifc.DeliveryOutLengthErr},
 		{"output block with a stale token", 16, 1100, func(drv *mlx5test.Driver, c *chainCmd) {
-			p := block(drv, c.outBlocks[1])
-			p.Token = 0
-			put(drv, c.outBlocks[1], p)
+			editBlock(drv, c.outBlocks[1], func(p *ifc.CmdProtBlock) { p.Token = 0 })
 		}, ifc.DeliveryTokErr},
 		{"output block numbered wrong", 16, 1100, func(drv *mlx5test.Driver, c *chainCmd) {
-			p := block(drv, c.outBlocks[1])
-			p.BlockNum = 7
-			put(drv, c.outBlocks[1], p)
+			editBlock(drv, c.outBlocks[1], func(p *ifc.CmdProtBlock) { p.BlockNum = 7 })
 		}, ifc.DeliveryBadBlkNumErr},
 		{"cached message: more blocks than the length, stale past it", 600, 16, func(drv *mlx5test.Driver, c *chainCmd) {
 			// Four blocks allocated, two used; the unused ones carry an old
 			// token, an out-of-order number and a pointer nowhere.
 			extra, more := drv.Msg(16+4*512, 0x77)
-			p := block(drv, c.inBlocks[1])
-			p.Next = extra
-			put(drv, c.inBlocks[1], p)
-			q := block(drv, more[3])
-			q.Next, q.BlockNum = outside+0x13, 99
-			put(drv, more[3], q)
+			editBlock(drv, c.inBlocks[1], func(p *ifc.CmdProtBlock) { p.Next = extra })
+			editBlock(drv, more[3], func(p *ifc.CmdProtBlock) { p.Next, p.BlockNum = outside+0x13, 99 })
 		}, ifc.DeliveryOK},
 	} {
 		t.Run(c.name, func(t *testing.T) {

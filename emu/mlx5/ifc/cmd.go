@@ -69,8 +69,8 @@ type CmdLayout struct {
 
 // DecodeCmdLayout decodes a descriptor from its 64 bytes.
 func DecodeCmdLayout(b []byte) (CmdLayout, error) {
-	if len(b) < CmdLayoutSize {
-		return CmdLayout{}, fmt.Errorf("mlx5_cmd_layout: %d bytes, want %d", len(b), CmdLayoutSize)
+	if err := need(b, CmdLayoutSize, "mlx5_cmd_layout"); err != nil {
+		return CmdLayout{}, err
 	}
 	l := CmdLayout{
 		Type:      b[CmdLayoutType],
@@ -85,6 +85,14 @@ func DecodeCmdLayout(b []byte) (CmdLayout, error) {
 	copy(l.In[:], b[CmdLayoutIn:])
 	copy(l.Out[:], b[CmdLayoutOut:])
 	return l, nil
+}
+
+// need checks that b holds a structure of n bytes.
+func need(b []byte, n int, what string) error {
+	if len(b) < n {
+		return fmt.Errorf("%s: %d bytes, want %d", what, len(b), n)
+	}
+	return nil
 }
 
 // Encode writes the descriptor into b[:64]; reserved bytes are zeroed.
@@ -133,8 +141,8 @@ type CmdProtBlock struct {
 
 // DecodeProtBlock decodes the control fields of a whole 576-byte block.
 func DecodeProtBlock(b []byte) (CmdProtBlock, error) {
-	if len(b) < CmdProtBlockSize {
-		return CmdProtBlock{}, fmt.Errorf("mlx5_cmd_prot_block: %d bytes, want %d", len(b), CmdProtBlockSize)
+	if err := need(b, CmdProtBlockSize, "mlx5_cmd_prot_block"); err != nil {
+		return CmdProtBlock{}, err
 	}
 	return DecodeProtTrailer(b[ProtBlockTrailer:CmdProtBlockSize]), nil
 }
@@ -227,12 +235,7 @@ var deliveryNames = map[DeliveryStatus]string{
 }
 
 // String is the driver's text for the status (deliv_status_to_str).
-func (s DeliveryStatus) String() string {
-	if n, ok := deliveryNames[s]; ok {
-		return n
-	}
-	return fmt.Sprintf("unknown status code %#x", uint8(s))
-}
+func (s DeliveryStatus) String() string { return named(deliveryNames, s, "unknown status code") }
 
 // Status is a command's own status, the first byte of its output
 // (include/linux/mlx5/device.h: MLX5_CMD_STAT_*).
@@ -280,9 +283,12 @@ var statusNames = map[Status]string{
 }
 
 // String is the driver's text for the status (cmd_status_str).
-func (s Status) String() string {
-	if n, ok := statusNames[s]; ok {
+func (s Status) String() string { return named(statusNames, s, "unknown status") }
+
+// named is the driver's name of v, or unknown and v in hex.
+func named[T ~uint8 | ~uint16](names map[T]string, v T, unknown string) string {
+	if n, ok := names[v]; ok {
 		return n
 	}
-	return fmt.Sprintf("unknown status %#x", uint8(s))
+	return fmt.Sprintf("%s %#x", unknown, uint16(v))
 }

@@ -1,7 +1,5 @@
 package ifc
 
-import "fmt"
-
 // Opcode is a command opcode, the opcode field of the input header
 // (include/linux/mlx5/mlx5_ifc.h: enum MLX5_CMD_OP_*).
 type Opcode uint16
@@ -218,12 +216,7 @@ var opcodeNames = map[Opcode]string{
 }
 
 // String is the driver's name for the opcode, as it logs it.
-func (op Opcode) String() string {
-	if n, ok := opcodeNames[op]; ok {
-		return n
-	}
-	return fmt.Sprintf("unknown command opcode %#x", uint16(op))
-}
+func (op Opcode) String() string { return named(opcodeNames, op, "unknown command opcode") }
 
 // Known reports whether op is one of the opcodes named here.
 func (op Opcode) Known() bool {
