@@ -12,6 +12,7 @@ import (
 	"github.com/hcaemu/hcaemu/emu/mlx5/ifc"
 	"github.com/hcaemu/hcaemu/emu/mlx5/mlx5test"
 	"github.com/hcaemu/hcaemu/mmio"
+	"github.com/hcaemu/hcaemu/vfio"
 )
 
 const ramBase = 0x100000
@@ -429,3 +430,6 @@ func TestDoorbellManySlots(t *testing.T) {
 		t.Errorf("stats %+v", s)
 	}
 }
+
+// The device is a vfio-user function (cmd/hcaemu serves it next).
+var _ vfio.Device = (*Device)(nil)
