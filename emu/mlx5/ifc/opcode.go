@@ -1,5 +1,7 @@
 package ifc
 
+import "slices"
+
 // Opcode is a command opcode, the opcode field of the input header
 // (include/linux/mlx5/mlx5_ifc.h: enum MLX5_CMD_OP_*).
 type Opcode uint16
@@ -222,4 +224,14 @@ func (op Opcode) String() string { return named(opcodeNames, op, "unknown comman
 func (op Opcode) Known() bool {
 	_, ok := opcodeNames[op]
 	return ok
+}
+
+// Opcodes are the opcodes named here, in increasing order.
+func Opcodes() []Opcode {
+	ops := make([]Opcode, 0, len(opcodeNames))
+	for op := range opcodeNames {
+		ops = append(ops, op)
+	}
+	slices.Sort(ops)
+	return ops
 }
