@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"syscall"
 	"testing"
 
 	"github.com/hcaemu/hcaemu/dma"
@@ -433,3 +434,14 @@ func TestDoorbellManySlots(t *testing.T) {
 
 // The device is a vfio-user function (cmd/hcaemu serves it next).
 var _ vfio.Device = (*Device)(nil)
+
+// TestExecDeliveryError: a refused command fails in the fake driver as in
+// mlx5_core, with the errno of its delivery status.
+func TestExecDeliveryError(t *testing.T) {
+	_, drv := enabled(t)
+	_, err := drv.Exec(mboxIn(ifc.OpEnableHCA, 0, 4), 16)
+	var de *mlx5test.DeliveryError
+	if !errors.As(err, &de) || de.Status != ifc.DeliveryInLengthErr || de.Errno() != syscall.ENOMSG {
+		t.Fatalf("4-byte input: %v", err)
+	}
+}

@@ -8,6 +8,7 @@ package mlx5test
 import (
 	"encoding/binary"
 	"fmt"
+	"syscall"
 
 	"github.com/hcaemu/hcaemu/dma"
 	"github.com/hcaemu/hcaemu/emu/mlx5/ifc"
@@ -221,7 +222,7 @@ func (d *Driver) Exec(in []byte, outLen uint32) (out []byte, err error) {
 		return nil, fmt.Errorf("command timeout: slot 0 still owned by the device")
 	}
 	if ds := got.DeliveryStatus(); ds != ifc.DeliveryOK {
-		return nil, fmt.Errorf("delivery status %s(%#x)", ds, uint8(ds))
+		return nil, &DeliveryError{ds}
 	}
 	out = d.Gather(got.Out[:], outBlocks, int(outLen))
 	if st := ifc.Status(ifc.MboxOutStatus.Get(out)); st != ifc.StatOK {
@@ -243,4 +244,28 @@ type CmdError struct {
 func (e *CmdError) Error() string {
 	return fmt.Sprintf("%s(0x%x) op_mod(0x%x) failed, status %s(0x%x), syndrome (0x%x)",
 		e.Op, uint16(e.Op), e.OpMod, e.Status, uint8(e.Status), e.Syndrome)
+}
+
+// DeliveryError is a command the device refused to take or hand back: the
+// driver fails it with the errno of its delivery status
+// (core/cmd.c: deliv_status_to_err) before it looks at the output.
+type DeliveryError struct{ Status ifc.DeliveryStatus }
+
+// Errno is the driver's error for the delivery status.
+func (e *DeliveryError) Errno() syscall.Errno {
+	switch e.Status {
+	case ifc.DeliverySignatErr, ifc.DeliveryTokErr:
+		return syscall.EBADR
+	case ifc.DeliveryBadBlkNumErr, ifc.DeliveryOutPtrAlignErr, ifc.DeliveryInPtrAlignErr:
+		return syscall.EFAULT
+	case ifc.DeliveryInLengthErr, ifc.DeliveryOutLengthErr, ifc.DeliveryCmdDescrErr, ifc.DeliveryResFldNotClrErr:
+		return syscall.ENOMSG
+	case ifc.DeliveryFWErr:
+		return syscall.EIO
+	}
+	return syscall.EINVAL
+}
+
+func (e *DeliveryError) Error() string {
+	return fmt.Sprintf("delivery status %s(%#x): %v", e.Status, uint8(e.Status), e.Errno())
 }
