@@ -81,10 +81,41 @@ type Config struct {
 // MSIXCapOffset is where NewConfig places the MSI-X capability.
 const MSIXCapOffset = 0x40
 
+// PCIe describes the PCI Express capability of an endpoint: the link it
+// reports (drivers print it, e.g. mlx5_core's pcie_print_link_status).
+type PCIe struct {
+	// LinkSpeed is the link speed code of LNKCAP and LNKSTA (1 = 2.5 GT/s,
+	// 2 = 5, 3 = 8, 4 = 16, 5 = 32 GT/s); LinkWidth is the lane count.
+	LinkSpeed, LinkWidth uint8
+}
+
+// PCIe capability layout (version 2, 60 bytes) and what NewExpressConfig
+// sets in it.
+const (
+	PCIeCapOffset = 0x50 // after the MSI-X capability
+	PCIeCapSize   = 0x3C
+	PCIeFlags     = 0x02 // capability version 3:0, device/port type 7:4 (0 = endpoint)
+	PCIeDevCap    = 0x04
+	PCIeDevCtl    = 0x08
+	PCIeLinkCap   = 0x0C
+	PCIeLinkCtl   = 0x10
+	PCIeLinkSta   = 0x12
+	PCIeDevCtl2   = 0x28
+	PCIeLinkCap2  = 0x2C
+	PCIeLinkCtl2  = 0x30
+)
+
 // NewConfig builds config space for a conventional PCI endpoint with the
 // given BARs (index 0..5) and an optional MSI-X capability. Interrupt Pin is
 // 0: the function has no INTx.
 func NewConfig(id Identity, bars [6]BAR, msix *MSIX) *Config {
+	return NewExpressConfig(id, bars, msix, nil)
+}
+
+// NewExpressConfig is NewConfig with, when pcie is not nil, a PCI Express
+// endpoint capability (version 2, no FLR, no extended capabilities) after
+// the MSI-X one, at PCIeCapOffset.
+func NewExpressConfig(id Identity, bars [6]BAR, msix *MSIX, pcie *PCIe) *Config {
 	c := &Config{}
 	le := binary.LittleEndian
 	le.PutUint16(c.b[CfgVendorID:], id.Vendor)
@@ -130,8 +161,36 @@ func NewConfig(id Identity, bars [6]BAR, msix *MSIX) *Config {
 		le.PutUint16(c.wmask[p+2:], 0xC000) // enable, function mask
 		c.msixCap = p
 	}
+	if pcie != nil {
+		c.addPCIe(*pcie)
+	}
 	c.reset = c.b
 	return c
+}
+
+// addPCIe links a PCI Express capability in at PCIeCapOffset, last in
+// the list.
+func (c *Config) addPCIe(x PCIe) {
+	le := binary.LittleEndian
+	p := PCIeCapOffset
+	link := uint32(x.LinkWidth&0x3F)<<4 | uint32(x.LinkSpeed&0xF)
+	le.PutUint16(c.b[CfgStatus:], statusCapList)
+	if c.msixCap != 0 {
+		c.b[c.msixCap+1] = byte(p)
+	} else {
+		c.b[CfgCapPtr] = byte(p)
+	}
+	c.b[p] = 0x10                                             // PCI Express capability ID
+	c.b[p+1] = 0                                              // end of list
+	le.PutUint16(c.b[p+PCIeFlags:], 2)                        // version 2, endpoint
+	le.PutUint32(c.b[p+PCIeDevCap:], 1<<15|1)                 // role-based error reporting, 256-byte max payload
+	le.PutUint16(c.wmask[p+PCIeDevCtl:], 0x7FFF)              // device control, no FLR
+	le.PutUint32(c.b[p+PCIeLinkCap:], link)                   // max speed and width
+	le.PutUint16(c.wmask[p+PCIeLinkCtl:], 0x0FFF)             // link control
+	le.PutUint16(c.b[p+PCIeLinkSta:], uint16(link))           // trained at the maximum
+	le.PutUint16(c.wmask[p+PCIeDevCtl2:], 0xFFFF)             // device control 2
+	le.PutUint32(c.b[p+PCIeLinkCap2:], (1<<x.LinkSpeed-1)<<1) // supported speeds vector
+	le.PutUint16(c.wmask[p+PCIeLinkCtl2:], 0xFFFF)            // link control 2
 }
 
 // Read copies config bytes at off into p. Bytes beyond the header read 0.

@@ -103,3 +103,48 @@ func TestReg32(t *testing.T) {
 		t.Errorf("upper half read % x", p)
 	}
 }
+
+// TestExpressConfig: the PCI Express capability follows MSI-X in the list,
+// reports its link, and leaves NewConfig's layout alone.
+func TestExpressConfig(t *testing.T) {
+	c := NewExpressConfig(Identity{Vendor: 0x15B3, Device: 0x1013, Class: 0x020700},
+		[6]BAR{{Size: 1 << 26, Is64: true}, {}, {Size: 0x4000, Is64: true}},
+		&MSIX{Vectors: 17, TableBAR: 2, PBABAR: 2, PBAOff: 0x2000}, &PCIe{LinkSpeed: 3, LinkWidth: 16})
+	for _, tc := range []struct {
+		name      string
+		off       uint64
+		want      uint32
+		wantWidth int
+	}{
+		{"capability pointer", CfgCapPtr, 0x40, 1},
+		{"MSI-X next is PCIe", MSIXCapOffset + 1, PCIeCapOffset, 1},
+		{"PCIe id, end of list, version 2 endpoint", PCIeCapOffset, 0x00020010, 4},
+		{"link capabilities x16 8 GT/s", PCIeCapOffset + PCIeLinkCap, 0x103, 4},
+		{"link status", PCIeCapOffset + PCIeLinkSta, 0x103, 2},
+		{"supported speeds 2.5, 5, 8", PCIeCapOffset + PCIeLinkCap2, 0xE, 4},
+		{"BAR0 64-bit", CfgBAR0, 0x4, 4},
+	} {
+		got := read32(c, tc.off)
+		if tc.wantWidth < 4 {
+			got &= 1<<(8*tc.wantWidth) - 1
+		}
+		if got != tc.want {
+			t.Errorf("%s: %#x = %#x, want %#x", tc.name, tc.off, got, tc.want)
+		}
+	}
+	write(c, PCIeCapOffset+PCIeDevCtl, 0xFFFF, 2)
+	if got := read32(c, PCIeCapOffset+PCIeDevCtl) & 0xFFFF; got != 0x7FFF {
+		t.Errorf("device control after writing 0xffff = %#x: FLR initiate must not stick", got)
+	}
+	write(c, PCIeCapOffset+PCIeLinkCap, 0, 4)
+	c.Reset()
+	if got := read32(c, PCIeCapOffset+PCIeDevCtl) & 0xFFFF; got != 0 {
+		t.Errorf("device control after reset = %#x", got)
+	}
+	if got := read32(c, PCIeCapOffset+PCIeLinkCap); got != 0x103 {
+		t.Errorf("link capabilities writable: %#x", got)
+	}
+	if got := read32(testConfig(), PCIeCapOffset); got != 0 {
+		t.Errorf("NewConfig has a PCIe capability: %#x", got)
+	}
+}

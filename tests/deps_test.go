@@ -16,7 +16,7 @@ import (
 //
 // The layers, bottom up:
 //   - plain formats and memory: dma, dma/pvrdma, mmio, doorbell/pvrdma, uverbs/pvrdma, emu/pvrdma/abi,
-//     emu/roce, emu/ratelog
+//     emu/mlx5/ifc, emu/roce, emu/ratelog
 //   - the network: emu/fabric, emu/fabric/capture
 //   - memory regions and the transport, which belong to no device model:
 //     emu/mr, emu/transport, emu/transport/rc, emu/transport/ud
@@ -24,6 +24,8 @@ import (
 //     (today its vocabulary: commands, events, faults, findings, stats,
 //     traces)
 //   - the PVRDMA device model: emu/pvrdma (its ABI: emu/pvrdma/abi)
+//   - the ConnectX (mlx5) device model: emu/mlx5 (its PRM layouts:
+//     emu/mlx5/ifc; its fake driver: emu/mlx5/mlx5test)
 //   - fault injection: emu/fault (a fabric decorator for packet faults, and
 //     the hca.FaultHook a device asks for its own faults), which imports the
 //     core and no model
@@ -40,6 +42,7 @@ var allowedImports = map[string][]string{
 	"doorbell/pvrdma":                nil,
 	"uverbs/pvrdma":                  nil,
 	"emu/pvrdma/abi":                 nil,
+	"emu/mlx5/ifc":                   nil,
 	"emu/roce":                       nil,
 	"emu/ratelog":                    nil,
 	"emu/fabric":                     nil,
@@ -52,6 +55,8 @@ var allowedImports = map[string][]string{
 	"emu/transport/ud":               {"dma", "emu/mr", "emu/roce", "emu/transport"},
 	"emu/transport/transporttest":    {"dma", "emu/mr", "emu/roce", "emu/transport"},
 	"emu/pvrdma":                     {"dma", "dma/pvrdma", "doorbell/pvrdma", "emu/fabric", "emu/hca", "emu/mr", "emu/pvrdma/abi", "emu/ratelog", "emu/roce", "emu/transport", "emu/transport/rc", "emu/transport/ud", "mmio", "uverbs/pvrdma"},
+	"emu/mlx5":                       {"dma", "emu/fabric", "emu/hca", "emu/mlx5/ifc", "emu/ratelog", "mmio"},
+	"emu/mlx5/mlx5test":              {"dma", "emu/mlx5/ifc", "mmio"},
 	"emu/verbstest":                  {"dma", "emu/fabric", "emu/fabric/capture", "emu/hca", "emu/mr", "emu/roce", "emu/transport"},
 	"emu/emutest":                    {"dma", "emu/pvrdma", "emu/pvrdma/abi", "uverbs/pvrdma"},
 	"vfio":                           {"dma"},
@@ -63,6 +68,11 @@ var allowedImports = map[string][]string{
 	"cmd/hcaemu":                     {"emu/pvrdma", "emu/fabric", "emu/fabric/capture", "emu/fault", "qemu", "vfio", "vfio/record"},
 	"tests":                          nil,
 }
+
+// stdlibOnly are the plain formats that import nothing beyond the standard
+// library (not even a third-party module), so that fuzzers and fake drivers
+// use them without the device.
+var stdlibOnly = map[string]bool{"emu/mlx5/ifc": true}
 
 // TestImportGraph checks every package's imports of the module against
 // allowedImports, and that the hcaemu binary's packages import nothing of the
@@ -99,6 +109,9 @@ func TestImportGraph(t *testing.T) {
 				t.Errorf("%s imports %s: only the initramfs builder tool links u-root", pkg, imp)
 			}
 			if !strings.HasPrefix(imp, mod) {
+				if first, _, _ := strings.Cut(imp, "/"); stdlibOnly[pkg] && strings.Contains(first, ".") {
+					t.Errorf("%s imports %s: it is plain data, the standard library only", pkg, imp)
+				}
 				continue
 			}
 			dep := rel(imp)
@@ -124,7 +137,8 @@ func TestImportGraph(t *testing.T) {
 
 // deviceModels are the packages of the device models and of their formats:
 // what the core and the fault injector must never import.
-var deviceModels = []string{"emu/pvrdma", "emu/pvrdma/abi", "uverbs/pvrdma", "doorbell/pvrdma", "dma/pvrdma", "emu/emutest"}
+var deviceModels = []string{"emu/pvrdma", "emu/pvrdma/abi", "uverbs/pvrdma", "doorbell/pvrdma", "dma/pvrdma", "emu/emutest",
+	"emu/mlx5", "emu/mlx5/ifc", "emu/mlx5/mlx5test"}
 
 // TestCoreImportsNoModel: the HCA core and the fault injector import no
 // device model, directly or through another package of the module; every
@@ -155,7 +169,7 @@ func TestCoreImportsNoModel(t *testing.T) {
 			t.Errorf("%s imports net: sockets are the CLI's", pkg)
 		}
 	}
-	for _, model := range []string{"emu/pvrdma"} {
+	for _, model := range []string{"emu/pvrdma", "emu/mlx5"} {
 		out, err := exec.Command("go", "list", "-f", "{{join .Imports \" \"}}", mod+model).Output()
 		if err != nil {
 			t.Fatalf("go list %s: %v", model, err)

@@ -64,8 +64,11 @@ type Core struct {
 }
 
 // Start makes c the core of model, with vectors MSI-X vectors raised
-// through msix (never blocking), and starts its engine.
+// through msix (never blocking; nil drops them), and starts its engine.
 func (c *Core) Start(model Model, log *slog.Logger, vectors int, msix func(int)) {
+	if msix == nil {
+		msix = func(int) {}
+	}
 	c.model, c.log, c.msix = model, log, msix
 	c.pending = make([]atomic.Uint32, vectors)
 	c.eng.start(c)

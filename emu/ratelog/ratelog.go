@@ -121,3 +121,17 @@ func (h *Handler) WithAttrs(attrs []slog.Attr) slog.Handler {
 func (h *Handler) WithGroup(name string) slog.Handler {
 	return &Handler{next: h.next.WithGroup(name), state: h.state}
 }
+
+// Device is the logger of a device model named name ("" for none): log
+// (nil: slog.Default) bounded per message with the default limits, every
+// line carrying dev=name.
+func Device(log *slog.Logger, name string) *slog.Logger {
+	if log == nil {
+		log = slog.Default()
+	}
+	log = slog.New(New(log.Handler(), Options{}))
+	if name != "" {
+		log = log.With("dev", name)
+	}
+	return log
+}

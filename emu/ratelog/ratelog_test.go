@@ -45,3 +45,18 @@ func TestMessageTableBounded(t *testing.T) {
 		t.Fatalf("%d messages tracked, bound %d", n, maxMessages)
 	}
 }
+
+// TestDevice: a device's logger names it and is bounded per message.
+func TestDevice(t *testing.T) {
+	var buf bytes.Buffer
+	log := Device(slog.New(slog.NewTextHandler(&buf, nil)), "hca0")
+	for range DefaultBurst + 5 {
+		log.Info("same mistake")
+	}
+	if n := strings.Count(buf.String(), "dev=hca0"); n != DefaultBurst {
+		t.Errorf("%d lines with dev=hca0, want %d:\n%s", n, DefaultBurst, buf.String())
+	}
+	if Device(nil, "") == nil {
+		t.Error("Device(nil, \"\") is nil")
+	}
+}

@@ -1,0 +1,305 @@
+// Package mlx5 models an NVIDIA ConnectX-4 host channel adapter (mlx5, PCI
+// 15b3:1013, a physical function with an InfiniBand port) as the unmodified
+// Linux mlx5_core and mlx5_ib drivers and rdma-core's mlx5 provider see it:
+// the PCI function (config space with MSI-X and PCI Express capabilities;
+// BAR0 with the initialization segment and the UAR pages; the MSI-X table
+// and PBA in BAR2), the initialization segment's registers (firmware
+// version, command interface revision, the command queue's address and
+// doorbell, the initializing bit, the health buffer and health counter),
+// and the command engine that takes commands off the command queue in guest
+// memory: descriptors, mailbox chains, delivery status and ownership.
+//
+// Stage 0 of the spec's build plan (../shared/spec/mlx5.md §11): the engine
+// runs in polling mode and answers every opcode BAD_OP. The layouts it
+// exchanges with the driver are package emu/mlx5/ifc; this package decides
+// what they mean. It runs on the HCA core (emu/hca: the device lock, the
+// interrupts sent after unlock, the engine) as every model does.
+//
+// The device knows nothing of sockets: it sees guest memory as a
+// dma.Memory, raises MSI-X vectors through a function, and is driven by
+// region reads and writes, so tests run it with a byte slice for RAM and a
+// fake driver.
+package mlx5
+
+import (
+	"fmt"
+	"log/slog"
+
+	"github.com/hcaemu/hcaemu/dma"
+	"github.com/hcaemu/hcaemu/emu/fabric"
+	"github.com/hcaemu/hcaemu/emu/hca"
+	"github.com/hcaemu/hcaemu/emu/mlx5/ifc"
+	"github.com/hcaemu/hcaemu/emu/ratelog"
+	"github.com/hcaemu/hcaemu/mmio"
+)
+
+// PCI identity and layout (spec §1).
+const (
+	VendorMellanox  = 0x15B3
+	DeviceConnectX4 = 0x1013 // a PF: VF IDs change the driver's paths
+	// ClassInfiniBand is the class code of the IB personality (the driver
+	// ignores it).
+	ClassInfiniBand = 0x020700
+
+	// BAR0Size holds the init segment (pages 0–2) and the UAR pages: UAR
+	// index n is the 4 KiB page at n·4096.
+	BAR0Size = 64 << 20
+	// FirstUAR is the first UAR index ALLOC_UAR may hand out: pages 0–2 are
+	// the init segment, page 1 is mapped read-only into every process.
+	FirstUAR = 16
+	// BAR2Size holds the MSI-X table at 0 and the PBA at PBAOff, apart from
+	// the UAR pages.
+	BAR2Size = 0x4000
+	PBAOff   = 0x2000
+	// DefaultVectors is the MSI-X table size: 1 control vector (command,
+	// async and page EQs) and 16 completion vectors.
+	DefaultVectors = 17
+	// MaxVectors is the most vectors the MSI-X table in BAR2 holds below
+	// the PBA.
+	MaxVectors = PBAOff / 16
+)
+
+// The command queue the device offers in cmdq_addr_l_sz (spec §1.3): 32
+// slots of 64 bytes, one 4 KiB page.
+const (
+	LogCmdqSize   = 5
+	LogCmdqStride = 6
+)
+
+// Firmware identity reported in the init segment and the health buffer.
+const (
+	FWMajor = 16
+	FWMinor = 35
+	FWSub   = 1010
+)
+
+// Config configures one emulated ConnectX function.
+type Config struct {
+	// Name identifies the device in logs ("hca0").
+	Name string
+	// Mem is guest memory; MSIX raises an MSI-X vector (never blocks).
+	Mem  dma.Memory
+	MSIX func(vector int)
+	// Vectors is the MSI-X table size (0: DefaultVectors; at most
+	// MaxVectors).
+	Vectors int
+	// InitializingReads is how many reads of the initializing register
+	// still see firmware initializing after power-on or a reset (the
+	// driver's wait_fw_init polls it); 0: ready at once.
+	InitializingReads int
+	Log               *slog.Logger
+}
+
+// Device is one emulated ConnectX function.
+//
+// Everything but the PCI config space (package mmio keeps its own command
+// register for other goroutines) is under the core's device lock: the
+// register file is small and a register read never waits behind a data
+// path here yet.
+type Device struct {
+	// Set by New, read-only after.
+	name    string
+	log     *slog.Logger
+	vectors int
+	pci     *mmio.Config
+	mem     dma.Memory
+	initN   int
+
+	// core is the device lock and the interrupts sent after unlock.
+	core hca.Core
+
+	// Under the device lock.
+	seg   initSeg
+	cmdq  cmdq
+	stats Stats
+}
+
+// Stats counts what the command engine did.
+type Stats struct {
+	Commands   uint64 // descriptors taken (ownership bit set)
+	Delivered  uint64 // answered with delivery status OK
+	Refused    uint64 // answered with another delivery status
+	Unanswered uint64 // a doorbell for a slot the device could not read or did not own
+	UARWrites  uint64 // writes to UAR pages (ignored in Stage 0)
+}
+
+// New creates a device in its power-on state.
+func New(cfg Config) *Device {
+	// Much of what the device logs, the guest triggers: bound it per message.
+	log := ratelog.Device(cfg.Log, cfg.Name)
+	vectors := cfg.Vectors
+	if vectors <= 0 {
+		vectors = DefaultVectors
+	}
+	vectors = min(vectors, MaxVectors)
+	d := &Device{
+		name:    cfg.Name,
+		log:     log,
+		vectors: vectors,
+		mem:     cfg.Mem,
+		initN:   cfg.InitializingReads,
+		pci: mmio.NewExpressConfig(mmio.Identity{
+			Vendor: VendorMellanox, Device: DeviceConnectX4,
+			SubVendor: VendorMellanox, SubDevice: DeviceConnectX4,
+			Class: ClassInfiniBand,
+		}, bars, &mmio.MSIX{Vectors: vectors, TableBAR: regionMSIX, PBABAR: regionMSIX, PBAOff: PBAOff},
+			&mmio.PCIe{LinkSpeed: 3, LinkWidth: 16}), // 8 GT/s x16, a ConnectX-4's
+	}
+	d.powerOn()
+	d.core.Start(coreModel{d}, log, vectors, cfg.MSIX)
+	return d
+}
+
+// powerOn puts the registers and the command queue in their power-on
+// state (lock held, or before Start).
+func (d *Device) powerOn() {
+	d.seg.powerOn(d.initN)
+	d.cmdq = cmdq{}
+}
+
+// The function's regions: BAR0 the init segment and the UAR pages, BAR2
+// the MSI-X table and PBA (the client emulates the table).
+const (
+	regionInit   = mmio.RegionBAR0
+	regionMSIX   = mmio.RegionBAR2
+	regionConfig = mmio.RegionConfig
+)
+
+// bars are the function's BARs, both 64-bit (BAR1 and BAR3 are their
+// upper halves).
+var bars = [6]mmio.BAR{
+	regionInit: {Size: BAR0Size, Is64: true, Prefetch: true},
+	regionMSIX: {Size: BAR2Size, Is64: true},
+}
+
+// RegionSize implements vfio.Device: the BARs config space declares, and
+// config space itself.
+func (d *Device) RegionSize(index int) uint64 {
+	switch {
+	case index == regionConfig:
+		return mmio.ConfigSize
+	case index >= 0 && index < len(bars):
+		return bars[index].Size
+	}
+	return 0
+}
+
+// IRQCount implements vfio.Device: MSI-X only (mlx5_core has no MSI or
+// INTx fallback).
+func (d *Device) IRQCount(index int) uint32 {
+	if index == mmio.IRQMSIX {
+		return uint32(d.vectors)
+	}
+	return 0
+}
+
+// ReadRegion implements vfio.Device.
+func (d *Device) ReadRegion(index int, off uint64, p []byte) error {
+	return d.access(index, off, p, false)
+}
+
+// WriteRegion implements vfio.Device.
+func (d *Device) WriteRegion(index int, off uint64, p []byte) error {
+	return d.access(index, off, p, true)
+}
+
+// access is a region read or write.
+func (d *Device) access(index int, off uint64, p []byte, write bool) error {
+	switch index {
+	case regionConfig:
+		if write {
+			d.pci.Write(off, p)
+		} else {
+			d.pci.Read(off, p)
+		}
+	case regionMSIX:
+		// The client emulates the MSI-X table: our copy takes no writes,
+		// and a PBA read sees nothing pending (vectors without an eventfd
+		// are dropped).
+		if !write {
+			clear(p)
+		}
+	case regionInit:
+		d.core.Lock()
+		if write {
+			d.writeBAR0(off, p)
+		} else {
+			d.readBAR0(off, p)
+		}
+		d.core.Unlock()
+	default:
+		return fmt.Errorf("region %d absent", index)
+	}
+	return nil
+}
+
+// Reset implements vfio.Device (DEVICE_RESET): back to power-on state.
+func (d *Device) Reset() {
+	d.core.Lock()
+	d.powerOn()
+	d.core.Drop()
+	d.core.Unlock()
+	d.pci.Reset()
+}
+
+// Close implements vfio.Device: the client is gone. Later calls do
+// nothing; no DMA happens after it returns.
+func (d *Device) Close() {
+	d.core.Lock()
+	if d.core.Closed {
+		d.core.Unlock()
+		return
+	}
+	d.powerOn()
+	d.core.Closed = true
+	d.core.Unlock()
+	d.core.Stop()
+}
+
+// Stats returns the command engine's counters.
+func (d *Device) Stats() Stats {
+	d.core.Lock()
+	defer d.core.Unlock()
+	return d.stats
+}
+
+// readGuest and writeGuest reach guest memory as the function may: only
+// while bus mastering is enabled, never after Close.
+func (d *Device) readGuest(p []byte, gpa uint64) error {
+	if err := d.busOK(gpa, len(p)); err != nil {
+		return err
+	}
+	return d.mem.ReadAt(p, gpa)
+}
+
+func (d *Device) writeGuest(p []byte, gpa uint64) error {
+	if err := d.busOK(gpa, len(p)); err != nil {
+		return err
+	}
+	return d.mem.WriteAt(p, gpa)
+}
+
+func (d *Device) busOK(gpa uint64, n int) error {
+	switch {
+	case d.mem == nil:
+		return dma.Fault(gpa, uint64(n), "no guest memory")
+	case d.core.Closed:
+		return dma.Fault(gpa, uint64(n), "device closed")
+	case !d.pci.BusMaster():
+		return dma.Fault(gpa, uint64(n), "bus mastering disabled")
+	}
+	return nil
+}
+
+// coreModel is the device as the core's engine sees it. Stage 0 has no
+// queues, frames or timers: the engine never has work for it.
+type coreModel struct{ d *Device }
+
+func (coreModel) Service(hca.Target, uint32, hca.Work, uint64, bool) {}
+func (coreModel) ReceiveFrame([]byte)                                {}
+func (coreModel) ReceiveBatch(*fabric.Batch)                         {}
+func (coreModel) BeforeUnlock()                                      {}
+
+// DeviceFatal is what firmware does when it dies: a syndrome in the health
+// buffer, which the driver's health poll reports and recovers from.
+func (m coreModel) DeviceFatal() { m.d.seg.synd = ifc.HealthSyndFWErr }
