@@ -13,6 +13,7 @@ import (
 
 	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/fabric/capture"
+	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/vfio"
 	"github.com/hcaemu/hcaemu/vfio/record"
@@ -36,10 +37,10 @@ type hcas struct {
 	recCount  map[string]int
 
 	// faults, when set, gives each HCA its device fault hook (--faults).
-	faults func(name string) pvrdma.FaultHook
+	faults func(name string) hca.FaultHook
 	// strict is every HCA's strict mode; latch stops the process at the
 	// first finding in fail mode.
-	strict pvrdma.StrictMode
+	strict hca.StrictMode
 	latch  *strictLatch
 	// maxQP, when set, is the HCAs' max_qp (--max-qp).
 	maxQP uint32
@@ -133,7 +134,7 @@ func (h *hcas) recorder(name string, mac [6]byte) *record.Recorder {
 func (h *hcas) factory(name string, mac [6]byte) vfio.NewDevice {
 	return func(host vfio.Host) (vfio.Device, error) {
 		rec := h.recorder(name, mac)
-		var hook pvrdma.FaultHook
+		var hook hca.FaultHook
 		if h.faults != nil {
 			hook = h.faults(name)
 		}
@@ -206,7 +207,7 @@ func (h *hcas) live() []*pvrdma.Device {
 }
 
 // onFinding is the devices' OnFinding: the latch's, if any.
-func (h *hcas) onFinding() func(pvrdma.Finding) {
+func (h *hcas) onFinding() func(hca.Finding) {
 	if h.latch == nil {
 		return nil
 	}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/fault"
-	"github.com/hcaemu/hcaemu/emu/pvrdma"
+	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/qemu"
 )
 
@@ -126,7 +126,7 @@ func (s *faultSetup) quiet() func() bool {
 }
 
 // hooks returns the device fault hooks (nil without faults).
-func (s *faultSetup) hooks() func(name string) pvrdma.FaultHook {
+func (s *faultSetup) hooks() func(name string) hca.FaultHook {
 	if s == nil {
 		return nil
 	}

@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/hcaemu/hcaemu/emu/fault"
+	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
 )
 
@@ -37,14 +38,14 @@ type inspectedStats struct {
 	Counters    pvrdma.Counters
 	Findings    map[string]uint64
 	PinnedPages uint64
-	Device      pvrdma.DeviceStats
+	Device      hca.DeviceStats
 	QPs         []qpCounters
 }
 
 // qpCounters are one QP's counters.
 type qpCounters struct {
 	QPN   uint32
-	Stats pvrdma.QPStats
+	Stats hca.QPStats
 }
 
 // inspect is the control socket's inspector: what the live devices hold.
@@ -261,8 +262,8 @@ func printInspected(w io.Writer, what string, devs []inspected) {
 }
 
 // printQPStats writes a QP's counters (or every QP's) on one line.
-func printQPStats(w io.Writer, name string, s *pvrdma.QPStats) {
-	naks := func(n *pvrdma.NAKCounts) string {
+func printQPStats(w io.Writer, name string, s *hca.QPStats) {
+	naks := func(n *hca.NAKCounts) string {
 		return fmt.Sprintf("seq %d inv %d acc %d op %d", n.PSNSequence, n.InvalidRequest, n.RemoteAccess, n.RemoteOperational)
 	}
 	fmt.Fprintf(w, "%s\tpackets out %d in %d\tbytes out %d in %d\tretransmitted %d timeouts %d\tnaks out [%s] in [%s]\trnr out %d in %d\tduplicates %d out_of_sequence %d\n",

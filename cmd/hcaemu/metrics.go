@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/hcaemu/hcaemu/emu/fault"
-	"github.com/hcaemu/hcaemu/emu/pvrdma"
+	"github.com/hcaemu/hcaemu/emu/hca"
 )
 
 // The counters of the HCAs in Prometheus's text format (--metrics ADDR):
@@ -187,7 +187,7 @@ func (c *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func collectQP(counter func(*prometheus.Desc, uint64, ...string), d qpMetricDescs, s *pvrdma.QPStats, labels ...string) {
+func collectQP(counter func(*prometheus.Desc, uint64, ...string), d qpMetricDescs, s *hca.QPStats, labels ...string) {
 	with := func(extra ...string) []string { return append(append([]string(nil), labels...), extra...) }
 	counter(d.packets, s.PacketsSent, with("sent")...)
 	counter(d.packets, s.PacketsReceived, with("received")...)
@@ -197,7 +197,7 @@ func collectQP(counter func(*prometheus.Desc, uint64, ...string), d qpMetricDesc
 	counter(d.timeouts, s.Timeouts, labels...)
 	for _, n := range []struct {
 		dir  string
-		naks *pvrdma.NAKCounts
+		naks *hca.NAKCounts
 	}{{"sent", &s.NAKsSent}, {"received", &s.NAKsReceived}} {
 		counter(d.naks, n.naks.PSNSequence, with(n.dir, "psn_sequence")...)
 		counter(d.naks, n.naks.InvalidRequest, with(n.dir, "invalid_request")...)

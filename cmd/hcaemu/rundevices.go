@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/hcaemu/hcaemu/emu/pvrdma"
+	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/vfio"
 )
 
@@ -17,7 +17,7 @@ var (
 		pcap     string
 		record   string
 		logLevel string
-		strict   pvrdma.StrictMode
+		strict   hca.StrictMode
 		latch    *strictLatch
 		maxQP    *maxQPFlag
 		mtu      int

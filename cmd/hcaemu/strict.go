@@ -4,16 +4,16 @@ import (
 	"flag"
 	"sync"
 
-	"github.com/hcaemu/hcaemu/emu/pvrdma"
+	"github.com/hcaemu/hcaemu/emu/hca"
 )
 
 // strictFlag is --strict: what the devices do when a driver breaks a rule
-// (pvrdma.StrictMode).
-type strictFlag struct{ mode pvrdma.StrictMode }
+// (hca.StrictMode).
+type strictFlag struct{ mode hca.StrictMode }
 
 func (f *strictFlag) String() string { return f.mode.String() }
 func (f *strictFlag) Set(s string) error {
-	m, err := pvrdma.ParseStrictMode(s)
+	m, err := hca.ParseStrictMode(s)
 	if err != nil {
 		return err
 	}
@@ -32,13 +32,13 @@ func registerStrictFlag(fs *flag.FlagSet) *strictFlag {
 // run's guests).
 type strictLatch struct {
 	mu    sync.Mutex
-	first *pvrdma.Finding
+	first *hca.Finding
 	stop  func()
 }
 
 // report is pvrdma.Config.OnFinding: it runs under a device lock, so it only
 // records and cancels.
-func (l *strictLatch) report(f pvrdma.Finding) {
+func (l *strictLatch) report(f hca.Finding) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.first != nil {
@@ -51,11 +51,11 @@ func (l *strictLatch) report(f pvrdma.Finding) {
 }
 
 // finding returns the first finding, if one stopped the process.
-func (l *strictLatch) finding() (pvrdma.Finding, bool) {
+func (l *strictLatch) finding() (hca.Finding, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.first == nil {
-		return pvrdma.Finding{}, false
+		return hca.Finding{}, false
 	}
 	return *l.first, true
 }

@@ -5,7 +5,7 @@ import (
 	"io"
 	"testing"
 
-	"github.com/hcaemu/hcaemu/emu/pvrdma"
+	"github.com/hcaemu/hcaemu/emu/hca"
 )
 
 // TestStrictLatch: the first finding is kept and stops the process once;
@@ -16,9 +16,9 @@ func TestStrictLatch(t *testing.T) {
 	if _, ok := l.finding(); ok {
 		t.Fatal("a finding before any report")
 	}
-	first := pvrdma.Finding{Device: "hca0", Kind: pvrdma.FindingWQE, Text: "qp 5 sq[7] pvrdma_sq_wqe_hdr.num_sge=9 > max_send_sge=4: completed with LOC_LEN_ERR"}
+	first := hca.Finding{Device: "hca0", Kind: hca.FindingWQE, Text: "qp 5 sq[7] pvrdma_sq_wqe_hdr.num_sge=9 > max_send_sge=4: completed with LOC_LEN_ERR"}
 	l.report(first)
-	l.report(pvrdma.Finding{Device: "hca1", Kind: pvrdma.FindingDoorbell, Text: "later"})
+	l.report(hca.Finding{Device: "hca1", Kind: hca.FindingDoorbell, Text: "later"})
 	if f, ok := l.finding(); !ok || f != first {
 		t.Errorf("finding %v, %v; want %v", f, ok, first)
 	}
@@ -33,12 +33,12 @@ func TestStrictLatch(t *testing.T) {
 func TestStrictFlag(t *testing.T) {
 	for _, c := range []struct {
 		args []string
-		want pvrdma.StrictMode
+		want hca.StrictMode
 		ok   bool
 	}{
-		{nil, pvrdma.StrictWarn, true},
-		{[]string{"--strict", "fail"}, pvrdma.StrictFail, true},
-		{[]string{"--strict=off"}, pvrdma.StrictOff, true},
+		{nil, hca.StrictWarn, true},
+		{[]string{"--strict", "fail"}, hca.StrictFail, true},
+		{[]string{"--strict=off"}, hca.StrictOff, true},
 		{[]string{"--strict", "loud"}, 0, false},
 	} {
 		fs := flag.NewFlagSet("t", flag.ContinueOnError)

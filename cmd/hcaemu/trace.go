@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/hcaemu/hcaemu/emu/fault"
-	"github.com/hcaemu/hcaemu/emu/pvrdma"
+	"github.com/hcaemu/hcaemu/emu/hca"
 )
 
 // traceQueue bounds the events queued for one trace client; beyond it
@@ -38,11 +38,11 @@ type traceSub struct {
 	device string // "" with all
 	qpn    uint32 // 0: every QP of device (and its device events)
 	all    bool
-	ch     chan pvrdma.TraceEvent
+	ch     chan hca.TraceEvent
 	lost   uint64 // under the hub's mu
 }
 
-func (s *traceSub) wants(ev *pvrdma.TraceEvent) bool {
+func (s *traceSub) wants(ev *hca.TraceEvent) bool {
 	switch {
 	case s.all:
 		return true
@@ -53,7 +53,7 @@ func (s *traceSub) wants(ev *pvrdma.TraceEvent) bool {
 }
 
 // Trace is called by the devices with their lock held: it never blocks.
-func (hub *traceHub) Trace(ev *pvrdma.TraceEvent) {
+func (hub *traceHub) Trace(ev *hca.TraceEvent) {
 	hub.mu.Lock()
 	defer hub.mu.Unlock()
 	for s := range hub.subs {
@@ -111,7 +111,7 @@ func (hub *traceHub) open(what string) (func(ctx context.Context, w io.Writer) e
 			return nil, fmt.Errorf("no device %q (inspect devices lists them)", sub.device)
 		}
 	}
-	sub.ch = make(chan pvrdma.TraceEvent, traceQueue)
+	sub.ch = make(chan hca.TraceEvent, traceQueue)
 	return func(ctx context.Context, w io.Writer) error {
 		hub.subscribe(sub)
 		defer hub.unsubscribe(sub)
@@ -153,7 +153,7 @@ func (sub *traceSub) stream(ctx context.Context, w io.Writer, hub *traceHub) err
 	bw := bufio.NewWriter(w)
 	enc := json.NewEncoder(bw)
 	for {
-		var ev pvrdma.TraceEvent
+		var ev hca.TraceEvent
 		select {
 		case <-ctx.Done():
 			return ctx.Err()

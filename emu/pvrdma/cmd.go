@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 
+	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/pvrdma/abi"
 )
 
@@ -31,7 +32,7 @@ type cmdErr struct {
 	// kind classifies the driver's mistake; mistake is false when the
 	// failure is not the driver's (a full table, a budget, an address
 	// another guest holds, an injected fault).
-	kind    FindingKind
+	kind    hca.FindingKind
 	mistake bool
 }
 
@@ -43,12 +44,12 @@ func (e *cmdErr) Error() string { return e.msg }
 // FindingCommand (as() reclassifies it). msg names the field the way
 // pvrdma_dev_api.h does.
 func fail(errno uint32, format string, args ...any) *cmdErr {
-	return &cmdErr{errno: errno, msg: fmt.Sprintf(format, args...), kind: FindingCommand,
+	return &cmdErr{errno: errno, msg: fmt.Sprintf(format, args...), kind: hca.FindingCommand,
 		mistake: errno != errNoMem && errno != errAddrInUse}
 }
 
 // as reclassifies a command failure's finding.
-func (e *cmdErr) as(kind FindingKind) *cmdErr {
+func (e *cmdErr) as(kind hca.FindingKind) *cmdErr {
 	e.kind = kind
 	return e
 }
@@ -107,7 +108,7 @@ var cmdTable = func() (t [abi.NumOpcodes]cmdHandler) {
 // REQUEST write: the driver reads ERR right after it.
 func (d *Device) request() {
 	if d.dsr == nil || !d.active {
-		d.find(FindingRegister, "ERR=22 EINVAL", "REQUEST written before the DSR was loaded and the device activated (CTL=ACTIVATE)")
+		d.find(hca.FindingRegister, "ERR=22 EINVAL", "REQUEST written before the DSR was loaded and the device activated (CTL=ACTIVATE)")
 		d.errReg = errInval
 		return
 	}
@@ -128,7 +129,7 @@ func (d *Device) request() {
 	rspHdr := abi.CmdRespHdr{Response: hdr.Response, Ack: hdr.Cmd.Ack()}
 	var rsp abi.Response
 	if hdr.Cmd >= abi.NumOpcodes {
-		d.find(FindingCommand, "ERR=22 EINVAL", "pvrdma_cmd_hdr.cmd=%#x: not a command opcode (0..%d)", uint32(hdr.Cmd), abi.NumOpcodes-1)
+		d.find(hca.FindingCommand, "ERR=22 EINVAL", "pvrdma_cmd_hdr.cmd=%#x: not a command opcode (0..%d)", uint32(hdr.Cmd), abi.NumOpcodes-1)
 		d.errReg = errInval
 		rspHdr.Err = errInval
 		d.countCommand(hdr.Cmd, errInval)
@@ -249,7 +250,7 @@ func (d *Device) cmdDestroyBind(req *abi.CmdDestroyBind) (abi.Response, *cmdErr)
 		return nil, fail(errInval, "pvrdma_cmd_destroy_bind.index=%d >= gid_tbl_len=%d", idx, d.caps.GIDTblLen)
 	}
 	if !d.res.gids[idx].Valid {
-		return nil, fail(errInval, "pvrdma_cmd_destroy_bind.index=%d: not bound", idx).as(FindingHandle)
+		return nil, fail(errInval, "pvrdma_cmd_destroy_bind.index=%d: not bound", idx).as(hca.FindingHandle)
 	}
 	d.res.gids[idx] = GIDEntry{}
 	if err := d.announce(); err != nil {
@@ -317,7 +318,7 @@ func (d *Device) uarBase() uint64 {
 func (d *Device) cmdDestroyUC(req *abi.CmdDestroyUC) (abi.Response, *cmdErr) {
 	h := req.CtxHandle
 	if d.res.uc.get(h) == nil {
-		return nil, fail(errInval, "ctx_handle=%d: no such context", h).as(FindingHandle)
+		return nil, fail(errInval, "ctx_handle=%d: no such context", h).as(hca.FindingHandle)
 	}
 	d.destroyContextObjects(h)
 	d.res.uc.del(h)

@@ -37,7 +37,7 @@ func (d *Device) cmdCreateCQ(req *abi.CmdCreateCQ) (abi.Response, *cmdErr) {
 	}
 	need := 1 + (uint64(n)*uverbs.CQESize+dma.PageSize-1)/dma.PageSize
 	if uint64(nchunks) < need || nchunks > pagedir.MaxDirPages {
-		return nil, fail(errInval, "pvrdma_cmd_create_cq.nchunks=%d: a CQ of %d entries needs %d pages (at most %d)", nchunks, n, need, pagedir.MaxDirPages).as(FindingPageDir)
+		return nil, fail(errInval, "pvrdma_cmd_create_cq.nchunks=%d: a CQ of %d entries needs %d pages (at most %d)", nchunks, n, need, pagedir.MaxDirPages).as(hca.FindingPageDir)
 	}
 	pages, e := d.pinPages("CQ", pdir, nchunks)
 	if e != nil {
@@ -61,7 +61,7 @@ func (d *Device) cmdDestroyCQ(req *abi.CmdDestroyCQ) (abi.Response, *cmdErr) {
 	h := req.CQHandle
 	c := d.res.cq.get(h)
 	if c == nil {
-		return nil, fail(errInval, "cq_handle=%d: no such CQ", h).as(FindingHandle)
+		return nil, fail(errInval, "cq_handle=%d: no such CQ", h).as(hca.FindingHandle)
 	}
 	if c.refs > 0 {
 		return nil, fail(errBusy, "cq_handle=%d: still used by %d QPs/SRQs", h, c.refs)
@@ -92,15 +92,15 @@ func (d *Device) post(c *cq, cqe *uverbs.CQE, solicited bool) bool {
 	cons, err := dma.LoadUint32(d.mem, c.pages[0]+uverbs.RxConsHead)
 	switch {
 	case err != nil || !c.ring.Valid(cons):
-		d.find(FindingRingIndex, "CQ_ERR, the CQ takes no more", "cq %d pvrdma_ring.cons_head=%d: %v (ring of %d)", c.handle, cons, errOrRange(err), c.ring.N)
+		d.find(hca.FindingRingIndex, "CQ_ERR, the CQ takes no more", "cq %d pvrdma_ring.cons_head=%d: %v (ring of %d)", c.handle, cons, errOrRange(err), c.ring.N)
 	case c.ring.Full(c.prod, cons):
-		d.find(FindingCQOverrun, "CQ_ERR, the CQ takes no more", "cq %d: full (%d entries, prod_tail=%d, cons_head=%d): the consumer did not poll, or the CQ is smaller than its queues", c.handle, c.ring.N, c.prod, cons)
+		d.find(hca.FindingCQOverrun, "CQ_ERR, the CQ takes no more", "cq %d: full (%d entries, prod_tail=%d, cons_head=%d): the consumer did not poll, or the CQ is smaller than its queues", c.handle, c.ring.N, c.prod, cons)
 	default:
 		b := d.cqeBuf[:] // (a local array would escape through dma.Memory: one allocation per CQE)
 		cqe.Encode(b)
 		off := dma.PageSize + uint64(c.ring.Slot(c.prod))*uverbs.CQESize
 		if err := c.pages.WriteAt(d.mem, b, off); err != nil {
-			d.find(FindingPageDir, "CQ_ERR, the CQ takes no more", "cq %d CQE slot %d: %v", c.handle, c.ring.Slot(c.prod), err)
+			d.find(hca.FindingPageDir, "CQ_ERR, the CQ takes no more", "cq %d CQE slot %d: %v", c.handle, c.ring.Slot(c.prod), err)
 			break
 		}
 		c.prod = c.ring.Next(c.prod)

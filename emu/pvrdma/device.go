@@ -71,13 +71,13 @@ type Config struct {
 	SequentialQPNs bool
 	// Faults, when set, is asked at the device's fault points (package
 	// emu/fault); nil: the device never misbehaves on purpose.
-	Faults FaultHook
+	Faults hca.FaultHook
 	// Strict says what the device does when the driver breaks a rule
 	// (strict.go); the zero value is StrictWarn.
-	Strict StrictMode
+	Strict hca.StrictMode
 	// OnFinding, when set, is told of the first finding in StrictFail
 	// mode. It runs under the device lock and must not block.
-	OnFinding func(Finding)
+	OnFinding func(hca.Finding)
 }
 
 // Device is one emulated PVRDMA function.
@@ -99,7 +99,7 @@ type Device struct {
 	msix      func(int)
 	pci       *mmio.Config
 	mem       *busMem // a pointer: a struct in a dma.Memory would be boxed, an allocation per access
-	faults    FaultHook
+	faults    hca.FaultHook
 
 	// The register file a vCPU reads. Reads never take mu: a register read
 	// must not wait behind the engine's batch of frames or a long send queue.
@@ -338,13 +338,13 @@ func (d *Device) WriteRegion(index int, off uint64, p []byte) error {
 	case regionRegs:
 		reg, v, ok := mmio.Reg32(off, p)
 		if !ok {
-			d.reportf(FindingRegister, "ignored", "BAR1 register %#x written %d bytes wide: registers are 32-bit", off, len(p))
+			d.reportf(hca.FindingRegister, "ignored", "BAR1 register %#x written %d bytes wide: registers are 32-bit", off, len(p))
 			return nil
 		}
 		d.writeReg(reg, v)
 	case regionUAR:
 		if len(p) != 4 {
-			d.reportf(FindingRegister, "ignored", "UAR doorbell at %#x written %d bytes wide: doorbells are 32-bit", off, len(p))
+			d.reportf(hca.FindingRegister, "ignored", "UAR doorbell at %#x written %d bytes wide: doorbells are 32-bit", off, len(p))
 			return nil
 		}
 		d.doorbell(off, binary.LittleEndian.Uint32(p))
@@ -458,7 +458,7 @@ func (d *Device) ctl(v uint32) {
 	switch v {
 	case abi.CtlActivate:
 		if d.dsr == nil {
-			d.find(FindingRegister, "ERR=22 EINVAL", "CTL=ACTIVATE before DSRHIGH loaded a DSR")
+			d.find(hca.FindingRegister, "ERR=22 EINVAL", "CTL=ACTIVATE before DSRHIGH loaded a DSR")
 			d.errReg = errInval
 			return
 		}
@@ -467,7 +467,7 @@ func (d *Device) ctl(v uint32) {
 		d.log.Info("activated")
 	case abi.CtlUnquiesce:
 		if !d.active {
-			d.find(FindingRegister, "ERR=22 EINVAL", "CTL=UNQUIESCE before CTL=ACTIVATE")
+			d.find(hca.FindingRegister, "ERR=22 EINVAL", "CTL=UNQUIESCE before CTL=ACTIVATE")
 			d.errReg = errInval
 			return
 		}
@@ -476,7 +476,7 @@ func (d *Device) ctl(v uint32) {
 		d.resetLocked("CTL=RESET")
 		d.errReg = 0
 	default:
-		d.find(FindingRegister, "ERR=22 EINVAL", "CTL=%#x: not ACTIVATE, UNQUIESCE or RESET", v)
+		d.find(hca.FindingRegister, "ERR=22 EINVAL", "CTL=%#x: not ACTIVATE, UNQUIESCE or RESET", v)
 		d.errReg = errInval
 	}
 }

@@ -33,7 +33,7 @@ func (d *Device) loadDSR(addr uint64) {
 	}
 	st, err := d.parseDSR(addr)
 	if err != nil {
-		d.find(FindingPageDir, "DSR ignored: the driver reads zero caps", "DSRLOW/DSRHIGH=%#x: %v", addr, err)
+		d.find(hca.FindingPageDir, "DSR ignored: the driver reads zero caps", "DSRLOW/DSRHIGH=%#x: %v", addr, err)
 		return
 	}
 	var caps [abi.DeviceCapsSize]byte
@@ -128,7 +128,7 @@ func (d *Device) push(r *devRing, entry []byte) bool {
 	prodAddr, _ := r.pages.Addr(uverbs.RxProdTail)
 	cons, err := dma.LoadUint32(d.mem, consAddr)
 	if err != nil || cons >= r.cycle {
-		d.find(FindingRingIndex, "the ring is ignored until reset", "device ring pvrdma_ring.cons_head=%d: %v (cycle %d)", cons, errOrRange(err), r.cycle)
+		d.find(hca.FindingRingIndex, "the ring is ignored until reset", "device ring pvrdma_ring.cons_head=%d: %v (cycle %d)", cons, errOrRange(err), r.cycle)
 		r.broken = true
 		return false
 	}

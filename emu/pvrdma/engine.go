@@ -29,10 +29,10 @@ func (d *Device) doorbell(off uint64, v uint32) {
 			return
 		}
 		if db.Flags&doorbell.QPSend != 0 && qp.state < abi.QPStateRTS {
-			d.find(FindingDoorbell, "ignored", "qp %d: send doorbell (PVRDMA_UAR_QP_SEND) in %s: post_send needs RTS (or SQD, ERR)", db.Handle, stateNames[qp.state])
+			d.find(hca.FindingDoorbell, "ignored", "qp %d: send doorbell (PVRDMA_UAR_QP_SEND) in %s: post_send needs RTS (or SQD, ERR)", db.Handle, stateNames[qp.state])
 		}
 		if db.Flags&doorbell.QPRecv != 0 && qp.state == abi.QPStateReset {
-			d.find(FindingDoorbell, "ignored", "qp %d: receive doorbell (PVRDMA_UAR_QP_RECV) in RESET", db.Handle)
+			d.find(hca.FindingDoorbell, "ignored", "qp %d: receive doorbell (PVRDMA_UAR_QP_RECV) in RESET", db.Handle)
 		}
 		var f hca.Work
 		if db.Flags&doorbell.QPSend != 0 {
@@ -98,7 +98,7 @@ func (d *Device) serviceQP(qp *qp, flags hca.Work) {
 		// Receive WQEs stay in the ring until a message consumes them; check
 		// the guest's producer index now so a corrupt one fails early.
 		if _, err := d.pendingWQEs(qp.pages, &qp.rq); err != nil {
-			d.find(FindingRingIndex, "QP to ERR with QP_FATAL", "qp %d rq pvrdma_ring.prod_tail: %v", qp.Handle, err)
+			d.find(hca.FindingRingIndex, "QP to ERR with QP_FATAL", "qp %d rq pvrdma_ring.prod_tail: %v", qp.Handle, err)
 			d.qpError(qp, hca.EventQPFatal)
 			return
 		}

@@ -21,9 +21,9 @@ import (
 // owns the states the actions change.
 
 // fault asks the hook (d.mu held); no hook: nothing happens.
-func (d *Device) fault(ev *FaultEvent) FaultAction {
+func (d *Device) fault(ev *hca.FaultEvent) hca.FaultAction {
 	if d.faults == nil {
-		return FaultAction{}
+		return hca.FaultAction{}
 	}
 	return d.faults.Fault(ev)
 }
@@ -32,8 +32,8 @@ func (d *Device) fault(ev *FaultEvent) FaultAction {
 // command (the driver reads ERR non-zero and returns -EFAULT whatever the
 // value; pvrdma_cmd_post).
 func (d *Device) faultCommand(op abi.Opcode) *cmdErr {
-	act := d.fault(&FaultEvent{Point: FaultAtCommand, Command: command(op)})
-	if act.Kind == FaultFailCommand {
+	act := d.fault(&hca.FaultEvent{Point: hca.FaultAtCommand, Command: command(op)})
+	if act.Kind == hca.FaultFailCommand {
 		e := fail(act.Errno, "fault injected: %s fails", op)
 		e.mistake = false
 		return e
@@ -49,12 +49,12 @@ func (d *Device) faultCompletion(qp *qp, cqe *uverbs.CQE, op transport.WCOpcode,
 		return true
 	}
 	name := ""
-	if int(op) < len(WROpcodeNames) {
-		name = WROpcodeNames[op]
+	if int(op) < len(hca.WROpcodeNames) {
+		name = hca.WROpcodeNames[op]
 	}
-	act := d.fault(&FaultEvent{Point: FaultAtCompletion, QPN: qp.QPN, WROpcode: name, Size: cqe.ByteLen, Status: cqe.Status})
+	act := d.fault(&hca.FaultEvent{Point: hca.FaultAtCompletion, QPN: qp.QPN, WROpcode: name, Size: cqe.ByteLen, Status: cqe.Status})
 	switch act.Kind {
-	case FaultCompleteStatus:
+	case hca.FaultCompleteStatus:
 		cqe.Status = act.Status
 		if act.Status != uverbs.WCSuccess {
 			cqe.ByteLen = 0
@@ -64,7 +64,7 @@ func (d *Device) faultCompletion(qp *qp, cqe *uverbs.CQE, op transport.WCOpcode,
 			qp.faultErr = true
 			d.core.Kick(hca.TargetQP, qp.Handle, hca.WorkSend)
 		}
-	case FaultCQError:
+	case hca.FaultCQError:
 		if c != nil && !c.broken {
 			c.broken = true
 			d.event(hca.EventCQErr, c.handle)
@@ -82,15 +82,15 @@ func (d *Device) faultDMA(qp *qp, op transport.WCOpcode, sges []uverbs.SGE, size
 	if d.faults == nil {
 		return false
 	}
-	ev := FaultEvent{Point: FaultAtDMA, QPN: qp.QPN, Size: size}
-	if int(op) < len(WROpcodeNames) {
-		ev.WROpcode = WROpcodeNames[op]
+	ev := hca.FaultEvent{Point: hca.FaultAtDMA, QPN: qp.QPN, Size: size}
+	if int(op) < len(hca.WROpcodeNames) {
+		ev.WROpcode = hca.WROpcodeNames[op]
 	}
 	if len(sges) > 0 {
 		ev.Key, ev.HasKey = sges[0].LKey, true
 	}
 	act := d.fault(&ev)
-	if act.Kind == FaultFailDMA {
+	if act.Kind == hca.FaultFailDMA {
 		return true
 	}
 	d.deviceFault(act, qp, nil)
@@ -100,7 +100,7 @@ func (d *Device) faultDMA(qp *qp, op transport.WCOpcode, sges []uverbs.SGE, size
 // responderFault is an RC QP's rc.Config.Responder.
 func (env *qpEnv) responderFault(pkt roce.Packet) rc.ResponderFault {
 	d := env.d
-	ev := FaultEvent{Point: FaultAtResponder, QPN: env.qp.QPN, PSN: pkt.BTH.PSN(), Opcode: pkt.Opcode(), Size: uint32(len(pkt.Payload))}
+	ev := hca.FaultEvent{Point: hca.FaultAtResponder, QPN: env.qp.QPN, PSN: pkt.BTH.PSN(), Opcode: pkt.Opcode(), Size: uint32(len(pkt.Payload))}
 	switch {
 	case pkt.Headers()&roce.HasRETH != 0:
 		ev.Key, ev.HasKey = pkt.RETH.RKey(), true
@@ -109,11 +109,11 @@ func (env *qpEnv) responderFault(pkt roce.Packet) rc.ResponderFault {
 	}
 	act := d.fault(&ev)
 	switch act.Kind {
-	case FaultNAK:
+	case hca.FaultNAK:
 		return rc.ResponderFault{Kind: rc.FaultNAK, NAK: act.NAK}
-	case FaultRNRNAK:
+	case hca.FaultRNRNAK:
 		return rc.ResponderFault{Kind: rc.FaultRNRNAK, RNRTimer: act.RNRTimer}
-	case FaultSuppressACK:
+	case hca.FaultSuppressACK:
 		return rc.ResponderFault{Kind: rc.FaultSuppressACK}
 	}
 	d.deviceFault(act, env.qp, nil)
@@ -122,19 +122,19 @@ func (env *qpEnv) responderFault(pkt roce.Packet) rc.ResponderFault {
 
 // deviceFault carries out the actions that need no more than the device,
 // and the QP (and its CQ) of the point when there is one (d.mu held).
-func (d *Device) deviceFault(act FaultAction, qp *qp, c *cq) {
+func (d *Device) deviceFault(act hca.FaultAction, qp *qp, c *cq) {
 	switch act.Kind {
-	case FaultQPError:
+	case hca.FaultQPError:
 		if qp != nil && qp.state != abi.QPStateErr && qp.state != abi.QPStateReset {
 			// Deferred to the engine: the point may be inside the QP's
 			// transport, which ERR flushes.
 			qp.faultEvent, qp.faultHasEvent = act.Event, true
 			d.core.Kick(hca.TargetQP, qp.Handle, hca.WorkSend)
 		}
-	case FaultSRQError, FaultSRQLimit:
+	case hca.FaultSRQError, hca.FaultSRQLimit:
 		if qp != nil && qp.srq != 0 {
 			ev := hca.EventSRQErr
-			if act.Kind == FaultSRQLimit {
+			if act.Kind == hca.FaultSRQLimit {
 				ev = hca.EventSRQLimitReached
 				if s := d.res.srq.get(qp.srq); s != nil {
 					s.limit = 0 // the limit is armed once (ibv_modify_srq)
@@ -142,7 +142,7 @@ func (d *Device) deviceFault(act FaultAction, qp *qp, c *cq) {
 			}
 			d.event(ev, qp.srq)
 		}
-	case FaultCQError:
+	case hca.FaultCQError:
 		if qp != nil && c == nil {
 			c = d.res.cq.get(qp.sendCQ)
 		}
@@ -150,11 +150,11 @@ func (d *Device) deviceFault(act FaultAction, qp *qp, c *cq) {
 			c.broken = true
 			d.event(hca.EventCQErr, c.handle)
 		}
-	case FaultPortDown:
+	case hca.FaultPortDown:
 		d.portDownFor(act.Duration)
-	case FaultGIDChange:
+	case hca.FaultGIDChange:
 		d.event(hca.EventGIDChange, 1)
-	case FaultDeviceFatal:
+	case hca.FaultDeviceFatal:
 		if !d.core.Fatal {
 			d.log.Error("device fatal: fault injected")
 			d.core.Fatal = true

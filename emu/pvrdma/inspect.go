@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/hcaemu/hcaemu/dma"
+	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/mr"
 	"github.com/hcaemu/hcaemu/emu/pvrdma/abi"
 	"github.com/hcaemu/hcaemu/emu/transport/rc"
@@ -36,7 +37,7 @@ type State struct {
 	// Findings: strict-mode findings by kind (FindingKind.String()).
 	Findings map[string]uint64
 	// Stats are the device's counters (stats.go).
-	Stats DeviceStats
+	Stats hca.DeviceStats
 }
 
 // PortState is port 1.
@@ -107,7 +108,7 @@ type QPState struct {
 	SQPSN, RQPSN    uint32
 	RC              *rc.Snapshot `json:",omitempty"`
 	PendingFaultErr bool         `json:",omitempty"`
-	Stats           QPStats
+	Stats           hca.QPStats
 }
 
 // SRQState is a shared receive queue.
@@ -133,7 +134,7 @@ func (d *Device) Inspect() State {
 	st.Port.MAC = net.HardwareAddr(d.wire.MAC[:]).String()
 	for k, n := range d.Findings() {
 		if n != 0 {
-			st.Findings[FindingKind(k).String()] = n
+			st.Findings[hca.FindingKind(k).String()] = n
 		}
 	}
 	for i, g := range r.gids {

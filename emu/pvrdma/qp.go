@@ -114,25 +114,25 @@ var qpTransitions = func() (t [abi.NumQPStates][abi.NumQPStates]*transition) {
 // limits. It returns the target state.
 func (d *Device) checkModify(qp *qp, mask uint32, a *abi.QPAttr) (uint8, *cmdErr) {
 	if mask&^abi.AttrMaskAll != 0 {
-		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attr_mask=%#x: unknown bits %#x", qp.Handle, mask, mask&^abi.AttrMaskAll).as(FindingQPState)
+		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attr_mask=%#x: unknown bits %#x", qp.Handle, mask, mask&^abi.AttrMaskAll).as(hca.FindingQPState)
 	}
 	cur := qp.state
 	if mask&abi.AttrCurState != 0 && a.CurState != uint32(cur) {
 		if a.CurState >= abi.NumQPStates {
-			return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.cur_qp_state=%d: not a QP state", qp.Handle, a.CurState).as(FindingQPState)
+			return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.cur_qp_state=%d: not a QP state", qp.Handle, a.CurState).as(hca.FindingQPState)
 		}
-		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.cur_qp_state=%s, but the QP is in %s", qp.Handle, stateNames[a.CurState], stateNames[cur]).as(FindingQPState)
+		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.cur_qp_state=%s, but the QP is in %s", qp.Handle, stateNames[a.CurState], stateNames[cur]).as(hca.FindingQPState)
 	}
 	next := cur
 	if mask&abi.AttrState != 0 {
 		if a.State >= abi.NumQPStates {
-			return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.qp_state=%d: not a QP state", qp.Handle, a.State).as(FindingQPState)
+			return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.qp_state=%d: not a QP state", qp.Handle, a.State).as(hca.FindingQPState)
 		}
 		next = uint8(a.State)
 	}
 	t := qpTransitions[cur][next]
 	if t == nil {
-		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.qp_state=%s: illegal transition %s -> %s", qp.Handle, stateNames[next], stateNames[cur], stateNames[next]).as(FindingQPState)
+		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.qp_state=%s: illegal transition %s -> %s", qp.Handle, stateNames[next], stateNames[cur], stateNames[next]).as(hca.FindingQPState)
 	}
 	class := udClass
 	if qp.typ == abi.QPTypeRC || qp.typ == abi.QPTypeUC {
@@ -144,13 +144,13 @@ func (d *Device) checkModify(qp *qp, mask uint32, a *abi.QPAttr) (uint8, *cmdErr
 		opt |= abi.AttrPort
 	}
 	if req == ^uint32(0) {
-		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.qp_state=%s: illegal transition %s -> %s for a %s QP", qp.Handle, stateNames[next], stateNames[cur], stateNames[next], qpTypeName(qp.typ)).as(FindingQPState)
+		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.qp_state=%s: illegal transition %s -> %s for a %s QP", qp.Handle, stateNames[next], stateNames[cur], stateNames[next], qpTypeName(qp.typ)).as(hca.FindingQPState)
 	}
 	if missing := req &^ mask; missing != 0 {
-		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attr_mask=%#x: %s -> %s lacks required attributes %#x", qp.Handle, mask, stateNames[cur], stateNames[next], missing).as(FindingQPState)
+		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attr_mask=%#x: %s -> %s lacks required attributes %#x", qp.Handle, mask, stateNames[cur], stateNames[next], missing).as(hca.FindingQPState)
 	}
 	if extra := mask &^ (req | opt | abi.AttrState | abi.AttrCap); extra != 0 {
-		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attr_mask=%#x: %s -> %s does not take attributes %#x", qp.Handle, mask, stateNames[cur], stateNames[next], extra).as(FindingQPState)
+		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attr_mask=%#x: %s -> %s does not take attributes %#x", qp.Handle, mask, stateNames[cur], stateNames[next], extra).as(hca.FindingQPState)
 	}
 	if mask&abi.AttrPKeyIndex != 0 && uint32(a.PKeyIndex) >= uint32(d.caps.MaxPKeys) {
 		return 0, fail(errInval, "qp %d pvrdma_cmd_modify_qp.attrs.pkey_index=%d >= %d P_Keys", qp.Handle, a.PKeyIndex, d.caps.MaxPKeys)
@@ -193,7 +193,7 @@ func (d *Device) cmdModifyQP(req *abi.CmdModifyQP) (abi.Response, *cmdErr) {
 	h, mask := req.QPHandle, req.AttrMask
 	qp := d.res.qp.get(h)
 	if qp == nil {
-		return nil, fail(errInval, "qp_handle=%d: no such QP", h).as(FindingHandle)
+		return nil, fail(errInval, "qp_handle=%d: no such QP", h).as(hca.FindingHandle)
 	}
 	a := &req.Attrs
 	next, e := d.checkModify(qp, mask, a)
@@ -324,7 +324,7 @@ func (d *Device) cmdQueryQP(req *abi.CmdQueryQP) (abi.Response, *cmdErr) {
 	h := req.QPHandle
 	qp := d.res.qp.get(h)
 	if qp == nil {
-		return nil, fail(errInval, "qp_handle=%d: no such QP", h).as(FindingHandle)
+		return nil, fail(errInval, "qp_handle=%d: no such QP", h).as(hca.FindingHandle)
 	}
 	rsp := &abi.CmdQueryQPResp{Attrs: qp.attr}
 	a := &rsp.Attrs
@@ -342,20 +342,20 @@ func (d *Device) cmdCreateQP(req *abi.CmdCreateQP) (abi.Response, *cmdErr) {
 
 	pd := d.res.pd.get(pdh)
 	if pd == nil {
-		return nil, fail(errInval, "pvrdma_cmd_create_qp.pd_handle=%d: no such PD", pdh).as(FindingHandle)
+		return nil, fail(errInval, "pvrdma_cmd_create_qp.pd_handle=%d: no such PD", pdh).as(hca.FindingHandle)
 	}
 	ctx := pd.ctx
 	scq, rcq := d.res.cq.get(scqh), d.res.cq.get(rcqh)
 	if scq == nil || rcq == nil {
-		return nil, fail(errInval, "pvrdma_cmd_create_qp.send_cq_handle=%d, recv_cq_handle=%d: no such CQ", scqh, rcqh).as(FindingHandle)
+		return nil, fail(errInval, "pvrdma_cmd_create_qp.send_cq_handle=%d, recv_cq_handle=%d: no such CQ", scqh, rcqh).as(hca.FindingHandle)
 	}
 	if scq.ctx != ctx || rcq.ctx != ctx {
-		return nil, fail(errInval, "pvrdma_cmd_create_qp.send_cq_handle=%d, recv_cq_handle=%d: a CQ of another context than PD %d", scqh, rcqh, pdh).as(FindingHandle)
+		return nil, fail(errInval, "pvrdma_cmd_create_qp.send_cq_handle=%d, recv_cq_handle=%d: a CQ of another context than PD %d", scqh, rcqh, pdh).as(hca.FindingHandle)
 	}
 	var s *srq
 	if isSRQ {
 		if s = d.res.srq.get(srqh); s == nil || s.ctx != ctx {
-			return nil, fail(errInval, "pvrdma_cmd_create_qp.srq_handle=%d: no such SRQ in the PD's context", srqh).as(FindingHandle)
+			return nil, fail(errInval, "pvrdma_cmd_create_qp.srq_handle=%d: no such SRQ in the PD's context", srqh).as(hca.FindingHandle)
 		}
 		rWR, rSGE = 0, 0
 	}
@@ -390,7 +390,7 @@ func (d *Device) cmdCreateQP(req *abi.CmdCreateQP) (abi.Response, *cmdErr) {
 		rPages = (uint64(rWR)*uint64(rStride) + dma.PageSize - 1) / dma.PageSize
 	}
 	if uint64(sendChunks) < sPages || uint64(total) < 1+uint64(sendChunks)+rPages {
-		return nil, fail(errInval, "pvrdma_cmd_create_qp.total_chunks=%d, send_chunks=%d: too few pages for SQ %dx%d B and RQ %dx%d B", total, sendChunks, sWR, sStride, rWR, rStride).as(FindingPageDir)
+		return nil, fail(errInval, "pvrdma_cmd_create_qp.total_chunks=%d, send_chunks=%d: too few pages for SQ %dx%d B and RQ %dx%d B", total, sendChunks, sWR, sStride, rWR, rStride).as(hca.FindingPageDir)
 	}
 	pages, e := d.pinPages("QP", pdir, total)
 	if e != nil {
@@ -431,7 +431,7 @@ func (d *Device) cmdDestroyQP(req *abi.CmdDestroyQP) (abi.Response, *cmdErr) {
 	h := req.QPHandle
 	qp := d.res.qp.get(h)
 	if qp == nil {
-		return nil, fail(errInval, "qp_handle=%d: no such QP", h).as(FindingHandle)
+		return nil, fail(errInval, "qp_handle=%d: no such QP", h).as(hca.FindingHandle)
 	}
 	d.destroyQP(h, qp)
 	return &abi.CmdDestroyQPResp{}, nil
@@ -475,7 +475,7 @@ func (d *Device) cmdCreateSRQ(req *abi.CmdCreateSRQ) (abi.Response, *cmdErr) {
 	maxWR, maxSGE, limit, typ := req.Attrs.MaxWR, req.Attrs.MaxSGE, req.Attrs.SRQLimit, req.SRQType
 	pd := d.res.pd.get(pdh)
 	if pd == nil {
-		return nil, fail(errInval, "pd_handle=%d: no such PD", pdh).as(FindingHandle)
+		return nil, fail(errInval, "pd_handle=%d: no such PD", pdh).as(hca.FindingHandle)
 	}
 	if typ != abi.SRQTypeBasic {
 		return nil, fail(errInval, "pvrdma_cmd_create_srq.srq_type=%d: not BASIC", typ)
@@ -492,7 +492,7 @@ func (d *Device) cmdCreateSRQ(req *abi.CmdCreateSRQ) (abi.Response, *cmdErr) {
 	stride := uverbs.RQStride(maxSGE)
 	need := 1 + (uint64(maxWR)*uint64(stride)+dma.PageSize-1)/dma.PageSize
 	if uint64(nchunks) < need || nchunks > pagedir.MaxDirPages {
-		return nil, fail(errInval, "pvrdma_cmd_create_srq.nchunks=%d: an SRQ of %dx%d B needs %d pages (at most %d)", nchunks, maxWR, stride, need, pagedir.MaxDirPages).as(FindingPageDir)
+		return nil, fail(errInval, "pvrdma_cmd_create_srq.nchunks=%d: an SRQ of %dx%d B needs %d pages (at most %d)", nchunks, maxWR, stride, need, pagedir.MaxDirPages).as(hca.FindingPageDir)
 	}
 	pages, e := d.pinPages("SRQ", pdir, nchunks)
 	if e != nil {
@@ -515,7 +515,7 @@ func (d *Device) cmdModifySRQ(req *abi.CmdModifySRQ) (abi.Response, *cmdErr) {
 	h, mask := req.SRQHandle, req.AttrMask
 	s := d.res.srq.get(h)
 	if s == nil {
-		return nil, fail(errInval, "srq_handle=%d: no such SRQ", h).as(FindingHandle)
+		return nil, fail(errInval, "srq_handle=%d: no such SRQ", h).as(hca.FindingHandle)
 	}
 	if mask&^abi.SRQAttrLimit != 0 {
 		return nil, fail(errInval, "srq %d pvrdma_cmd_modify_srq.attr_mask=%#x: only SRQ_LIMIT can be modified", h, mask)
@@ -534,7 +534,7 @@ func (d *Device) cmdQuerySRQ(req *abi.CmdQuerySRQ) (abi.Response, *cmdErr) {
 	h := req.SRQHandle
 	s := d.res.srq.get(h)
 	if s == nil {
-		return nil, fail(errInval, "srq_handle=%d: no such SRQ", h).as(FindingHandle)
+		return nil, fail(errInval, "srq_handle=%d: no such SRQ", h).as(hca.FindingHandle)
 	}
 	return &abi.CmdQuerySRQResp{Attrs: abi.SRQAttr{MaxWR: s.q.ring.N, MaxSGE: s.q.maxSGE, SRQLimit: s.limit}}, nil
 }
@@ -543,7 +543,7 @@ func (d *Device) cmdDestroySRQ(req *abi.CmdDestroySRQ) (abi.Response, *cmdErr) {
 	h := req.SRQHandle
 	s := d.res.srq.get(h)
 	if s == nil {
-		return nil, fail(errInval, "srq_handle=%d: no such SRQ", h).as(FindingHandle)
+		return nil, fail(errInval, "srq_handle=%d: no such SRQ", h).as(hca.FindingHandle)
 	}
 	if s.refs > 0 {
 		return nil, fail(errBusy, "srq_handle=%d: still used by %d QPs", h, s.refs)

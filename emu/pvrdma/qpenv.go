@@ -102,7 +102,7 @@ func (env *qpEnv) PendingSends() (uint32, bool) {
 	d, qp := env.d, env.qp
 	n, err := d.pendingWQEs(qp.pages, &qp.sq)
 	if err != nil {
-		d.find(FindingRingIndex, "QP to ERR with QP_FATAL", "qp %d sq pvrdma_ring.prod_tail: %v", qp.Handle, err)
+		d.find(hca.FindingRingIndex, "QP to ERR with QP_FATAL", "qp %d sq pvrdma_ring.prod_tail: %v", qp.Handle, err)
 		d.qpError(qp, hca.EventQPFatal)
 		return 0, false
 	}

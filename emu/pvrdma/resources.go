@@ -33,9 +33,9 @@ func (t *table[T]) add(v *T) (uint32, *cmdErr) {
 func (t *table[T]) put(h uint32, v *T) *cmdErr {
 	switch err := t.Put(h, v); {
 	case errors.Is(err, hca.ErrHandleRange):
-		return fail(errInval, "%v", err).as(FindingHandle)
+		return fail(errInval, "%v", err).as(hca.FindingHandle)
 	case err != nil:
-		return fail(errBusy, "%v", err).as(FindingHandle)
+		return fail(errBusy, "%v", err).as(hca.FindingHandle)
 	}
 	return nil
 }
@@ -119,7 +119,7 @@ func (d *Device) pinPages(what string, pdir uint64, n uint32) (dma.Pages, *cmdEr
 	pages, err := pagedir.Read(d.mem, pdir, n, pagedir.MaxDirPages)
 	if err != nil {
 		d.res.unpin(int(n))
-		return nil, fail(errInval, "%s pdir_dma=%#x (%d pages): %v", what, pdir, n, err).as(FindingPageDir)
+		return nil, fail(errInval, "%s pdir_dma=%#x (%d pages): %v", what, pdir, n, err).as(hca.FindingPageDir)
 	}
 	return pages, nil
 }
@@ -159,7 +159,7 @@ func (d *Device) destroyContextObjects(ctx uint32) {
 
 func (d *Device) checkCtx(ctx uint32) *cmdErr {
 	if ctx != 0 && d.res.uc.get(ctx) == nil {
-		return fail(errInval, "ctx_handle=%d: no such context", ctx).as(FindingHandle)
+		return fail(errInval, "ctx_handle=%d: no such context", ctx).as(hca.FindingHandle)
 	}
 	return nil
 }
@@ -180,7 +180,7 @@ func (d *Device) cmdDestroyPD(req *abi.CmdDestroyPD) (abi.Response, *cmdErr) {
 	h := req.PDHandle
 	pd := d.res.pd.get(h)
 	if pd == nil {
-		return nil, fail(errInval, "pd_handle=%d: no such PD", h).as(FindingHandle)
+		return nil, fail(errInval, "pd_handle=%d: no such PD", h).as(hca.FindingHandle)
 	}
 	if pd.refs > 0 {
 		return nil, fail(errBusy, "pd_handle=%d: still used by %d objects", h, pd.refs)
@@ -199,7 +199,7 @@ func (d *Device) cmdCreateMR(req *abi.CmdCreateMR) (abi.Response, *cmdErr) {
 	pdh, access, flags, nchunks := req.PDHandle, req.AccessFlags, req.Flags, req.NChunks
 	pd := d.res.pd.get(pdh)
 	if pd == nil {
-		return nil, fail(errInval, "pd_handle=%d: no such PD", pdh).as(FindingHandle)
+		return nil, fail(errInval, "pd_handle=%d: no such PD", pdh).as(hca.FindingHandle)
 	}
 	access &= 0xFFFFF // optional bits >= 20 (relaxed ordering...) are hints
 	if access&^mr.KnownAccess != 0 {
@@ -233,7 +233,7 @@ func (d *Device) cmdCreateMR(req *abi.CmdCreateMR) (abi.Response, *cmdErr) {
 		}
 		want := (end+dma.PageSize-1)/dma.PageSize - start/dma.PageSize
 		if uint64(nchunks) != want {
-			return nil, fail(errInval, "pvrdma_cmd_create_mr.nchunks=%d: [start=%#x, +length=%#x) spans %d pages", nchunks, start, length, want).as(FindingPageDir)
+			return nil, fail(errInval, "pvrdma_cmd_create_mr.nchunks=%d: [start=%#x, +length=%#x) spans %d pages", nchunks, start, length, want).as(hca.FindingPageDir)
 		}
 		pages, e := d.pinPages("MR", pdir, nchunks)
 		if e != nil {
@@ -259,7 +259,7 @@ func (d *Device) cmdDestroyMR(req *abi.CmdDestroyMR) (abi.Response, *cmdErr) {
 	h := req.MRHandle
 	m := d.res.mr.get(h)
 	if m == nil {
-		return nil, fail(errInval, "mr_handle=%d: no such MR", h).as(FindingHandle)
+		return nil, fail(errInval, "mr_handle=%d: no such MR", h).as(hca.FindingHandle)
 	}
 	d.destroyMR(h, m)
 	return nil, nil

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/pvrdma/abi"
 )
 
@@ -15,8 +16,8 @@ import (
 
 // deviceCounters are the device's own counts (d.mu).
 type deviceCounters struct {
-	port    PortStats
-	retired QPStats // of the QPs destroyed
+	port    hca.PortStats
+	retired hca.QPStats // of the QPs destroyed
 	// Entries the device could not post to its rings (event, notifyCQ).
 	eventsLost, cqNotifyLost uint64
 	cmdOK                    [abi.NumOpcodes]uint64
@@ -52,21 +53,21 @@ func (d *Device) retire(qp *qp) {
 			"timeouts", st.Timeouts, "psn_sequence_naks", st.NAKsReceived.PSNSequence, "rnr_naks", st.RNRNAKsReceived)
 	}
 	d.stats.retired.Add(&st)
-	qp.Stats = QPStats{}
+	qp.Stats = hca.QPStats{}
 }
 
 // Stats returns the device's counters, and each live QP's by QPN.
-func (d *Device) Stats() (DeviceStats, map[uint32]QPStats) {
+func (d *Device) Stats() (hca.DeviceStats, map[uint32]hca.QPStats) {
 	d.core.Lock()
 	defer d.unlock()
 	return d.statsLocked()
 }
 
-func (d *Device) statsLocked() (DeviceStats, map[uint32]QPStats) {
-	st := DeviceStats{Port: d.wire.Stats, QPs: d.stats.retired,
+func (d *Device) statsLocked() (hca.DeviceStats, map[uint32]hca.QPStats) {
+	st := hca.DeviceStats{Port: d.wire.Stats, QPs: d.stats.retired,
 		EventsLost: d.stats.eventsLost, CQNotificationsLost: d.stats.cqNotifyLost}
 	st.Port.RxQueueFull = d.core.RxDrops()
-	qps := map[uint32]QPStats{}
+	qps := map[uint32]hca.QPStats{}
 	for _, h := range d.res.qp.handles() {
 		qp := d.res.qp.get(h)
 		qs := qp.StatsNow()
@@ -75,7 +76,7 @@ func (d *Device) statsLocked() (DeviceStats, map[uint32]QPStats) {
 	}
 	for op, n := range d.stats.cmdOK {
 		if n > 0 {
-			st.Commands = append(st.Commands, CommandCount{Command: abi.Opcode(op).String(), Count: n})
+			st.Commands = append(st.Commands, hca.CommandCount{Command: abi.Opcode(op).String(), Count: n})
 		}
 	}
 	for k, n := range d.stats.cmdErr {
@@ -83,9 +84,9 @@ func (d *Device) statsLocked() (DeviceStats, map[uint32]QPStats) {
 		if k.op < abi.NumOpcodes {
 			name = k.op.String()
 		}
-		st.Commands = append(st.Commands, CommandCount{Command: name, Errno: k.errno, Count: n})
+		st.Commands = append(st.Commands, hca.CommandCount{Command: name, Errno: k.errno, Count: n})
 	}
-	slices.SortFunc(st.Commands, func(a, b CommandCount) int {
+	slices.SortFunc(st.Commands, func(a, b hca.CommandCount) int {
 		if a.Command != b.Command {
 			if a.Command < b.Command {
 				return -1
@@ -97,7 +98,7 @@ func (d *Device) statsLocked() (DeviceStats, map[uint32]QPStats) {
 	st.Findings = map[string]uint64{}
 	for k, n := range d.Findings() {
 		if n > 0 {
-			st.Findings[FindingKind(k).String()] = n
+			st.Findings[hca.FindingKind(k).String()] = n
 		}
 	}
 	return st, qps

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/hcaemu/hcaemu/emu/fabric"
+	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/pvrdma/abi"
 	"github.com/hcaemu/hcaemu/emu/verbstest"
@@ -55,7 +56,7 @@ func (d *dropNth) decorator(next fabric.Link) fabric.Link {
 }
 
 // qpStats returns the counters of QP qpn of host h.
-func qpStats(t *testing.T, h *host, qpn uint32) pvrdma.QPStats {
+func qpStats(t *testing.T, h *host, qpn uint32) hca.QPStats {
 	t.Helper()
 	h.dev.Sync()
 	_, qps := h.dev.Stats()
@@ -106,10 +107,10 @@ func TestStats(t *testing.T) {
 	}
 	sa, sb := qpStats(t, a, qa.QPN), qpStats(t, b, qb.QPN)
 	// One ACK per message (AckReq on its last packet).
-	if diff := cmp.Diff(pvrdma.QPStats{PacketsSent: 15, BytesSent: 15000, PacketsReceived: 5}, sa); diff != "" {
+	if diff := cmp.Diff(hca.QPStats{PacketsSent: 15, BytesSent: 15000, PacketsReceived: 5}, sa); diff != "" {
 		t.Errorf("requester after 5 SENDs (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(pvrdma.QPStats{PacketsSent: 5, PacketsReceived: 15, BytesReceived: 15000}, sb); diff != "" {
+	if diff := cmp.Diff(hca.QPStats{PacketsSent: 5, PacketsReceived: 15, BytesReceived: 15000}, sb); diff != "" {
 		t.Errorf("responder after 5 SENDs (-want +got):\n%s", diff)
 	}
 
@@ -163,7 +164,7 @@ func TestStats(t *testing.T) {
 		t.Errorf("the log lacks %s", retired)
 	}
 	after, qps := a.dev.Stats()
-	if len(qps) != 0 && qps[qa.QPN] != (pvrdma.QPStats{}) {
+	if len(qps) != 0 && qps[qa.QPN] != (hca.QPStats{}) {
 		t.Errorf("destroyed QP still counted: %+v", qps)
 	}
 	if diff := cmp.Diff(devA.QPs, after.QPs); diff != "" {

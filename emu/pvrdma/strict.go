@@ -20,8 +20,8 @@ import (
 
 // find records a finding (d.mu held). outcome says what the driver got
 // ("CREATE_CQ failed: ERR=22 EINVAL"; "completed with LOC_LEN_ERR").
-func (d *Device) find(kind FindingKind, outcome, format string, args ...any) {
-	f := Finding{Device: d.name, Kind: kind, Text: fmt.Sprintf(format, args...) + ": " + outcome}
+func (d *Device) find(kind hca.FindingKind, outcome, format string, args ...any) {
+	f := hca.Finding{Device: d.name, Kind: kind, Text: fmt.Sprintf(format, args...) + ": " + outcome}
 	d.strict.Record(d.log, f, func() {
 		if !d.core.Fatal {
 			d.core.Fatal = true
@@ -31,7 +31,7 @@ func (d *Device) find(kind FindingKind, outcome, format string, args ...any) {
 }
 
 // reportf records a finding from outside the device lock.
-func (d *Device) reportf(kind FindingKind, outcome, format string, args ...any) {
+func (d *Device) reportf(kind hca.FindingKind, outcome, format string, args ...any) {
 	d.core.Lock()
 	defer d.unlock()
 	d.find(kind, outcome, format, args...)
@@ -40,7 +40,7 @@ func (d *Device) reportf(kind FindingKind, outcome, format string, args ...any) 
 // Findings returns how many findings of each kind the device recorded
 // since it was created (resets do not clear them: they count the driver's
 // mistakes over the whole run).
-func (d *Device) Findings() [NumFindingKinds]uint64 { return d.strict.Counts() }
+func (d *Device) Findings() [hca.NumFindingKinds]uint64 { return d.strict.Counts() }
 
 // errOrRange says why an index was refused: its read failed, or it is
 // beyond the ring.
@@ -54,7 +54,7 @@ func errOrRange(err error) string {
 // findSendWQE reports a send WQE that does not decode: more SGEs than the
 // QP was created with.
 func (d *Device) findSendWQE(qp *qp, slot uint32, w *uverbs.SendWQE) {
-	d.find(FindingWQE, "completed with LOC_LEN_ERR", "qp %d sq[%d] pvrdma_sq_wqe_hdr.num_sge=%d > max_send_sge=%d", qp.Handle, slot, w.NumSGE, qp.sq.maxSGE)
+	d.find(hca.FindingWQE, "completed with LOC_LEN_ERR", "qp %d sq[%d] pvrdma_sq_wqe_hdr.num_sge=%d > max_send_sge=%d", qp.Handle, slot, w.NumSGE, qp.sq.maxSGE)
 }
 
 // checkSendOpcode reports a send WQE whose opcode is not a PVRDMA_WR
@@ -63,9 +63,9 @@ func (d *Device) findSendWQE(qp *qp, slot uint32, w *uverbs.SendWQE) {
 func (d *Device) checkSendOpcode(qp *qp, slot uint32, raw uint32, op transport.Opcode) {
 	switch {
 	case op == transport.OpUnsupported:
-		d.find(FindingWQE, "completed with LOC_QP_OP_ERR", "qp %d sq[%d] pvrdma_sq_wqe_hdr.opcode=%d: not a PVRDMA_WR opcode", qp.Handle, slot, raw)
+		d.find(hca.FindingWQE, "completed with LOC_QP_OP_ERR", "qp %d sq[%d] pvrdma_sq_wqe_hdr.opcode=%d: not a PVRDMA_WR opcode", qp.Handle, slot, raw)
 	case (qp.typ == abi.QPTypeUD || qp.typ == abi.QPTypeGSI) && op != transport.OpSend && op != transport.OpSendImm:
-		d.find(FindingWQE, "completed with LOC_QP_OP_ERR", "qp %d sq[%d] pvrdma_sq_wqe_hdr.opcode=%d (%s) on a %s QP: only SEND and SEND_WITH_IMM", qp.Handle, slot, raw, wrOpcodeNames[raw], qpTypeName(qp.typ))
+		d.find(hca.FindingWQE, "completed with LOC_QP_OP_ERR", "qp %d sq[%d] pvrdma_sq_wqe_hdr.opcode=%d (%s) on a %s QP: only SEND and SEND_WITH_IMM", qp.Handle, slot, raw, wrOpcodeNames[raw], qpTypeName(qp.typ))
 	}
 }
 
@@ -84,8 +84,8 @@ var wrOpcodeNames = map[uint32]string{
 // through a UAR page that is not its context's.
 func (d *Device) findDoorbell(what string, handle, page uint32, missing bool) {
 	if missing {
-		d.find(FindingDoorbell, "ignored", "UAR page %d: %s doorbell for handle %d: no such %s", page, what, handle, what)
+		d.find(hca.FindingDoorbell, "ignored", "UAR page %d: %s doorbell for handle %d: no such %s", page, what, handle, what)
 		return
 	}
-	d.find(FindingDoorbell, "ignored", "UAR page %d: %s doorbell for handle %d, which belongs to another context's UAR", page, what, handle)
+	d.find(hca.FindingDoorbell, "ignored", "UAR page %d: %s doorbell for handle %d, which belongs to another context's UAR", page, what, handle)
 }

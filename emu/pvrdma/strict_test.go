@@ -9,6 +9,7 @@ import (
 
 	"github.com/hcaemu/hcaemu/emu/emutest"
 	"github.com/hcaemu/hcaemu/emu/fabric"
+	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/pvrdma/abi"
 	uverbs "github.com/hcaemu/hcaemu/uverbs/pvrdma"
@@ -21,10 +22,10 @@ type strictHost struct {
 	*host
 	log   *syncBuffer
 	mu    sync.Mutex
-	found []pvrdma.Finding
+	found []hca.Finding
 }
 
-func newStrictHost(t *testing.T, sw *fabric.Switch, k int, mode pvrdma.StrictMode, adjust ...func(*pvrdma.Config)) *strictHost {
+func newStrictHost(t *testing.T, sw *fabric.Switch, k int, mode hca.StrictMode, adjust ...func(*pvrdma.Config)) *strictHost {
 	t.Helper()
 	sh := &strictHost{log: &syncBuffer{}}
 	sh.host = newHostConfig(t, sw, k, 16<<20, func(cfg *pvrdma.Config) {
@@ -33,7 +34,7 @@ func newStrictHost(t *testing.T, sw *fabric.Switch, k int, mode pvrdma.StrictMod
 		}
 		cfg.Log = slog.New(slog.NewTextHandler(sh.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		cfg.Strict = mode
-		cfg.OnFinding = func(f pvrdma.Finding) {
+		cfg.OnFinding = func(f hca.Finding) {
 			sh.mu.Lock()
 			sh.found = append(sh.found, f)
 			sh.mu.Unlock()
@@ -42,10 +43,10 @@ func newStrictHost(t *testing.T, sw *fabric.Switch, k int, mode pvrdma.StrictMod
 	return sh
 }
 
-func (sh *strictHost) reports() []pvrdma.Finding {
+func (sh *strictHost) reports() []hca.Finding {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	return append([]pvrdma.Finding(nil), sh.found...)
+	return append([]hca.Finding(nil), sh.found...)
 }
 
 // rts brings a UD QP to RTS (UD needs no peer).
@@ -75,32 +76,32 @@ func TestStrictFindings(t *testing.T) {
 	checkGoroutines(t)
 	cases := []struct {
 		name string
-		kind pvrdma.FindingKind
+		kind hca.FindingKind
 		// do makes the mistake and checks what the driver sees.
 		do   func(t *testing.T, h *strictHost)
 		want string // the finding's text (a substring of the log line)
 	}{
-		{"command field out of range", pvrdma.FindingCommand, func(t *testing.T, h *strictHost) {
+		{"command field out of range", hca.FindingCommand, func(t *testing.T, h *strictHost) {
 			_, dir := h.Buffer(2)
 			if e, _ := h.Cmd(&abi.CmdCreateCQ{PdirDMA: dir, CQE: 3, NChunks: 2}, nil); e != 22 {
 				t.Errorf("ERR %d, want 22", e)
 			}
 		}, "pvrdma_cmd_create_cq.cqe=3: not a power of two in 1..16384: CREATE_CQ failed: ERR=22 EINVAL"},
-		{"unknown command opcode", pvrdma.FindingCommand, func(t *testing.T, h *strictHost) {
+		{"unknown command opcode", hca.FindingCommand, func(t *testing.T, h *strictHost) {
 			var slot [abi.CmdReqSize]byte
 			slot[8] = 0x7f // pvrdma_cmd_hdr.cmd
 			if e, _ := h.CmdRaw(slot[:]); e != 22 {
 				t.Errorf("ERR %d, want 22", e)
 			}
 		}, "pvrdma_cmd_hdr.cmd=0x7f: not a command opcode"},
-		{"handle of no object", pvrdma.FindingHandle, func(t *testing.T, h *strictHost) {
+		{"handle of no object", hca.FindingHandle, func(t *testing.T, h *strictHost) {
 			_, dir := h.Buffer(4)
 			if e, _ := h.Cmd(&abi.CmdCreateQP{PdirDMA: dir, PDHandle: 999, SendCQHandle: h.cq.Handle, RecvCQHandle: h.cq.Handle,
 				MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1, TotalChunks: 3, SendChunks: 1, QPType: abi.QPTypeRC}, nil); e != 22 {
 				t.Errorf("ERR %d, want 22", e)
 			}
 		}, "pvrdma_cmd_create_qp.pd_handle=999: no such PD: CREATE_QP failed: ERR=22 EINVAL"},
-		{"object of another context", pvrdma.FindingHandle, func(t *testing.T, h *strictHost) {
+		{"object of another context", hca.FindingHandle, func(t *testing.T, h *strictHost) {
 			uc, err := h.CreateUC(1)
 			if err != nil {
 				t.Fatal(err)
@@ -116,44 +117,44 @@ func TestStrictFindings(t *testing.T) {
 				t.Errorf("ERR %d, want 22", e)
 			}
 		}, "a CQ of another context than PD"},
-		{"page directory outside guest RAM", pvrdma.FindingPageDir, func(t *testing.T, h *strictHost) {
+		{"page directory outside guest RAM", hca.FindingPageDir, func(t *testing.T, h *strictHost) {
 			if e, _ := h.Cmd(&abi.CmdCreateCQ{PdirDMA: 1 << 40, CQE: 64, NChunks: 2}, nil); e != 22 {
 				t.Errorf("ERR %d, want 22", e)
 			}
 		}, "CQ pdir_dma=0x10000000000 (2 pages)"},
-		{"short page list", pvrdma.FindingPageDir, func(t *testing.T, h *strictHost) {
+		{"short page list", hca.FindingPageDir, func(t *testing.T, h *strictHost) {
 			_, dir := h.Buffer(1)
 			if e, _ := h.Cmd(&abi.CmdCreateCQ{PdirDMA: dir, CQE: 4096, NChunks: 1}, nil); e != 22 {
 				t.Errorf("ERR %d, want 22", e)
 			}
 		}, "pvrdma_cmd_create_cq.nchunks=1: a CQ of 4096 entries needs "},
-		{"illegal QP transition", pvrdma.FindingQPState, func(t *testing.T, h *strictHost) {
+		{"illegal QP transition", hca.FindingQPState, func(t *testing.T, h *strictHost) {
 			q := h.qp(t, abi.QPTypeRC, 4)
 			if err := q.Modify(abi.AttrState, abi.QPAttr{State: abi.QPStateRTS}); err == nil {
 				t.Error("RESET -> RTS accepted")
 			}
 		}, "pvrdma_cmd_modify_qp.attrs.qp_state=RTS: illegal transition RESET -> RTS: MODIFY_QP failed: ERR=22 EINVAL"},
-		{"attribute mask lacks required", pvrdma.FindingQPState, func(t *testing.T, h *strictHost) {
+		{"attribute mask lacks required", hca.FindingQPState, func(t *testing.T, h *strictHost) {
 			q := h.qp(t, abi.QPTypeRC, 4)
 			if err := q.Modify(abi.AttrState, abi.QPAttr{State: abi.QPStateInit}); err == nil {
 				t.Error("RESET -> INIT without PORT, PKEY_INDEX, ACCESS_FLAGS accepted")
 			}
 		}, "pvrdma_cmd_modify_qp.attr_mask=0x1: RESET -> INIT lacks required attributes"},
-		{"attribute out of range", pvrdma.FindingCommand, func(t *testing.T, h *strictHost) {
+		{"attribute out of range", hca.FindingCommand, func(t *testing.T, h *strictHost) {
 			q := h.qp(t, abi.QPTypeRC, 4)
 			if err := q.Modify(abi.AttrState|abi.AttrPKeyIndex|abi.AttrPort|abi.AttrAccessFlags,
 				abi.QPAttr{State: abi.QPStateInit, PortNum: 1, AccessFlags: 1 << 12}); err == nil {
 				t.Error("unknown access flag accepted")
 			}
 		}, "pvrdma_cmd_modify_qp.attrs.qp_access_flags=0x1000: unknown bits"},
-		{"send doorbell in RESET", pvrdma.FindingDoorbell, func(t *testing.T, h *strictHost) {
+		{"send doorbell in RESET", hca.FindingDoorbell, func(t *testing.T, h *strictHost) {
 			q := h.qp(t, abi.QPTypeRC, 4)
 			q.RingSend()
 		}, "send doorbell (PVRDMA_UAR_QP_SEND) in RESET: post_send needs RTS (or SQD, ERR): ignored"},
-		{"doorbell of no QP", pvrdma.FindingDoorbell, func(t *testing.T, h *strictHost) {
+		{"doorbell of no QP", hca.FindingDoorbell, func(t *testing.T, h *strictHost) {
 			h.Doorbell(0, 0, 77|1<<30)
 		}, "UAR page 0: QP doorbell for handle 77: no such QP: ignored"},
-		{"WQE with too many SGEs", pvrdma.FindingWQE, func(t *testing.T, h *strictHost) {
+		{"WQE with too many SGEs", hca.FindingWQE, func(t *testing.T, h *strictHost) {
 			q := h.qp(t, abi.QPTypeUD, 4)
 			rtsUD(t, q)
 			w := send(uverbs.OpSend, 5, 0, uverbs.SGE{Addr: 4096, Length: 8, LKey: h.lkey})
@@ -163,7 +164,7 @@ func TestStrictFindings(t *testing.T) {
 				t.Errorf("CQE %+v, want LOC_LEN_ERR for WR 5", e)
 			}
 		}, "sq[0] pvrdma_sq_wqe_hdr.num_sge=9 > max_send_sge=4: completed with LOC_LEN_ERR"},
-		{"WQE with an opcode the QP cannot carry", pvrdma.FindingWQE, func(t *testing.T, h *strictHost) {
+		{"WQE with an opcode the QP cannot carry", hca.FindingWQE, func(t *testing.T, h *strictHost) {
 			q := h.qp(t, abi.QPTypeUD, 4)
 			rtsUD(t, q)
 			q.PostSend(send(uverbs.OpRDMAWrite, 6, 0, uverbs.SGE{Addr: 4096, Length: 8, LKey: h.lkey}))
@@ -171,7 +172,7 @@ func TestStrictFindings(t *testing.T) {
 				t.Errorf("CQE %+v, want LOC_QP_OP_ERR for WR 6", e)
 			}
 		}, "sq[0] pvrdma_sq_wqe_hdr.opcode=0 (RDMA_WRITE) on a UD QP: only SEND and SEND_WITH_IMM: completed with LOC_QP_OP_ERR"},
-		{"WQE with no such opcode", pvrdma.FindingWQE, func(t *testing.T, h *strictHost) {
+		{"WQE with no such opcode", hca.FindingWQE, func(t *testing.T, h *strictHost) {
 			q := h.qp(t, abi.QPTypeUD, 4)
 			rtsUD(t, q)
 			q.PostSend(send(200, 7, 0, uverbs.SGE{Addr: 4096, Length: 8, LKey: h.lkey}))
@@ -179,7 +180,7 @@ func TestStrictFindings(t *testing.T) {
 				t.Errorf("CQE %+v, want LOC_QP_OP_ERR for WR 7", e)
 			}
 		}, "sq[0] pvrdma_sq_wqe_hdr.opcode=200: not a PVRDMA_WR opcode: completed with LOC_QP_OP_ERR"},
-		{"producer index beyond the ring", pvrdma.FindingRingIndex, func(t *testing.T, h *strictHost) {
+		{"producer index beyond the ring", hca.FindingRingIndex, func(t *testing.T, h *strictHost) {
 			q := h.qp(t, abi.QPTypeUD, 4)
 			rtsUD(t, q)
 			q.SetSQProd(1000)
@@ -188,7 +189,7 @@ func TestStrictFindings(t *testing.T) {
 				t.Error("no QP_FATAL")
 			}
 		}, "sq pvrdma_ring.prod_tail: "},
-		{"CQ overrun", pvrdma.FindingCQOverrun, func(t *testing.T, h *strictHost) {
+		{"CQ overrun", hca.FindingCQOverrun, func(t *testing.T, h *strictHost) {
 			cq, err := h.CreateCQ(0, 1)
 			if err != nil {
 				t.Fatal(err)
@@ -209,12 +210,12 @@ func TestStrictFindings(t *testing.T) {
 				t.Error("no CQ_ERR")
 			}
 		}, "full (1 entries, prod_tail=1, cons_head=0): the consumer did not poll, or the CQ is smaller than its queues: CQ_ERR, the CQ takes no more"},
-		{"register written 2 bytes wide", pvrdma.FindingRegister, func(t *testing.T, h *strictHost) {
+		{"register written 2 bytes wide", hca.FindingRegister, func(t *testing.T, h *strictHost) {
 			if err := h.dev.WriteRegion(1, abi.RegIMR, []byte{0, 0}); err != nil {
 				t.Fatal(err)
 			}
 		}, "BAR1 register 0x1c written 2 bytes wide: registers are 32-bit: ignored"},
-		{"unknown CTL value", pvrdma.FindingRegister, func(t *testing.T, h *strictHost) {
+		{"unknown CTL value", hca.FindingRegister, func(t *testing.T, h *strictHost) {
 			h.WriteReg(abi.RegCtl, 9)
 			if e := h.ReadReg(abi.RegErr); e != 22 {
 				t.Errorf("ERR %d, want 22", e)
@@ -224,12 +225,12 @@ func TestStrictFindings(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			sw := fabric.NewSwitch()
-			h := newStrictHost(t, sw, 1, pvrdma.StrictWarn)
+			h := newStrictHost(t, sw, 1, hca.StrictWarn)
 			before := h.dev.Findings()
 			c.do(t, h)
 			h.dev.Sync()
 			after := h.dev.Findings()
-			for k := pvrdma.FindingKind(0); k < pvrdma.NumFindingKinds; k++ {
+			for k := hca.FindingKind(0); k < hca.NumFindingKinds; k++ {
 				want := before[k]
 				if k == c.kind {
 					want++
@@ -254,8 +255,8 @@ func TestStrictFindings(t *testing.T) {
 func TestStrictNotMistakes(t *testing.T) {
 	checkGoroutines(t)
 	sw := fabric.NewSwitch()
-	a := newStrictHost(t, sw, 1, pvrdma.StrictFail)
-	b := newStrictHost(t, sw, 2, pvrdma.StrictFail)
+	a := newStrictHost(t, sw, 1, hca.StrictFail)
+	b := newStrictHost(t, sw, 2, hca.StrictFail)
 	// b binds a's IPv4 GID: EADDRINUSE.
 	g := a.ip.As16()
 	g[10], g[11] = 0xff, 0xff
@@ -273,13 +274,13 @@ func TestStrictNotMistakes(t *testing.T) {
 	}
 	// A fault plan fails CREATE_PD with EINVAL: the driver's command was fine.
 	hook := &failCreatePD{}
-	c := newStrictHost(t, sw, 3, pvrdma.StrictFail, func(cfg *pvrdma.Config) { cfg.Faults = hook })
+	c := newStrictHost(t, sw, 3, hca.StrictFail, func(cfg *pvrdma.Config) { cfg.Faults = hook })
 	hook.armed.Store(true)
 	if _, err := c.CreatePD(0); err == nil {
 		t.Fatal("the injected failure did not fail CREATE_PD")
 	}
 	for _, h := range []*strictHost{a, b, c} {
-		if f := h.dev.Findings(); f != ([pvrdma.NumFindingKinds]uint64{}) {
+		if f := h.dev.Findings(); f != ([hca.NumFindingKinds]uint64{}) {
 			t.Errorf("findings %v", f)
 		}
 		if r := h.reports(); len(r) != 0 {
@@ -292,11 +293,11 @@ func TestStrictNotMistakes(t *testing.T) {
 // with EINVAL.
 type failCreatePD struct{ armed atomic.Bool }
 
-func (f *failCreatePD) Fault(ev *pvrdma.FaultEvent) pvrdma.FaultAction {
-	if f.armed.Load() && ev.Point == pvrdma.FaultAtCommand && ev.Command.Op == uint32(abi.OpCreatePD) && ev.Command.Name == "CREATE_PD" {
-		return pvrdma.FaultAction{Kind: pvrdma.FaultFailCommand, Errno: 22}
+func (f *failCreatePD) Fault(ev *hca.FaultEvent) hca.FaultAction {
+	if f.armed.Load() && ev.Point == hca.FaultAtCommand && ev.Command.Op == uint32(abi.OpCreatePD) && ev.Command.Name == "CREATE_PD" {
+		return hca.FaultAction{Kind: hca.FaultFailCommand, Errno: 22}
 	}
-	return pvrdma.FaultAction{}
+	return hca.FaultAction{}
 }
 
 // TestStrictFail: the first finding latches the device (DEVICE_FATAL, every
@@ -305,13 +306,13 @@ func (f *failCreatePD) Fault(ev *pvrdma.FaultEvent) pvrdma.FaultAction {
 func TestStrictFail(t *testing.T) {
 	checkGoroutines(t)
 	sw := fabric.NewSwitch()
-	h := newStrictHost(t, sw, 1, pvrdma.StrictFail)
+	h := newStrictHost(t, sw, 1, hca.StrictFail)
 	_, dir := h.Buffer(2)
 	if e, _ := h.Cmd(&abi.CmdCreateCQ{PdirDMA: dir, CQE: 3, NChunks: 2}, nil); e != 22 {
 		t.Fatalf("the mistake's own answer: ERR %d, want 22", e)
 	}
 	r := h.reports()
-	if len(r) != 1 || r[0].Kind != pvrdma.FindingCommand || r[0].Device != "hca1" ||
+	if len(r) != 1 || r[0].Kind != hca.FindingCommand || r[0].Device != "hca1" ||
 		!strings.HasPrefix(r[0].Text, "pvrdma_cmd_create_cq.cqe=3: ") {
 		t.Fatalf("reports %v", r)
 	}
@@ -325,16 +326,16 @@ func TestStrictFail(t *testing.T) {
 		t.Errorf("ERR %d after the latch, want 5 (EIO)", e)
 	}
 	h.Doorbell(0, 0, 77|1<<30) // a second mistake
-	if got := h.dev.Findings(); got[pvrdma.FindingCommand] != 1 || got[pvrdma.FindingDoorbell] != 1 {
+	if got := h.dev.Findings(); got[hca.FindingCommand] != 1 || got[hca.FindingDoorbell] != 1 {
 		t.Errorf("findings %v", got)
 	}
 	if r := h.reports(); len(r) != 1 {
 		t.Errorf("reported %d times, want once", len(r))
 	}
 
-	off := newStrictHost(t, sw, 2, pvrdma.StrictOff)
+	off := newStrictHost(t, sw, 2, hca.StrictOff)
 	off.Doorbell(0, 0, 77|1<<30)
-	if got := off.dev.Findings(); got[pvrdma.FindingDoorbell] != 1 {
+	if got := off.dev.Findings(); got[hca.FindingDoorbell] != 1 {
 		t.Errorf("off mode: findings %v", got)
 	}
 	if strings.Contains(off.log.String(), "level=WARN msg=\"driver mistake") {
@@ -345,10 +346,10 @@ func TestStrictFail(t *testing.T) {
 func TestParseStrictMode(t *testing.T) {
 	for _, c := range []struct {
 		in   string
-		want pvrdma.StrictMode
+		want hca.StrictMode
 		ok   bool
-	}{{"warn", pvrdma.StrictWarn, true}, {"off", pvrdma.StrictOff, true}, {"fail", pvrdma.StrictFail, true}, {"", 0, false}, {"FAIL", 0, false}} {
-		got, err := pvrdma.ParseStrictMode(c.in)
+	}{{"warn", hca.StrictWarn, true}, {"off", hca.StrictOff, true}, {"fail", hca.StrictFail, true}, {"", 0, false}, {"FAIL", 0, false}} {
+		got, err := hca.ParseStrictMode(c.in)
 		if (err == nil) != c.ok || (c.ok && got != c.want) {
 			t.Errorf("ParseStrictMode(%q) = %v, %v", c.in, got, err)
 		}

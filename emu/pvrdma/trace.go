@@ -9,21 +9,21 @@ import (
 // SetTracer makes the device report every step of every QP to t; nil
 // stops it. With no tracer the device builds no events (one nil check per
 // step).
-func (d *Device) SetTracer(t Tracer) {
+func (d *Device) SetTracer(t hca.Tracer) {
 	d.core.Lock()
 	defer d.unlock()
 	d.wire.Tracer = t
 }
 
 // trace hands ev to the tracer, stamped (d.mu held; d.wire.Tracer != nil).
-func (d *Device) trace(ev *TraceEvent) { d.wire.Trace(ev) }
+func (d *Device) trace(ev *hca.TraceEvent) { d.wire.Trace(ev) }
 
 // traceWQE reports a send work request taken from the send queue.
 func (d *Device) traceWQE(qp *qp, wr *transport.SendWR) {
 	id := wr.ID
-	ev := TraceEvent{QPN: qp.QPN, Event: "wqe", WRID: &id, Len: int(wr.Length)}
-	if op := wr.Opcode.Completion(); int(op) < len(WROpcodeNames) && wr.Opcode != transport.OpUnsupported {
-		ev.Opcode = WROpcodeNames[op]
+	ev := hca.TraceEvent{QPN: qp.QPN, Event: "wqe", WRID: &id, Len: int(wr.Length)}
+	if op := wr.Opcode.Completion(); int(op) < len(hca.WROpcodeNames) && wr.Opcode != transport.OpUnsupported {
+		ev.Opcode = hca.WROpcodeNames[op]
 	}
 	if wr.Status != transport.StatusSuccess {
 		ev.Status = wcStatusName(wcStatus(wr.Status))
@@ -34,21 +34,21 @@ func (d *Device) traceWQE(qp *qp, wr *transport.SendWR) {
 // traceCQE reports a completion written for a QP.
 func (d *Device) traceCQE(qp *qp, cqe *uverbs.CQE, op transport.WCOpcode, recv bool) {
 	id := cqe.WRID
-	ev := TraceEvent{QPN: qp.QPN, Event: "cqe", WRID: &id, Status: wcStatusName(cqe.Status), ByteLen: cqe.ByteLen, Recv: recv}
-	if int(op) < len(WROpcodeNames) {
-		ev.Opcode = WROpcodeNames[op]
+	ev := hca.TraceEvent{QPN: qp.QPN, Event: "cqe", WRID: &id, Status: wcStatusName(cqe.Status), ByteLen: cqe.ByteLen, Recv: recv}
+	if int(op) < len(hca.WROpcodeNames) {
+		ev.Opcode = hca.WROpcodeNames[op]
 	}
 	d.trace(&ev)
 }
 
 // traceState reports a QP state change.
 func (d *Device) traceState(qp *qp, prev, next uint8) {
-	d.trace(&TraceEvent{QPN: qp.QPN, Event: "state", From: stateName(prev), To: stateName(next)})
+	d.trace(&hca.TraceEvent{QPN: qp.QPN, Event: "state", From: stateName(prev), To: stateName(next)})
 }
 
 // traceAsync reports an async event; QP events name their QP.
 func (d *Device) traceAsync(typ hca.Event, info uint32) {
-	ev := TraceEvent{Event: "async", Async: typ.String(), Handle: info}
+	ev := hca.TraceEvent{Event: "async", Async: typ.String(), Handle: info}
 	switch typ {
 	case hca.EventQPFatal, hca.EventQPReqErr, hca.EventQPAccessErr, hca.EventCommEst,
 		hca.EventSQDrained, hca.EventPathMig, hca.EventPathMigErr, hca.EventQPLastWQEReached:

@@ -9,17 +9,17 @@ import (
 	"time"
 
 	"github.com/hcaemu/hcaemu/emu/fabric"
-	"github.com/hcaemu/hcaemu/emu/pvrdma"
+	"github.com/hcaemu/hcaemu/emu/hca"
 	uverbs "github.com/hcaemu/hcaemu/uverbs/pvrdma"
 )
 
 // traceLog is a Tracer keeping every event.
 type traceLog struct {
 	mu  sync.Mutex
-	evs []pvrdma.TraceEvent
+	evs []hca.TraceEvent
 }
 
-func (l *traceLog) Trace(ev *pvrdma.TraceEvent) {
+func (l *traceLog) Trace(ev *hca.TraceEvent) {
 	l.mu.Lock()
 	l.evs = append(l.evs, *ev)
 	l.mu.Unlock()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hcaemu/hcaemu/emu/emutest"
 	"github.com/hcaemu/hcaemu/emu/fabric"
+	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/pvrdma/abi"
 	uverbs "github.com/hcaemu/hcaemu/uverbs/pvrdma"
@@ -43,7 +44,7 @@ func newHostRAM(t *testing.T, sw *fabric.Switch, k int, ram int) *host {
 }
 
 // newHostHook is newHostRAM with a fault hook.
-func newHostHook(t *testing.T, sw *fabric.Switch, k int, ram int, hook pvrdma.FaultHook) *host {
+func newHostHook(t *testing.T, sw *fabric.Switch, k int, ram int, hook hca.FaultHook) *host {
 	t.Helper()
 	return newHostConfig(t, sw, k, ram, func(cfg *pvrdma.Config) { cfg.Faults = hook })
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/hcaemu/hcaemu/dma"
 	"github.com/hcaemu/hcaemu/emu/emutest"
 	"github.com/hcaemu/hcaemu/emu/fabric"
+	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/pvrdma/abi"
 	uverbs "github.com/hcaemu/hcaemu/uverbs/pvrdma"
@@ -350,7 +351,7 @@ func TestSQIndexUnwritable(t *testing.T) {
 	if !hasEvent(a.AsyncEvents(), abi.EventQPFatal, q.Handle) {
 		t.Fatal("no QP_FATAL for a send queue whose cons_head the device cannot store")
 	}
-	if n := a.dev.Findings()[pvrdma.FindingPageDir]; n == 0 {
+	if n := a.dev.Findings()[hca.FindingPageDir]; n == 0 {
 		t.Error("no page-directory finding")
 	}
 }

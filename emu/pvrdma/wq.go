@@ -82,7 +82,7 @@ func (d *Device) publishRings() {
 			continue
 		}
 		if err := dma.StoreUint32(d.mem, c.pages[0]+uverbs.RxProdTail, c.prod); err != nil && !c.broken {
-			d.find(FindingPageDir, "CQ_ERR, the CQ takes no more", "cq %d pvrdma_ring.prod_tail: %v", c.handle, err)
+			d.find(hca.FindingPageDir, "CQ_ERR, the CQ takes no more", "cq %d pvrdma_ring.prod_tail: %v", c.handle, err)
 			c.broken = true
 			d.event(hca.EventCQErr, c.handle)
 		}
@@ -108,7 +108,7 @@ func (d *Device) publishRings() {
 	// for ever: its QP fails instead, and the flush it takes is published
 	// in turn (a QP in ERR is not failed again, so this ends).
 	for _, l := range lost {
-		d.find(FindingPageDir, "QP to ERR with QP_FATAL", "qp %d sq pvrdma_ring.cons_head: %v", l.qp.Handle, l.err)
+		d.find(hca.FindingPageDir, "QP to ERR with QP_FATAL", "qp %d sq pvrdma_ring.cons_head: %v", l.qp.Handle, l.err)
 		d.qpError(l.qp, hca.EventQPFatal)
 	}
 	if len(lost) > 0 {
@@ -231,7 +231,7 @@ func (d *Device) peekRecv(env *qpEnv) (wr transport.RecvWR, status transport.Sta
 	n, err := d.pendingWQEs(pages, w)
 	if err != nil {
 		if qp.srq != 0 {
-			d.find(FindingRingIndex, "the SRQ reads as empty", "srq %d pvrdma_ring.prod_tail: %v", qp.srq, err)
+			d.find(hca.FindingRingIndex, "the SRQ reads as empty", "srq %d pvrdma_ring.prod_tail: %v", qp.srq, err)
 		}
 		return wr, 0, false
 	}
@@ -257,7 +257,7 @@ func (d *Device) peekRecv(env *qpEnv) (wr transport.RecvWR, status transport.Sta
 		if qp.srq != 0 {
 			queue = fmt.Sprintf("srq %d", qp.srq)
 		}
-		d.find(FindingWQE, "completed with LOC_LEN_ERR", "%s[%d] pvrdma_rq_wqe_hdr.num_sge=%d > max_recv_sge=%d", queue, slot, wqe.NumSGE, w.maxSGE)
+		d.find(hca.FindingWQE, "completed with LOC_LEN_ERR", "%s[%d] pvrdma_rq_wqe_hdr.num_sge=%d > max_recv_sge=%d", queue, slot, wqe.NumSGE, w.maxSGE)
 		return wr, transport.StatusLocLenErr, true
 	}
 	env.rwqeSGEs = wqe.SGE[:0]
