@@ -216,11 +216,12 @@ esac
 echo "HCAEMU-STARTED $nonce"
 if [ -n "$image" ]; then
 	# u-root's chroot exits 1 whatever the command's status: the status
-	# comes back through a file.
+	# comes back through a file. The command's environment is Debian's,
+	# with every HCAEMU_ variable exported above (TestInitImageEnv).
 	rm -f /tmp/.hcaemu-status
 	chroot "$image" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
 		HOME=/root LANG=C.UTF-8 TERM=dumb HCAEMU_GUEST="$HCAEMU_GUEST" HCAEMU_SERVER_IP="$HCAEMU_SERVER_IP" \
-		HCAEMU_BOOT="$HCAEMU_BOOT" /bin/sh -c 'cd /tmp; /bin/bash /hcaemu/cmd.sh; echo $? > /tmp/.hcaemu-status' < /dev/null
+		HCAEMU_RDMA_DEV="$HCAEMU_RDMA_DEV" HCAEMU_BOOT="$HCAEMU_BOOT" /bin/sh -c 'cd /tmp; /bin/bash /hcaemu/cmd.sh; echo $? > /tmp/.hcaemu-status' < /dev/null
 	st=125
 	if [ -e /tmp/.hcaemu-status ]; then
 		st=$(cat /tmp/.hcaemu-status)
