@@ -112,3 +112,34 @@ func TestE2EQEMUExitsEarly(t *testing.T) {
 		t.Fatalf("result %+v, diag %q", res[0], diag.String())
 	}
 }
+
+// An mlx5 guest with no mlx5 function (Devices off): its init loads the
+// mlx5 modules, finds no Mellanox PCI function and fails at once, naming
+// it, with the modules it loaded and the kernel's last lines; the command
+// never runs.
+func TestE2EMLX5WithoutFunction(t *testing.T) {
+	env := e2eEnv(t)
+	cl, err := env.NewCluster(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var out, diag bytes.Buffer
+	cl.Stdout, cl.Stderr, cl.Timeout, cl.Model = &out, &diag, 5*time.Minute, ModelMLX5
+	t0 := time.Now()
+	res, err := cl.Run(context.Background(), "echo COMMAND-RAN\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("ran in %s\nstdout:\n%s\nstderr:\n%s", time.Since(t0).Round(time.Millisecond), out.String(), diag.String())
+	if res[0].ExitStatus != -1 || res[0].Err == nil ||
+		!strings.Contains(res[0].Err.Error(), "guest boot failed: no mlx5_0: no Mellanox (15b3) PCI function in the guest") {
+		t.Errorf("result %+v", res[0])
+	}
+	if !strings.Contains(diag.String(), "hcaemu-init: mlx5 modules loaded: pci-hyperv-intf mlxfw mlx5_core mlx5_ib ib_ipoib") {
+		t.Errorf("the diagnostics lack the loaded modules:\n%s", diag.String())
+	}
+	if strings.Contains(out.String(), "COMMAND-RAN") {
+		t.Errorf("the command ran:\n%s", out.String())
+	}
+}
