@@ -120,7 +120,9 @@ var ULPModules = []string{"nvme_rdma", "nvmet_rdma", "ib_ipoib", "ib_iser", "ib_
 // mlx5Modules are what a guest of the mlx5 device model (ModelMLX5: an
 // emulated ConnectX-4 with an InfiniBand port) loads after guestModules, with
 // their dependencies (mlxfw, pci-hyperv-intf): the core driver, the RDMA
-// driver and IPoIB (ib0). Only mlx5 guests load them (/modules/order.mlx5).
+// driver and IPoIB (ib0). Only mlx5 guests load them (/modules/order.mlx5);
+// every guest carries them in the base initramfs (6.3 MB of 44.6: no boot
+// time measurable against the spread of TCG boots, issue 25).
 var mlx5Modules = []string{"mlx5_core", "mlx5_ib", "ib_ipoib"}
 
 // collectedModules are the modules provisioning collects (with their
