@@ -175,6 +175,10 @@ type guestSpec struct {
 	faults    string // unix socket of the virtio-serial port FaultsPortName; "" for none
 	rxe       bool   // soft-RoCE (rxe0 over eth0) instead of an emulated HCA
 	mtu       int    // the vmxnet3's MTU (0: the default, 1500)
+	// model is the emulated HCA's device model ("" = ModelPVRDMA); an
+	// mlx5 guest's ib0 gets the address k above ipoib (guest 0's).
+	model DeviceModel
+	ipoib netip.Prefix
 	// streamPath, when set, joins the NIC to one other guest over a QEMU
 	// stream netdev at this unix socket (a measurement's reference, see
 	// StreamNetEnv) instead of the segment; streamServer listens there.
@@ -209,9 +213,10 @@ func shareMount(i int) string {
 // imageSlot is the PCI slot of the image's virtio disk (after the shares' and the fault port's).
 const imageSlot = 0x11
 
-// kernelCmdline is guest k's kernel command line (guest 0's address is
-// first).
-func kernelCmdline(k int, first netip.Prefix, shares []guestShare, image, rxe bool, mtu int) string {
+// kernelCmdline is guest g.index's kernel command line (guest 0's address
+// is g.net).
+func kernelCmdline(g guestSpec) string {
+	k, first := g.index, g.net
 	// no_timer_check: under TCG on a loaded host the boot-time check of
 	// the IO-APIC timer can miss its ticks and panic the kernel ("IO-APIC
 	// + timer doesn't work!"); virtual machines skip it.
@@ -220,17 +225,25 @@ func kernelCmdline(k int, first netip.Prefix, shares []guestShare, image, rxe bo
 	if k > 0 {
 		parts = append(parts, "hcaemu.server="+first.Addr().String())
 	}
-	for i, sh := range shares {
+	for i, sh := range g.shares {
 		parts = append(parts, "hcaemu.share="+shareTag(i)+":"+sh.guestDir)
 	}
-	if image {
+	if g.image != "" {
 		parts = append(parts, "hcaemu.image=1")
 	}
-	if rxe {
+	if g.rxe {
 		parts = append(parts, "hcaemu.rxe=1")
 	}
-	if mtu != 0 {
-		parts = append(parts, "hcaemu.mtu="+strconv.Itoa(mtu))
+	if g.mtu != 0 {
+		parts = append(parts, "hcaemu.mtu="+strconv.Itoa(g.mtu))
+	}
+	// A soft-RoCE guest has no emulated HCA, whatever its model.
+	if g.model == ModelMLX5 && !g.rxe {
+		parts = append(parts, "hcaemu.device="+string(ModelMLX5),
+			"hcaemu.ipoib="+netip.PrefixFrom(GuestIP(g.ipoib, k), g.ipoib.Bits()).String())
+		if k > 0 {
+			parts = append(parts, "hcaemu.ipoibserver="+g.ipoib.Addr().String())
+		}
 	}
 	return strings.Join(parts, " ")
 }
@@ -256,7 +269,7 @@ func qemuArgs(g guestSpec) []string {
 	args := []string{
 		"-machine", "q35", "-accel", accel, "-cpu", cpu, "-smp", strconv.Itoa(cpus),
 		"-nodefaults", "-nographic", "-serial", "stdio", "-no-reboot",
-		"-kernel", g.kernel, "-initrd", g.initrd, "-append", kernelCmdline(g.index, g.net, g.shares, g.image != "", g.rxe, g.mtu),
+		"-kernel", g.kernel, "-initrd", g.initrd, "-append", kernelCmdline(g),
 		// reconnect-ms: QEMU connects again if the connection ends.
 		"-netdev", fmt.Sprintf("stream,id=net0,server=off,addr.type=unix,addr.path=%s,reconnect-ms=100", g.netSocket),
 	}

@@ -14,7 +14,8 @@
 //	sid/                 Debian sid root: QEMU (>= 10.1), rdma-core, perftest
 //	trixie/              Debian trixie root: kernel, headers, source, gcc-14
 //	guest/vmlinuz        the guest kernel (trixie's)
-//	guest/modules/       *.ko (decompressed) and order (the load order)
+//	guest/modules/       *.ko (decompressed), order (the load order), order.image and
+//	                     order.mlx5 (what an image, an mlx5 guest load after it)
 //	guest/vmw_pvrdma-debug.ko   the driver with debug info (for pahole)
 //	guest/initramfs.cpio the base initramfs
 //	guest/hcaemu-initramfs  the archive builder (mkuimage; writes each run's initrd)
@@ -46,7 +47,9 @@
 // in the calling process (the HCAs' too, when the caller gives its own),
 // each guest's NIC over a unix stream socket of its own (QEMU -netdev
 // stream), so nothing reaches any network. The guest init (init.sh, run by gosh) loads the
-// modules in order, configures eth0 from the kernel command line, mounts
+// modules in order, configures eth0 from the kernel command line (for an
+// mlx5 guest, Cluster.Model, also loads mlx5_core, mlx5_ib and ib_ipoib,
+// waits for mlx5_0 and gives ib0 its address in the IPoIB subnet), mounts
 // the virtio-9p shares, and runs /hcaemu/cmd.sh (from a small cpio appended
 // to the initramfs per run), framing it with markers on the serial console:
 // HCAEMU-WAIT (every guest then waits for the go line "HCAEMU-GO <nonce>

@@ -38,6 +38,12 @@ func (w testWriter) Write(p []byte) (int, error) {
 
 func runCluster(t *testing.T, env *Env, guests int, timeout time.Duration, script string) ([]GuestResult, string, string) {
 	t.Helper()
+	return runClusterWith(t, env, guests, timeout, script, func(*Cluster) {})
+}
+
+// runClusterWith is runCluster with the cluster set up by set first.
+func runClusterWith(t *testing.T, env *Env, guests int, timeout time.Duration, script string, set func(*Cluster)) ([]GuestResult, string, string) {
+	t.Helper()
 	cl, err := env.NewCluster(guests)
 	if err != nil {
 		t.Fatal(err)
@@ -45,6 +51,7 @@ func runCluster(t *testing.T, env *Env, guests int, timeout time.Duration, scrip
 	defer cl.Close()
 	var out, diag bytes.Buffer
 	cl.Stdout, cl.Stderr, cl.Timeout = &out, &diag, timeout
+	set(cl)
 	t0 := time.Now()
 	res, err := cl.Run(context.Background(), script)
 	if err != nil {
@@ -96,19 +103,27 @@ func TestE2ETimeout(t *testing.T) {
 // its messages.
 func TestE2EQEMUExitsEarly(t *testing.T) {
 	env := e2eEnv(t)
-	cl, err := env.NewCluster(1)
-	if err != nil {
-		t.Fatal(err)
+	res, _, diag := runClusterWith(t, env, 1, time.Minute, "true\n", func(cl *Cluster) { cl.Devices = true })
+	if res[0].Err == nil || !strings.Contains(diag, "QEMU exited") || !strings.Contains(diag, "vfio-user") {
+		t.Fatalf("result %+v, diag %q", res[0], diag)
 	}
-	defer cl.Close()
-	var out, diag bytes.Buffer
-	cl.Stdout, cl.Stderr, cl.Timeout, cl.Devices = &out, &diag, time.Minute, true
-	res, err := cl.Run(context.Background(), "true\n")
-	if err != nil {
-		t.Fatal(err)
+}
+
+// An mlx5 guest with no mlx5 function (Devices off): its init loads the
+// mlx5 modules, finds no Mellanox PCI function and fails at once, naming
+// it, with the modules it loaded and the kernel's last lines; the command
+// never runs.
+func TestE2EMLX5WithoutFunction(t *testing.T) {
+	env := e2eEnv(t)
+	res, out, diag := runClusterWith(t, env, 1, 5*time.Minute, "echo COMMAND-RAN\n", func(cl *Cluster) { cl.Model = ModelMLX5 })
+	if res[0].ExitStatus != -1 || res[0].Err == nil ||
+		!strings.Contains(res[0].Err.Error(), "guest boot failed: no mlx5_0: no Mellanox (15b3) PCI function in the guest") {
+		t.Errorf("result %+v", res[0])
 	}
-	t.Logf("stderr:\n%s", diag.String())
-	if res[0].Err == nil || !strings.Contains(diag.String(), "QEMU exited") || !strings.Contains(diag.String(), "vfio-user") {
-		t.Fatalf("result %+v, diag %q", res[0], diag.String())
+	if !strings.Contains(diag, "hcaemu-init: mlx5 modules loaded: pci-hyperv-intf mlxfw mlx5_core mlx5_ib ib_ipoib") {
+		t.Errorf("the diagnostics lack the loaded modules:\n%s", diag)
+	}
+	if strings.Contains(out, "COMMAND-RAN") {
+		t.Errorf("the command ran:\n%s", out)
 	}
 }

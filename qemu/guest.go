@@ -84,6 +84,13 @@ type Cluster struct {
 	// connected to the unix socket FaultsSocketPath(k) (a server must
 	// listen there before Run): the guest's hcaemu-faults command.
 	FaultPorts bool
+	// Model is the device model of the guests' emulated HCAs ("" =
+	// ModelPVRDMA), which their init loads the driver of and waits for.
+	// ModelMLX5 guests (but the SoftRoCE ones) load mlx5_core, mlx5_ib and
+	// ib_ipoib, wait for mlx5_0 and give ib0 the address k above
+	// IPoIBNet(Net), in HCAEMU_SERVER_IPOIB (guest 0's; empty in guest 0).
+	// A Kernel must be prepared for the same model (KernelOptions.Model).
+	Model DeviceModel
 
 	runsLock *os.File // shared lock on the work directory's runs.lock
 }
@@ -388,7 +395,15 @@ func (c *Cluster) kernelFiles() (string, []string, error) {
 		return "", nil, err
 	}
 	files := []string{order + ":modules/order"}
-	for _, m := range gk.Order {
+	if gk.Model == ModelMLX5 {
+		// The mlx5 modules of this kernel, not the provisioned one's.
+		mlx5 := filepath.Join(c.Dir, "modules.order.mlx5")
+		if err := os.WriteFile(mlx5, []byte(strings.Join(gk.MLX5Order, "\n")+"\n"), 0o644); err != nil {
+			return "", nil, err
+		}
+		files = append(files, mlx5+":modules/order.mlx5")
+	}
+	for _, m := range slices.Concat(gk.Order, gk.MLX5Order) {
 		if src, ok := gk.Files[m]; ok {
 			files = append(files, src+":modules/"+m+".ko")
 		}
@@ -454,6 +469,19 @@ func (c *Cluster) Run(ctx context.Context, script string) ([]GuestResult, error)
 	if c.Image != "" && c.Kernel != nil && (c.Kernel.Kernel != c.Env.Kernel || len(c.Kernel.Files) > 0) {
 		return nil, errors.New("an image runs on the provisioned kernel and modules (in the base initramfs): no other Cluster.Kernel with Cluster.Image")
 	}
+	model, err := ParseDeviceModel(string(c.Model))
+	if err != nil {
+		return nil, err
+	}
+	var ipoib netip.Prefix
+	if model == ModelMLX5 {
+		if ipoib, err = IPoIBNet(c.guestNet()); err != nil {
+			return nil, err
+		}
+		if c.Kernel != nil && c.Kernel.Model != ModelMLX5 {
+			return nil, errors.New("the run's kernel (Cluster.Kernel) was prepared for another device model than mlx5 (KernelOptions.Model)")
+		}
+	}
 	kernel, files, err := c.kernelFiles()
 	if err != nil {
 		return nil, err
@@ -484,6 +512,7 @@ func (c *Cluster) Run(ctx context.Context, script string) ([]GuestResult, error)
 		}
 		g.rxe = slices.Contains(c.SoftRoCE, k)
 		g.mtu = c.MTU
+		g.model, g.ipoib = model, ipoib
 		if stream {
 			g.streamPath, g.streamServer = filepath.Join(c.Dir, "stream.net"), k == 0
 		}

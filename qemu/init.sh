@@ -4,6 +4,8 @@
 #   hcaemu.image=1 (a root file system on /dev/vda: the command runs in it)
 #   hcaemu.rxe=1 (Linux soft-RoCE: rxe0 over eth0, the guest's RDMA device)
 #   hcaemu.mtu=N (eth0's MTU, e.g. 9000 for jumbo frames)
+#   hcaemu.device=pvrdma|mlx5 (the emulated HCA's model; pvrdma by default)
+#   hcaemu.ipoib=A.B.C.D/N hcaemu.ipoibserver=IP (mlx5: ib0's address, guest 0's)
 # The command is /hcaemu/cmd.sh (from a per-run cpio appended to the initramfs).
 # Markers on the console (one per line): HCAEMU-FAIL <what>, HCAEMU-WAIT, then,
 # after the host's go line "HCAEMU-GO <nonce> <boot> <ready>",
@@ -19,6 +21,9 @@ shares=""
 image=""
 rxe=""
 mtu=""
+device=pvrdma
+ipoib=""
+ipoibserver=""
 for w in $(cat /proc/cmdline); do
 	case "$w" in
 	hcaemu.guest=*) guest="${w#hcaemu.guest=}" ;;
@@ -28,6 +33,9 @@ for w in $(cat /proc/cmdline); do
 	hcaemu.image=1) image=/image/root ;;
 	hcaemu.rxe=1) rxe=1 ;;
 	hcaemu.mtu=*) mtu="${w#hcaemu.mtu=}" ;;
+	hcaemu.device=*) device="${w#hcaemu.device=}" ;;
+	hcaemu.ipoib=*) ipoib="${w#hcaemu.ipoib=}" ;;
+	hcaemu.ipoibserver=*) ipoibserver="${w#hcaemu.ipoibserver=}" ;;
 	esac
 done
 
@@ -39,8 +47,18 @@ finish() {
 	sleep 5
 	poweroff
 }
+case "$device" in
+pvrdma|mlx5) ;;
+*)
+	echo "HCAEMU-FAIL unknown device model $device (want pvrdma or mlx5)"
+	finish 125
+	;;
+esac
 
 for m in $(cat /modules/order); do
+	if [ "$device" = mlx5 ] && [ "$m" = vmw_pvrdma ]; then
+		continue # no PVRDMA function in an mlx5 guest
+	fi
 	if ! insmod /modules/$m.ko; then
 		echo "HCAEMU-FAIL insmod $m"
 		dmesg | tail -n 20
@@ -84,6 +102,64 @@ if [ -n "$rxe" ]; then
 		echo "HCAEMU-FAIL rdma link add rxe0 type rxe netdev eth0"
 		dmesg | tail -n 20
 		finish 125
+	fi
+elif [ "$device" = mlx5 ]; then
+	# An emulated ConnectX-4 with an InfiniBand port: mlx5_core probes the
+	# PCI function, mlx5_ib makes mlx5_0 of it, ib_ipoib ib0 on its port.
+	dev=mlx5_0
+	mlx5fail() {
+		echo "HCAEMU-FAIL $1"
+		loaded=""
+		for m in $(cat /modules/order.mlx5); do
+			if [ -d "/sys/module/${m//-/_}" ]; then
+				loaded="$loaded $m"
+			fi
+		done
+		echo "hcaemu-init: mlx5 modules loaded:$loaded"
+		dmesg | tail -n 20
+		finish 125
+	}
+	for m in $(cat /modules/order.mlx5); do
+		# (loaded already when the run's own module order has it)
+		if [ ! -d "/sys/module/${m//-/_}" ] && ! insmod /modules/$m.ko; then
+			mlx5fail "insmod $m"
+		fi
+	done
+	# Bounded waits, polled (the probes are synchronous in 6.12, but a
+	# deferred one finishes after insmod returns).
+	fn=""
+	for d in /sys/bus/pci/devices/*; do
+		if [ "$(cat $d/vendor)" = 0x15b3 ]; then
+			fn="${d##*/}"
+		fi
+	done
+	if [ -z "$fn" ]; then
+		mlx5fail "no mlx5_0: no Mellanox (15b3) PCI function in the guest"
+	fi
+	n=0
+	while [ ! -e /sys/class/infiniband/mlx5_0 ]; do
+		if [ $n -ge 600 ]; then
+			mlx5fail "no mlx5_0 60 s after loading mlx5_core and mlx5_ib (PCI function $fn)"
+		fi
+		if [ $n -ge 50 ] && [ ! -e /sys/bus/pci/devices/$fn/driver ]; then
+			mlx5fail "no mlx5_0: mlx5_core has not bound PCI function $fn (its probe failed)"
+		fi
+		sleep 0.1
+		n=$((n+1))
+	done
+	n=0
+	while [ ! -e /sys/class/net/ib0 ]; do
+		if [ $n -ge 300 ]; then
+			mlx5fail "no ib0 30 s after mlx5_0 appeared"
+		fi
+		sleep 0.1
+		n=$((n+1))
+	done
+	if [ -n "$ipoib" ] && ! ip addr add "$ipoib" dev ib0; then
+		mlx5fail "ip addr add $ipoib dev ib0"
+	fi
+	if ! ip link set dev ib0 up; then
+		mlx5fail "ip link set dev ib0 up"
 	fi
 fi
 
@@ -144,7 +220,7 @@ done
 
 # A guest with an emulated HCA has its IB device once the driver's probe is
 # done; when it has none, show what the driver said (a probe that failed).
-if [ -z "$rxe" ] && [ ! -e /sys/class/infiniband/vmw_pvrdma0 ]; then
+if [ -z "$rxe" ] && [ "$device" = pvrdma ] && [ ! -e /sys/class/infiniband/vmw_pvrdma0 ]; then
 	echo "hcaemu-init: no vmw_pvrdma0 after loading the modules; the kernel said:"
 	dmesg | grep -i -e pvrdma -e vmxnet -e infiniband -e rdma | tail -n 20
 fi
@@ -152,6 +228,9 @@ fi
 export HCAEMU_GUEST="$guest"
 export HCAEMU_SERVER_IP="$server"
 export HCAEMU_RDMA_DEV="$dev"
+if [ "$device" = mlx5 ]; then
+	export HCAEMU_SERVER_IPOIB="$ipoibserver"
+fi
 # Only errors from the kernel from here on, so the console carries the command's output.
 echo 3 > /proc/sys/kernel/printk
 cd /tmp
@@ -216,10 +295,12 @@ esac
 echo "HCAEMU-STARTED $nonce"
 if [ -n "$image" ]; then
 	# u-root's chroot exits 1 whatever the command's status: the status
-	# comes back through a file.
+	# comes back through a file. The command's environment is Debian's,
+	# with every HCAEMU_ variable exported above (TestInitImageEnv).
 	rm -f /tmp/.hcaemu-status
 	chroot "$image" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
 		HOME=/root LANG=C.UTF-8 TERM=dumb HCAEMU_GUEST="$HCAEMU_GUEST" HCAEMU_SERVER_IP="$HCAEMU_SERVER_IP" \
+		HCAEMU_RDMA_DEV="$HCAEMU_RDMA_DEV" ${HCAEMU_SERVER_IPOIB+HCAEMU_SERVER_IPOIB=$HCAEMU_SERVER_IPOIB} \
 		HCAEMU_BOOT="$HCAEMU_BOOT" /bin/sh -c 'cd /tmp; /bin/bash /hcaemu/cmd.sh; echo $? > /tmp/.hcaemu-status' < /dev/null
 	st=125
 	if [ -e /tmp/.hcaemu-status ]; then

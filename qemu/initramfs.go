@@ -220,7 +220,7 @@ func buildInitramfs(ctx context.Context, p *provisioner) error {
 	if err != nil || len(mods) == 0 {
 		return fmt.Errorf("no modules in %s", filepath.Join(guest, "modules"))
 	}
-	for _, m := range append(mods, filepath.Join(guest, "modules", "order"), filepath.Join(guest, "modules", "order.image")) {
+	for _, m := range append(mods, filepath.Join(guest, "modules", "order"), filepath.Join(guest, "modules", "order.image"), filepath.Join(guest, "modules", "order.mlx5")) {
 		specs = append(specs, m+":modules/"+filepath.Base(m))
 	}
 	initPath := filepath.Join(guest, "init.sh")

@@ -66,3 +66,30 @@ func TestGuestToolsInREADME(t *testing.T) {
 		t.Errorf("README lists %v\nthe guest has %v", listed, rdmaTools)
 	}
 }
+
+// With an image, the command's environment (env -i in the chroot) has
+// every HCAEMU_ variable the init exports for a command without one.
+func TestInitImageEnv(t *testing.T) {
+	exported := regexp.MustCompile(`(?m)^\s*export (HCAEMU_[A-Z0-9_]+)=`).FindAllStringSubmatch(initScript, -1)
+	if len(exported) < 4 {
+		t.Fatalf("init.sh exports %d HCAEMU_ variables", len(exported))
+	}
+	i := strings.Index(initScript, `chroot "$image" /usr/bin/env -i `)
+	if i < 0 {
+		t.Fatal("no chroot ... env -i in init.sh")
+	}
+	// The command line, with its continuation lines.
+	var line strings.Builder
+	for _, l := range strings.Split(initScript[i:], "\n") {
+		line.WriteString(strings.TrimSuffix(l, `\`))
+		if !strings.HasSuffix(l, `\`) {
+			break
+		}
+	}
+	for _, m := range exported {
+		v := m[1]
+		if !strings.Contains(line.String(), v+`="$`+v+`"`) && !strings.Contains(line.String(), "${"+v+"+"+v+"=$"+v+"}") {
+			t.Errorf("the image's command does not get %s: %s", v, line.String())
+		}
+	}
+}

@@ -29,6 +29,11 @@ type GuestKernel struct {
 	// all of them for another kernel, the replaced ones for the
 	// provisioned kernel (its others are in the base initramfs).
 	Files map[string]string
+	// Model is the device model the modules were chosen for
+	// (KernelOptions.Model); for ModelMLX5, MLX5Order is what an mlx5
+	// guest loads after Order (the /modules/order.mlx5 file).
+	Model     DeviceModel
+	MLX5Order []string
 }
 
 // moduleOption is the kernel option of each module the guests load, for
@@ -46,6 +51,7 @@ var moduleOption = map[string]string{
 	"nvme_rdma":      "CONFIG_NVME_RDMA", "nvmet_rdma": "CONFIG_NVME_TARGET_RDMA",
 	"ib_ipoib": "CONFIG_INFINIBAND_IPOIB", "ib_iser": "CONFIG_INFINIBAND_ISER",
 	"ib_srp": "CONFIG_INFINIBAND_SRP", "rpcrdma": "CONFIG_SUNRPC_XPRT_RDMA",
+	"mlx5_core": "CONFIG_MLX5_CORE", "mlx5_ib": "CONFIG_MLX5_INFINIBAND",
 }
 
 // requiredModules are what the device and the guest init need; the others
@@ -72,6 +78,9 @@ type KernelOptions struct {
 	// ULPs are upper-layer protocol modules (of ULPModules) to load after
 	// the device's, with their dependencies (ParseULPs).
 	ULPs []string
+	// Model is the guests' device model ("" = ModelPVRDMA): ModelMLX5
+	// requires the mlx5 modules too (GuestKernel.MLX5Order).
+	Model DeviceModel
 }
 
 // ParseULPs parses a comma-separated --ulp list: names of ULPModules, with
@@ -149,20 +158,21 @@ func (e *Env) PrepareKernel(opts KernelOptions) (*GuestKernel, error) {
 			return nil, fmt.Errorf("--modules %s: %v", opts.ModulesDir, err)
 		}
 		for name, ko := range found {
+			// The provisioned file's name (nvme-core.ko) when it has one.
+			if alt := strings.ReplaceAll(name, "_", "-"); alt != name && mods[alt] != "" {
+				name = alt
+			}
 			mods[name] = ko
 			replaced[name] = true
 		}
 		for _, b := range readBuiltin(opts.ModulesDir) {
 			builtin[b] = true
 		}
-		if err := checkConfig(filepath.Join(opts.ModulesDir, ".config"), opts.Shares); err != nil {
+		if err := checkConfig(filepath.Join(opts.ModulesDir, ".config"), opts.Shares, opts.Model); err != nil {
 			return nil, err
 		}
 	}
-	required := slices.Clone(requiredModules)
-	if opts.Shares {
-		required = append(required, shareModules...)
-	}
+	required := requiredFor(opts.Shares, opts.Model)
 	lacks := func(m string) error {
 		return fmt.Errorf("guest kernel %s lacks module %s (%s=m or =y): no %s.ko found and it is not built in", gk.Release, m, moduleOption[m], m)
 	}
@@ -185,9 +195,18 @@ func (e *Env) PrepareKernel(opts KernelOptions) (*GuestKernel, error) {
 		}
 		preferred = append(preferred, m)
 	}
+	var more []string // loaded after the others: the model's
+	if opts.Model == ModelMLX5 {
+		for _, m := range mlx5Modules {
+			if _, have := mods[m]; !have && !builtin[m] {
+				return nil, lacks(m)
+			}
+		}
+		more = mlx5Modules
+	}
 	// The dependencies of the modules to load, from their .modinfo.
 	var deps strings.Builder
-	todo := slices.Clone(preferred)
+	todo := slices.Concat(preferred, more)
 	seen := map[string]bool{}
 	for len(todo) > 0 && len(seen) < maxModuleFiles {
 		name := todo[0]
@@ -212,6 +231,15 @@ func (e *Env) PrepareKernel(opts KernelOptions) (*GuestKernel, error) {
 			return nil, fmt.Errorf("module %s is built for kernel %q, the guest kernel is %s", ko, strings.Join(vm[:min(1, len(vm))], ""), gk.Release)
 		}
 		d := strings.Fields(strings.ReplaceAll(info["depends"], ",", " "))
+		for i, n := range d {
+			// depends= names a module as its file is named (pci-hyperv-intf),
+			// a tree's modules are found with "_" (findModules).
+			if _, have := mods[n]; !have && !builtin[n] {
+				if alt := strings.ReplaceAll(n, "-", "_"); mods[alt] != "" || builtin[alt] {
+					d[i] = alt
+				}
+			}
+		}
 		fmt.Fprintf(&deps, "%s module %s\n", name, strings.Join(d, " "))
 		todo = append(todo, d...)
 	}
@@ -220,7 +248,15 @@ func (e *Env) PrepareKernel(opts KernelOptions) (*GuestKernel, error) {
 		return nil, fmt.Errorf("guest kernel %s: %v", gk.Release, err)
 	}
 	gk.Order = order
-	for _, m := range order {
+	if opts.Model == ModelMLX5 {
+		all, err := moduleOrder(deps.String(), slices.Concat(preferred, more))
+		if err != nil {
+			return nil, fmt.Errorf("guest kernel %s: %v", gk.Release, err)
+		}
+		gk.Model = ModelMLX5
+		gk.MLX5Order = slices.DeleteFunc(all, func(m string) bool { return slices.Contains(order, m) })
+	}
+	for _, m := range slices.Concat(order, gk.MLX5Order) {
 		if !provisioned || replaced[m] {
 			gk.Files[m] = mods[m]
 		}
@@ -297,9 +333,23 @@ func readBuiltin(dir string) []string {
 	return names
 }
 
+// requiredFor returns the modules a kernel must have (as modules or built
+// in): the device's, the 9p ones for shares, the mlx5 model's.
+func requiredFor(shares bool, model DeviceModel) []string {
+	required := slices.Clone(requiredModules)
+	if shares {
+		required = append(required, shareModules...)
+	}
+	if model == ModelMLX5 {
+		// (vmw_pvrdma is loaded when there is one, for nothing)
+		required = append(slices.DeleteFunc(required, func(m string) bool { return m == "vmw_pvrdma" }), mlx5Modules...)
+	}
+	return required
+}
+
 // checkConfig checks a kernel .config (if there is one) for the options of
 // the required modules.
-func checkConfig(path string, shares bool) error {
+func checkConfig(path string, shares bool, model DeviceModel) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil
@@ -310,11 +360,7 @@ func checkConfig(path string, shares bool) error {
 			set[k] = true
 		}
 	}
-	required := slices.Clone(requiredModules)
-	if shares {
-		required = append(required, shareModules...)
-	}
-	for _, m := range required {
+	for _, m := range requiredFor(shares, model) {
 		if opt := moduleOption[m]; !set[opt] {
 			return fmt.Errorf("kernel config %s: %s is not set (=m or =y): the guests need %s", path, opt, m)
 		}

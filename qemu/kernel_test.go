@@ -246,3 +246,59 @@ func TestKernelRelease(t *testing.T) {
 		t.Errorf("TreeOptions of a non-tree: %v", err)
 	}
 }
+
+// A kernel prepared for mlx5 guests: the mlx5 modules (with their
+// dependencies) in MLX5Order, after Order, from the kernel's modules;
+// vmw_pvrdma is not required then.
+func TestPrepareKernelMLX5(t *testing.T) {
+	const other = "6.19.0-dev"
+	env := &Env{CacheDir: t.TempDir(), KernelRelease: "6.12.1-test"}
+	tree := t.TempDir()
+	fakeBzImage(t, filepath.Join(tree, "arch/x86/boot/bzImage"), other)
+	mods := map[string]string{"mlx5_core": "mlxfw,pci-hyperv-intf", "mlx5_ib": "mlx5_core,ib_core,ib_uverbs",
+		"mlxfw": "", "pci-hyperv-intf": "", "ib_ipoib": "ib_core,ib_cm"}
+	for name, deps := range kernelModules {
+		if name != "vmw_pvrdma" {
+			mods[name] = deps
+		}
+	}
+	for name, deps := range mods {
+		fakeModule(t, filepath.Join(tree, "drivers", name+".ko"), "depends="+deps, "vermagic="+other+" SMP")
+	}
+	opts, err := TreeOptions(tree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.PrepareKernel(opts); err == nil || !strings.Contains(err.Error(), "lacks module vmw_pvrdma") {
+		t.Errorf("pvrdma guests without vmw_pvrdma: %v", err)
+	}
+	opts.Model = ModelMLX5
+	gk, err := env.PrepareKernel(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gk.Model != ModelMLX5 || slices.Contains(gk.Order, "mlx5_core") || slices.Contains(gk.Order, "ib_ipoib") {
+		t.Errorf("model %q, order %v", gk.Model, gk.Order)
+	}
+	// (a tree's modules are named with "_", as findModules finds them)
+	if d := cmp.Diff([]string{"mlxfw", "pci_hyperv_intf", "mlx5_core", "mlx5_ib", "ib_ipoib"}, gk.MLX5Order); d != "" {
+		t.Errorf("MLX5Order (-want +got):\n%s", d)
+	}
+	for _, m := range gk.MLX5Order {
+		if gk.Files[m] != filepath.Join(tree, "drivers", strings.ReplaceAll(m, "pci_hyperv_intf", "pci-hyperv-intf")+".ko") {
+			t.Errorf("file of %s: %q", m, gk.Files[m])
+		}
+	}
+	os.Remove(filepath.Join(tree, "drivers", "mlx5_ib.ko"))
+	if _, err := env.PrepareKernel(opts); err == nil || !strings.Contains(err.Error(), "lacks module mlx5_ib (CONFIG_MLX5_INFINIBAND=m or =y)") {
+		t.Errorf("mlx5 guests without mlx5_ib: %v", err)
+	}
+	var config strings.Builder
+	for _, m := range requiredModules {
+		config.WriteString(moduleOption[m] + "=m\n")
+	}
+	os.WriteFile(filepath.Join(tree, ".config"), []byte(config.String()), 0o644)
+	if _, err := env.PrepareKernel(opts); err == nil || !strings.Contains(err.Error(), "CONFIG_MLX5_CORE is not set") {
+		t.Errorf(".config without mlx5: %v", err)
+	}
+}

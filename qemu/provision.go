@@ -117,10 +117,18 @@ var guestModules = []string{
 // loaded (after vmw_pvrdma) only by the runs that ask.
 var ULPModules = []string{"nvme_rdma", "nvmet_rdma", "ib_ipoib", "ib_iser", "ib_srp", "rpcrdma"}
 
+// mlx5Modules are what a guest of the mlx5 device model (ModelMLX5: an
+// emulated ConnectX-4 with an InfiniBand port) loads after guestModules, with
+// their dependencies (mlxfw, pci-hyperv-intf): the core driver, the RDMA
+// driver and IPoIB (ib0). Only mlx5 guests load them (/modules/order.mlx5);
+// every guest carries them in the base initramfs (6.3 MB of 44.6: no boot
+// time measurable against the spread of TCG boots, issue 25).
+var mlx5Modules = []string{"mlx5_core", "mlx5_ib", "ib_ipoib"}
+
 // collectedModules are the modules provisioning collects (with their
-// dependencies): the guest's, an image's and the ULPs.
+// dependencies): the guest's, an image's, the ULPs and the mlx5 model's.
 func collectedModules() []string {
-	return slices.Concat(guestModules, imageModules, ULPModules)
+	return slices.Concat(guestModules, imageModules, ULPModules, mlx5Modules)
 }
 
 const minFreeBytes = 3 << 30
@@ -444,13 +452,30 @@ func (p *provisioner) modules(ctx context.Context) error {
 			return err
 		}
 		// What an attached image adds (loaded after order).
-		all, err := moduleOrder(string(deps), append(slices.Clone(guestModules), imageModules...))
+		extra, err := extraOrder(string(deps), order, imageModules)
 		if err != nil {
 			return err
 		}
-		extra := slices.DeleteFunc(all, func(m string) bool { return slices.Contains(order, m) })
-		return os.WriteFile(filepath.Join(out, "modules", "order.image"), []byte(strings.Join(extra, "\n")+"\n"), 0o644)
+		if err := os.WriteFile(filepath.Join(out, "modules", "order.image"), []byte(strings.Join(extra, "\n")+"\n"), 0o644); err != nil {
+			return err
+		}
+		// What an mlx5 guest adds (loaded after order).
+		mlx5, err := extraOrder(string(deps), order, mlx5Modules)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(out, "modules", "order.mlx5"), []byte(strings.Join(mlx5, "\n")+"\n"), 0o644)
 	})
+}
+
+// extraOrder is the load order of more modules (with their dependencies)
+// after the guest's order: what they add to it.
+func extraOrder(deps string, order, more []string) ([]string, error) {
+	all, err := moduleOrder(deps, append(slices.Clone(guestModules), more...))
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(all, func(m string) bool { return slices.Contains(order, m) }), nil
 }
 
 // moduleOrder parses "NAME module DEP..." / "NAME builtin" lines and returns

@@ -11,11 +11,13 @@ import (
 // in guest 0 (guest 1 starts once it listens) and its RC bandwidth and
 // latency tests from guest 1 over the emulated HCAs; "quit" ends the
 // server. The image's writes stay in the guest (the cached image is
-// read-only), and hcaemu-ready is there too.
+// read-only), and hcaemu-ready is there too. The command has the HCAEMU_
+// variables a command without an image has.
 func TestE2EImageDebianQperf(t *testing.T) {
 	needE2E(t)
 	script := `echo "IMAGE $(. /etc/os-release; echo $ID $VERSION_ID) SHELL=$BASH_VERSION PATH=$PATH HOME=$HOME PWD=$PWD"
 test -x /usr/local/bin/hcaemu-ready && echo "HAS-READY"
+echo "ENV GUEST=$HCAEMU_GUEST SERVER=$HCAEMU_SERVER_IP RDMA_DEV=$HCAEMU_RDMA_DEV BOOT=$HCAEMU_BOOT"
 echo written > /etc/hcaemu-image-write && echo "WRITE-OK"
 ibv_devices
 if [ -z "$HCAEMU_SERVER_IP" ]; then
@@ -35,6 +37,8 @@ fi
 			`IMAGE debian 13 SHELL=5\.[0-9.()a-z-]+ PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root PWD=/tmp`,
 			`HAS-READY`, `WRITE-OK`, `vmw_pvrdma0\s+[0-9a-f]{16}`)
 	}
+	mustContain(t, out, 0, `(?m)^ENV GUEST=0 SERVER= RDMA_DEV=vmw_pvrdma0 BOOT=1$`)
+	mustContain(t, out, 1, `(?m)^ENV GUEST=1 SERVER=10\.0\.0\.1 RDMA_DEV=vmw_pvrdma0 BOOT=1$`)
 	mustContain(t, out, 0, `QPERF-SERVER 0`)
 	mustContain(t, out, 1, `rc_bw:`, `bw\s+=\s+[0-9.]+ [KMG]B/sec`, `rc_lat:`, `latency\s+=\s+[0-9.]+ (us|ms)`, `QPERF-CLIENT 0`)
 	for _, l := range append(guestLines(out, 0), guestLines(out, 1)...) {
