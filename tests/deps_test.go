@@ -65,7 +65,7 @@ var allowedImports = map[string][]string{
 	"qemu":                           {"emu/fabric"},
 	"qemu/guestmod/hcaemu-initramfs": nil,
 	"qemu/guestmod/hcaemu-faults":    nil, // built in the guest's module: the standard library only
-	"cmd/hcaemu":                     {"emu/pvrdma", "emu/fabric", "emu/fabric/capture", "emu/fault", "qemu", "vfio", "vfio/record"},
+	"cmd/hcaemu":                     {"emu/pvrdma", "emu/mlx5", "emu/hca", "emu/fabric", "emu/fabric/capture", "emu/fault", "qemu", "vfio", "vfio/record"},
 	"tests":                          nil,
 }
 

@@ -9,7 +9,21 @@ import (
 	"github.com/hcaemu/hcaemu/qemu"
 )
 
-// Device settings of run and serve: --max-qp and --mtu.
+// Device settings of run and serve: --device, --max-qp and --mtu.
+
+// registerDeviceFlag is --device: the model of the emulated HCAs.
+func registerDeviceFlag(fs *flag.FlagSet) *string {
+	return fs.String("device", string(qemu.ModelPVRDMA), "the emulated HCAs' model: pvrdma (VMware PVRDMA, vmw_pvrdma, RoCE v2 beside the guests' vmxnet3) or mlx5 (ConnectX-4 with an InfiniBand port, mlx5_core and mlx5_ib: being built; its command interface answers every command BAD_OP today, so mlx5_core stops at ENABLE_HCA)")
+}
+
+// deviceModel checks --device's value.
+func deviceModel(s string) (qemu.DeviceModel, error) {
+	m, err := qemu.ParseDeviceModel(s)
+	if err != nil {
+		return "", fmt.Errorf("--device: %v", err)
+	}
+	return m, nil
+}
 
 // maxQPLimit is the most QPs a PVRDMA device can advertise: rdma-core's
 // vmw_pvrdma provider sizes its QP table from the ucontext response's

@@ -120,6 +120,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	reboots := fs.Bool("reboots", false, "let a guest reboot (the command runs again after each boot; $HCAEMU_BOOT counts boots from 1)")
 	faults := registerFaultFlags(fs)
 	strict := registerStrictFlag(fs)
+	device := registerDeviceFlag(fs)
 	maxQP := registerMaxQPFlag(fs)
 	mtu := registerMTUFlag(fs, "the guests' vmxnet3s (9000: jumbo frames)")
 	metricsAddr := registerMetricsFlag(fs)
@@ -198,6 +199,11 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hcaemu run: %v\n", err)
 		return 2
 	}
+	model, err := deviceModel(*device)
+	if err != nil {
+		fmt.Fprintf(stderr, "hcaemu run: %v\n", err)
+		return 2
+	}
 	if _, err := newLogger(*logLevel); err != nil {
 		fmt.Fprintf(stderr, "hcaemu run: %v\n", err)
 		return 2
@@ -235,7 +241,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer cl.Close()
 	cl.MemoryMiB, cl.Timeout, cl.Stdout, cl.Stderr = mem, *timeout, stdout, stderr
 	cl.AllowReboot = *reboots
-	cl.SoftRoCE, cl.Net = softRoCE, guestNet
+	cl.SoftRoCE, cl.Net, cl.Model = softRoCE, guestNet, model
 	if *mtu != 1500 {
 		cl.MTU = *mtu
 	}
@@ -255,6 +261,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	latch := &strictLatch{stop: stopRun}
 	runOptions.pcap, runOptions.record, runOptions.logLevel = *pcap, *recordDir, *logLevel
 	runOptions.strict, runOptions.latch, runOptions.maxQP, runOptions.mtu = strict.mode, latch, maxQP, *mtu
+	runOptions.model = model
 	defer closeRunFabric()
 	if startDevice != nil {
 		cl.Devices = true

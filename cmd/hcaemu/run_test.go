@@ -61,6 +61,7 @@ func TestRunFlagErrors(t *testing.T) {
 		{[]string{"--image", "debian", "--packages", "qperf,Bad_Name", "--", "true"}, `--packages: "Bad_Name" is not a Debian package name`},
 		{[]string{"--image", "debian", "--packages", "a;rm", "--", "true"}, "--packages: "},
 		{[]string{"--image", "debian", "--kernel", file, "--", "true"}, "--image runs on the provisioned kernel"},
+		{[]string{"--device", "cx7", "--", "true"}, `--device: unknown device model "cx7" (want pvrdma or mlx5)`},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			var stdout, stderr bytes.Buffer

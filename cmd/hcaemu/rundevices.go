@@ -6,6 +6,7 @@ import (
 	"os"
 
 	"github.com/hcaemu/hcaemu/emu/hca"
+	"github.com/hcaemu/hcaemu/qemu"
 	"github.com/hcaemu/hcaemu/vfio"
 )
 
@@ -21,6 +22,7 @@ var (
 		latch    *strictLatch
 		maxQP    *maxQPFlag
 		mtu      int
+		model    qemu.DeviceModel
 	}{logLevel: "warn"}
 )
 
@@ -44,7 +46,7 @@ func runHCAs() (*hcas, error) {
 	}
 	h.faults = runFaults.hooks()
 	h.strict, h.latch = runOptions.strict, runOptions.latch
-	h.maxQP, h.mtu = runOptions.maxQP.value(), runOptions.mtu
+	h.maxQP, h.mtu, h.model = runOptions.maxQP.value(), runOptions.mtu, runOptions.model
 	if runFaults != nil && runFaults.control != nil {
 		runFaults.control.SetInspector(h.inspect)
 		runFaults.control.SetTracer(h.trace.open)

@@ -120,6 +120,7 @@ func (w *workloadFlags) apply(cl *qemu.Cluster) error {
 		cl.Ready, cl.CPUs, cl.Shares = ready, w.smp, shares
 		opts, _ := w.kernelOptions()
 		if opts != nil {
+			opts.Model = cl.Model
 			gk, err := cl.Env.PrepareKernel(*opts)
 			if err != nil {
 				return err

@@ -47,6 +47,7 @@ func serveMain(args []string) int {
 	uplink := fs.String("uplink", "", "tap:NAME or dev:IFACE: join the HCAs' segment to a network through a TAP device or an interface (AF_PACKET)")
 	faults := registerFaultFlags(fs)
 	strict := registerStrictFlag(fs)
+	device := registerDeviceFlag(fs)
 	maxQP := registerMaxQPFlag(fs)
 	mtu := registerMTUFlag(fs, "set the guests' vmxnet3s to the same (ip link set dev eth0 mtu N)")
 	metricsAddr := registerMetricsFlag(fs)
@@ -65,6 +66,10 @@ func serveMain(args []string) int {
 		if _, _, err := fabric.ParseUplink(*uplink); err != nil {
 			return fatalf("serve: --uplink: %v", err)
 		}
+	}
+	model, err := deviceModel(*device)
+	if err != nil {
+		return fatalf("serve: %v", err)
 	}
 	if err := checkMTU(*mtu); err != nil {
 		return fatalf("serve: %v", err)
@@ -129,7 +134,7 @@ func serveMain(args []string) int {
 	}
 	h.faults = faultSet.hooks()
 	h.strict, h.latch = strict.mode, &strictLatch{stop: cancel}
-	h.maxQP, h.mtu = maxQP.value(), *mtu
+	h.maxQP, h.mtu, h.model = maxQP.value(), *mtu, model
 	if *uplink != "" {
 		up, err := h.sw.OpenUplink(*uplink)
 		if err != nil {
