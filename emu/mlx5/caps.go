@@ -96,10 +96,10 @@ var writableGeneral = []writableCap{
 
 // writableCaps is what SET_HCA_CAP wrote; CUR reports it over MAX.
 type writableCaps struct {
-	general                                 bool // a general SET_HCA_CAP was taken
-	logMaxQP, pkeyTableSize, logUARPageSz   uint32
-	atomic                                  bool // an atomic SET_HCA_CAP was taken
-	atomicMode                              uint32
+	general                               bool // a general SET_HCA_CAP was taken
+	logMaxQP, pkeyTableSize, logUARPageSz uint32
+	atomic                                bool // an atomic SET_HCA_CAP was taken
+	atomicMode                            uint32
 }
 
 // capsBlock fills the capability union b (4 KiB) with capability type typ
