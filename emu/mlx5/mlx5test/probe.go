@@ -64,9 +64,12 @@ type EQ struct {
 func (e *EQ) Size() uint32 { return 1 << e.LogSize }
 
 // EQE is entry i of the ring (get_eqe).
-func (d *Driver) EQE(e *EQ, i uint32) []byte {
+func (d *Driver) EQE(e *EQ, i uint32) []byte { return d.Bytes(d.EQEAddr(e, i), ifc.EQESize) }
+
+// EQEAddr is where entry i of the ring lives in guest memory.
+func (d *Driver) EQEAddr(e *EQ, i uint32) uint64 {
 	off := uint64(i&(e.Size()-1)) * ifc.EQESize
-	return d.Bytes(e.Pages[off>>12]+off&0xfff, ifc.EQESize)
+	return e.Pages[off>>12] + off&0xfff
 }
 
 // NextEQE returns the EQE at the consumer index if software owns it, and
