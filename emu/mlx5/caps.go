@@ -1,6 +1,7 @@
 package mlx5
 
 import (
+	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/mlx5/ifc"
 )
 
@@ -133,20 +134,12 @@ func (d *Device) capsBlock(b []byte, typ, mode uint32) bool {
 // The general and atomic types only (atomic = 1); any other type is one
 // the device keeps off, and the driver never asks with these caps.
 func (d *Device) queryHCACap(in, out []byte) result {
-	if r := d.checkOtherFunction(ifc.OpQueryHCACap, "query_hca_cap_in", ifc.QueryHCACapInOtherFunction.Get(in), ifc.QueryHCACapInFunctionID.Get(in)); r != ok {
+	if r := d.checkFunction(ifc.OpQueryHCACap, "query_hca_cap_in", "other_function", ifc.QueryHCACapInOtherFunction.Get(in), ifc.QueryHCACapInFunctionID.Get(in)); r != ok {
 		return r
 	}
 	opMod := ifc.MboxInOpMod.Get(in)
 	if !d.capsBlock(ifc.QueryHCACapOutCapability.Bytes(out), opMod>>1, opMod&1) {
-		return d.refuse(ifc.StatBadParamErr, SyndCapType, FindingCommand, ifc.OpQueryHCACap, "query_hca_cap_in.op_mod=%#x: capability type %#x not reported (general 0x0 and atomic 0x3 only)", opMod, opMod>>1)
-	}
-	return ok
-}
-
-// checkOtherFunction refuses a query or set of another function's caps.
-func (d *Device) checkOtherFunction(op ifc.Opcode, st string, other, id uint32) result {
-	if other != 0 || id != 0 {
-		return d.refuse(ifc.StatBadParamErr, SyndFunctionID, FindingCommand, op, "%s.other_function=%d function_id=%d: no other functions (no vport_group_manager)", st, other, id)
+		return d.refuse(ifc.StatBadParamErr, SyndCapType, hca.FindingCommand, ifc.OpQueryHCACap, "query_hca_cap_in.op_mod=%#x: capability type %#x not reported (general 0x0 and atomic 0x3 only)", opMod, opMod>>1)
 	}
 	return ok
 }
@@ -158,15 +151,15 @@ func (d *Device) checkOtherFunction(op ifc.Opcode, st string, other, id uint32) 
 // request endianness, host endianness only if MAX offers it.
 func (d *Device) setHCACap(in, _ []byte) result {
 	const op = ifc.OpSetHCACap
-	if r := d.checkOtherFunction(op, "set_hca_cap_in", ifc.SetHCACapInOtherFunction.Get(in), ifc.SetHCACapInFunctionID.Get(in)); r != ok {
+	if r := d.checkFunction(op, "set_hca_cap_in", "other_function", ifc.SetHCACapInOtherFunction.Get(in), ifc.SetHCACapInFunctionID.Get(in)); r != ok {
 		return r
 	}
 	if d.fn.state != stateEnabled {
-		return d.refuse(ifc.StatBadSysStateErr, SyndInitialized, FindingCommand, op, "after INIT_HCA")
+		return d.refuse(ifc.StatBadSysStateErr, SyndInitialized, hca.FindingCommand, op, "after INIT_HCA")
 	}
 	opMod := ifc.MboxInOpMod.Get(in)
 	if opMod&1 != 0 {
-		return d.refuse(ifc.StatBadParamErr, SyndCapOpMod, FindingCommand, op, "set_hca_cap_in.op_mod=%#x: the mode bit is a query's", opMod)
+		return d.refuse(ifc.StatBadParamErr, SyndCapOpMod, hca.FindingCommand, op, "set_hca_cap_in.op_mod=%#x: the mode bit is a query's", opMod)
 	}
 	set := ifc.SetHCACapInCapability.Bytes(in)
 	var maxCaps [ifc.HCACapSize]byte
@@ -177,7 +170,7 @@ func (d *Device) setHCACap(in, _ []byte) result {
 		for _, w := range writableGeneral {
 			v, limit := w.f.Get(set), w.f.Get(maxCaps[:])
 			if v > limit {
-				return d.refuse(ifc.StatBadParamErr, SyndCapField, FindingCommand, op, "set_hca_cap_in.capability.cmd_hca_cap.%s=%d > max %d", w.name, v, limit)
+				return d.refuse(ifc.StatBadParamErr, SyndCapField, hca.FindingCommand, op, "set_hca_cap_in.capability.cmd_hca_cap.%s=%d > max %d", w.name, v, limit)
 			}
 			if w.set != nil {
 				w.set(&cur, v)
@@ -189,11 +182,11 @@ func (d *Device) setHCACap(in, _ []byte) result {
 		d.capsBlock(maxCaps[:], typ, ifc.CapModeMax)
 		mode := ifc.AtomicCapsAtomicReq8BEndiannessMode.Get(set)
 		if mode != ifc.AtomicReqModeBE && (mode != ifc.AtomicReqModeHost || ifc.AtomicCapsSupportedAtomicReq8BEndiannessMode1.Get(maxCaps[:]) == 0) {
-			return d.refuse(ifc.StatBadParamErr, SyndCapField, FindingCommand, op, "set_hca_cap_in.capability.atomic_caps.atomic_req_8B_endianness_mode=%d: BE (0) or host (1) only", mode)
+			return d.refuse(ifc.StatBadParamErr, SyndCapField, hca.FindingCommand, op, "set_hca_cap_in.capability.atomic_caps.atomic_req_8B_endianness_mode=%d: BE (0) or host (1) only", mode)
 		}
 		d.fn.cur.atomic, d.fn.cur.atomicMode = true, mode
 	default:
-		return d.refuse(ifc.StatBadParamErr, SyndCapType, FindingCommand, op, "set_hca_cap_in.op_mod=%#x: capability type %#x not settable (general 0x0 and atomic 0x3 only)", opMod, typ)
+		return d.refuse(ifc.StatBadParamErr, SyndCapType, hca.FindingCommand, op, "set_hca_cap_in.op_mod=%#x: capability type %#x not settable (general 0x0 and atomic 0x3 only)", opMod, typ)
 	}
 	return ok
 }

@@ -96,11 +96,11 @@ type Config struct {
 	InitializingReads int
 	Log               *slog.Logger
 	// Strict says what the device does when the driver breaks a rule
-	// (strict.go); the zero value is StrictWarn.
-	Strict StrictMode
-	// OnFinding, when set, is told of the first finding in StrictFail
+	// (strict.go); the zero value is hca.StrictWarn.
+	Strict hca.StrictMode
+	// OnFinding, when set, is told of the first finding in hca.StrictFail
 	// mode. It runs under the device lock and must not block.
-	OnFinding func(Finding)
+	OnFinding func(hca.Finding)
 }
 
 // Device is one emulated ConnectX function.

@@ -2,6 +2,7 @@ package mlx5
 
 import (
 	"fmt"
+	"github.com/hcaemu/hcaemu/emu/hca"
 
 	"github.com/hcaemu/hcaemu/emu/mlx5/ifc"
 )
@@ -138,19 +139,19 @@ func (d *Device) dispatch(op ifc.Opcode, in, out []byte) result {
 		return result{ifc.StatBadOpErr, SyndUnsupportedOpcode}
 	}
 	if uid := ifc.MboxInUID.Get(in); uid != 0 {
-		return d.refuse(ifc.StatBadParamErr, SyndUID, FindingCommand, op, "mbox_in.uid=%#x: no user contexts (log_max_uctx=0)", uid)
+		return d.refuse(ifc.StatBadParamErr, SyndUID, hca.FindingCommand, op, "mbox_in.uid=%#x: no user contexts (log_max_uctx=0)", uid)
 	}
 	if uint32(len(in)) < spec.inLen {
-		return d.refuse(ifc.StatBadInpLenErr, SyndInLen, FindingCommand, op, "inlen=%d < sizeof %s_in=%d", len(in), cmdStruct(op), spec.inLen)
+		return d.refuse(ifc.StatBadInpLenErr, SyndInLen, hca.FindingCommand, op, "inlen=%d < sizeof %s_in=%d", len(in), cmdStruct(op), spec.inLen)
 	}
 	if uint32(len(out)) < spec.outLen {
-		return d.refuse(ifc.StatBadOutpLenErr, SyndOutLen, FindingCommand, op, "outlen=%d < sizeof %s_out=%d", len(out), cmdStruct(op), spec.outLen)
+		return d.refuse(ifc.StatBadOutpLenErr, SyndOutLen, hca.FindingCommand, op, "outlen=%d < sizeof %s_out=%d", len(out), cmdStruct(op), spec.outLen)
 	}
 	switch {
 	case d.fn.state < spec.state && d.fn.state == stateDisabled:
-		return d.refuse(ifc.StatBadSysStateErr, SyndNotEnabled, FindingCommand, op, "before ENABLE_HCA")
+		return d.refuse(ifc.StatBadSysStateErr, SyndNotEnabled, hca.FindingCommand, op, "before ENABLE_HCA")
 	case d.fn.state < spec.state:
-		return d.refuse(ifc.StatBadSysStateErr, SyndNotInitialized, FindingCommand, op, "before INIT_HCA")
+		return d.refuse(ifc.StatBadSysStateErr, SyndNotInitialized, hca.FindingCommand, op, "before INIT_HCA")
 	}
 	return spec.run(d, in, out)
 }
@@ -176,7 +177,7 @@ func cmdStruct(op ifc.Opcode) string {
 // refuse records a finding for a command the device fails and returns
 // its failure: the text names the PRM structure and field, then what the
 // driver got.
-func (d *Device) refuse(st ifc.Status, synd uint32, kind FindingKind, op ifc.Opcode, format string, args ...any) result {
+func (d *Device) refuse(st ifc.Status, synd uint32, kind hca.FindingKind, op ifc.Opcode, format string, args ...any) result {
 	d.find(kind, fmt.Sprintf("%s failed: status %s(%#x), syndrome %#x", op, st, uint8(st), synd), format, args...)
 	return result{st, synd}
 }

@@ -2,6 +2,7 @@ package mlx5
 
 import (
 	"encoding/binary"
+	"github.com/hcaemu/hcaemu/emu/hca"
 
 	"github.com/hcaemu/hcaemu/dma"
 	"github.com/hcaemu/hcaemu/emu/mlx5/ifc"
@@ -56,18 +57,18 @@ func (d *Device) createEQ(in, out []byte) result {
 	intr := ifc.EQCIntr.Get(eqc)
 	switch {
 	case logSize > LogMaxEQSz:
-		return d.refuse(ifc.StatBadParamErr, SyndEQSize, FindingCommand, op, "create_eq_in.eq_context_entry.log_eq_size=%d > log_max_eq_sz=%d", logSize, LogMaxEQSz)
+		return d.refuse(ifc.StatBadParamErr, SyndEQSize, hca.FindingCommand, op, "create_eq_in.eq_context_entry.log_eq_size=%d > log_max_eq_sz=%d", logSize, LogMaxEQSz)
 	case ifc.EQCEC.Get(eqc) != 0:
-		return d.refuse(ifc.StatBadParamErr, SyndEQContext, FindingCommand, op, "create_eq_in.eq_context_entry.ec=1: no embedded CPU")
+		return d.refuse(ifc.StatBadParamErr, SyndEQContext, hca.FindingCommand, op, "create_eq_in.eq_context_entry.ec=1: no embedded CPU")
 	case intr >= uint32(d.vectors):
-		return d.refuse(ifc.StatBadParamErr, SyndEQIntr, FindingCommand, op, "create_eq_in.eq_context_entry.intr=%d >= %d MSI-X vectors", intr, d.vectors)
+		return d.refuse(ifc.StatBadParamErr, SyndEQIntr, hca.FindingCommand, op, "create_eq_in.eq_context_entry.intr=%d >= %d MSI-X vectors", intr, d.vectors)
 	case lps > maxLogPageSize:
-		return d.refuse(ifc.StatBadParamErr, SyndEQPageSize, FindingPageDir, op, "create_eq_in.eq_context_entry.log_page_size=%d > %d", lps, maxLogPageSize)
+		return d.refuse(ifc.StatBadParamErr, SyndEQPageSize, hca.FindingPageDir, op, "create_eq_in.eq_context_entry.log_page_size=%d > %d", lps, maxLogPageSize)
 	case ifc.EQCPageOffset.Get(eqc) != 0:
-		return d.refuse(ifc.StatBadParamErr, SyndEQPageSize, FindingPageDir, op, "create_eq_in.eq_context_entry.page_offset=%d: must be 0", ifc.EQCPageOffset.Get(eqc))
+		return d.refuse(ifc.StatBadParamErr, SyndEQPageSize, hca.FindingPageDir, op, "create_eq_in.eq_context_entry.page_offset=%d: must be 0", ifc.EQCPageOffset.Get(eqc))
 	}
 	if _, held := d.fn.uars[uar]; !held {
-		return d.refuse(ifc.StatBadParamErr, SyndEQUAR, FindingHandle, op, "create_eq_in.eq_context_entry.uar_page=%d: not a UAR ALLOC_UAR handed out", uar)
+		return d.refuse(ifc.StatBadParamErr, SyndEQUAR, hca.FindingHandle, op, "create_eq_in.eq_context_entry.uar_page=%d: not a UAR ALLOC_UAR handed out", uar)
 	}
 	var mask [4]uint64
 	for i := range mask {
@@ -75,7 +76,7 @@ func (d *Device) createEQ(in, out []byte) result {
 	}
 	cmd := mask[0]&(1<<ifc.EventCmd) != 0
 	if cmd && d.fn.cmdEQ != nil {
-		return d.refuse(ifc.StatBadParamErr, SyndEQCmd, FindingCommand, op, "create_eq_in.event_bitmask[0] bit 0x0a (CMD): EQ %d already takes command completions", d.fn.cmdEQ.eqn)
+		return d.refuse(ifc.StatBadParamErr, SyndEQCmd, hca.FindingCommand, op, "create_eq_in.event_bitmask[0] bit 0x0a (CMD): EQ %d already takes command completions", d.fn.cmdEQ.eqn)
 	}
 	// The ring: 64 B << log_eq_size (at most 2 MiB) over pages of 4 KiB <<
 	// log_page_size: at most 512 PAS entries, every one needed.
@@ -84,23 +85,23 @@ func (d *Device) createEQ(in, out []byte) result {
 	pageSize := uint64(1) << pageShift
 	npages := (ringBytes + pageSize - 1) >> pageShift
 	if need := uint64(ifc.CreateEQInPAS) + 8*npages; uint64(len(in)) < need {
-		return d.refuse(ifc.StatBadInpLenErr, SyndEQPASLen, FindingPageDir, op, "create_eq_in: inlen=%d < %d for the %d pas[] entries of %d EQEs in %d-byte pages", len(in), need, npages, ringBytes/ifc.EQESize, pageSize)
+		return d.refuse(ifc.StatBadInpLenErr, SyndEQPASLen, hca.FindingPageDir, op, "create_eq_in: inlen=%d < %d for the %d pas[] entries of %d EQEs in %d-byte pages", len(in), need, npages, ringBytes/ifc.EQESize, pageSize)
 	}
 	pas := make([]uint64, npages)
 	for i := range pas {
 		addr := binary.BigEndian.Uint64(in[ifc.CreateEQInPAS+8*i:])
 		used := min(pageSize, ringBytes-uint64(i)*pageSize)
 		if addr&(pageSize-1) != 0 {
-			return d.refuse(ifc.StatBadParamErr, SyndEQPAS, FindingPageDir, op, "create_eq_in.pas[%d]=%#x: not aligned to the %d-byte page", i, addr, pageSize)
+			return d.refuse(ifc.StatBadParamErr, SyndEQPAS, hca.FindingPageDir, op, "create_eq_in.pas[%d]=%#x: not aligned to the %d-byte page", i, addr, pageSize)
 		}
 		if err := d.guestRange(addr, used); err != nil {
-			return d.refuse(ifc.StatBadParamErr, SyndEQPAS, FindingPageDir, op, "create_eq_in.pas[%d]=%#x: %v", i, addr, err)
+			return d.refuse(ifc.StatBadParamErr, SyndEQPAS, hca.FindingPageDir, op, "create_eq_in.pas[%d]=%#x: %v", i, addr, err)
 		}
 		pas[i] = addr
 	}
 	eqn, free := d.freeEQN()
 	if !free {
-		return d.refuse(ifc.StatLimErr, SyndEQNoEQN, FindingCommand, op, "CREATE_EQ beyond 1<<log_max_eq=%d EQs", 1<<LogMaxEQ)
+		return d.refuse(ifc.StatLimErr, SyndEQNoEQN, hca.FindingCommand, op, "CREATE_EQ beyond 1<<log_max_eq=%d EQs", 1<<LogMaxEQ)
 	}
 	e := &eq{eqn: eqn, logSize: uint8(logSize), pageShift: uint8(pageShift), pas: pas,
 		uar: uar, intr: int(intr), mask: mask, oi: ifc.EQCOI.Get(eqc) != 0}
@@ -141,7 +142,7 @@ func (d *Device) destroyEQ(in, _ []byte) result {
 	eqn := uint8(ifc.DestroyEQInEQNumber.Get(in))
 	e, exists := d.fn.eqs[eqn]
 	if !exists {
-		return d.refuse(ifc.StatBadResErr, SyndEQUnknown, FindingHandle, ifc.OpDestroyEQ, "destroy_eq_in.eq_number=%d: no such EQ", eqn)
+		return d.refuse(ifc.StatBadResErr, SyndEQUnknown, hca.FindingHandle, ifc.OpDestroyEQ, "destroy_eq_in.eq_number=%d: no such EQ", eqn)
 	}
 	delete(d.fn.eqs, eqn)
 	if d.fn.cmdEQ == e {
@@ -161,7 +162,7 @@ func (d *Device) postEQE(e *eq, eqe *[ifc.EQESize]byte) bool {
 	size := e.size()
 	if !e.oi && e.unconsumed() >= size {
 		d.stats.EQOverruns++
-		d.find(FindingCQOverrun, "the EQE is dropped", "eq %d overrun: %d unconsumed EQEs of %d (consumer index %#x); EQE type %#x",
+		d.find(hca.FindingCQOverrun, "the EQE is dropped", "eq %d overrun: %d unconsumed EQEs of %d (consumer index %#x); EQE type %#x",
 			e.eqn, e.unconsumed(), size, e.ci, eqe[ifc.EQEType])
 		return false
 	}
@@ -208,14 +209,14 @@ func (d *Device) eqDoorbell(uar uint32, v uint32, arm bool) {
 	e, exists := d.fn.eqs[eqn]
 	switch {
 	case !exists:
-		d.find(FindingDoorbell, "ignored", "UAR %d EQ doorbell %#x: no EQ %d", uar, v, eqn)
+		d.find(hca.FindingDoorbell, "ignored", "UAR %d EQ doorbell %#x: no EQ %d", uar, v, eqn)
 		return
 	case e.uar != uar:
-		d.find(FindingDoorbell, "ignored", "UAR %d EQ doorbell for EQ %d, created with eq_context_entry.uar_page=%d", uar, eqn, e.uar)
+		d.find(hca.FindingDoorbell, "ignored", "UAR %d EQ doorbell for EQ %d, created with eq_context_entry.uar_page=%d", uar, eqn, e.uar)
 		return
 	}
 	if n := (e.pi - ci) & ifc.EQDoorbellCIMask; n > e.size() {
-		d.find(FindingRingIndex, "ignored", "EQ %d doorbell consumer index %#x: %d EQEs behind, beyond the producer %#x or the ring of %d", eqn, ci, n, e.pi&ifc.EQDoorbellCIMask, e.size())
+		d.find(hca.FindingRingIndex, "ignored", "EQ %d doorbell consumer index %#x: %d EQEs behind, beyond the producer %#x or the ring of %d", eqn, ci, n, e.pi&ifc.EQDoorbellCIMask, e.size())
 		return
 	}
 	e.ci = ci

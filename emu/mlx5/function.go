@@ -1,6 +1,7 @@
 package mlx5
 
 import (
+	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/mlx5/ifc"
 )
 
@@ -32,7 +33,7 @@ const SupportedISSI = 0x3
 // enableHCA: ENABLE_HCA (spec §3.1 step 9). Only this function (0), never
 // the embedded CPU's; enabling an enabled function is a no-op.
 func (d *Device) enableHCA(in, _ []byte) result {
-	if r := d.checkFunction(ifc.OpEnableHCA, "enable_hca_in", ifc.EnableHCAInEmbeddedCPUFunction.Get(in), ifc.EnableHCAInFunctionID.Get(in)); r != ok {
+	if r := d.checkFunction(ifc.OpEnableHCA, "enable_hca_in", "embedded_cpu_function", ifc.EnableHCAInEmbeddedCPUFunction.Get(in), ifc.EnableHCAInFunctionID.Get(in)); r != ok {
 		return r
 	}
 	if d.fn.state == stateDisabled {
@@ -41,11 +42,12 @@ func (d *Device) enableHCA(in, _ []byte) result {
 	return ok
 }
 
-// checkFunction refuses another function than this one (no VFs, no
-// embedded CPU).
-func (d *Device) checkFunction(op ifc.Opcode, st string, ecpf, id uint32) result {
-	if ecpf != 0 || id != 0 {
-		return d.refuse(ifc.StatBadParamErr, SyndFunctionID, FindingCommand, op, "%s.embedded_cpu_function=%d function_id=%d: only function 0", st, ecpf, id)
+// checkFunction refuses a command for another function than this one:
+// st.flag (embedded_cpu_function, other_function) or st.function_id set
+// (no VFs, no embedded CPU, no vport_group_manager).
+func (d *Device) checkFunction(op ifc.Opcode, st, flag string, set, id uint32) result {
+	if set != 0 || id != 0 {
+		return d.refuse(ifc.StatBadParamErr, SyndFunctionID, hca.FindingCommand, op, "%s.%s=%d function_id=%d: only function 0", st, flag, set, id)
 	}
 	return ok
 }
@@ -53,11 +55,11 @@ func (d *Device) checkFunction(op ifc.Opcode, st string, ecpf, id uint32) result
 // disableHCA: DISABLE_HCA (spec §3.8): the function forgets everything;
 // the next probe starts from ENABLE_HCA.
 func (d *Device) disableHCA(in, _ []byte) result {
-	if r := d.checkFunction(ifc.OpDisableHCA, "disable_hca_in", ifc.DisableHCAInEmbeddedCPUFunction.Get(in), ifc.DisableHCAInFunctionID.Get(in)); r != ok {
+	if r := d.checkFunction(ifc.OpDisableHCA, "disable_hca_in", "embedded_cpu_function", ifc.DisableHCAInEmbeddedCPUFunction.Get(in), ifc.DisableHCAInFunctionID.Get(in)); r != ok {
 		return r
 	}
 	if d.fn.state == stateInitialized {
-		d.find(FindingCommand, "the function's objects are freed", "DISABLE_HCA before TEARDOWN_HCA")
+		d.find(hca.FindingCommand, "the function's objects are freed", "DISABLE_HCA before TEARDOWN_HCA")
 	}
 	d.fn = function{}
 	return ok
@@ -69,10 +71,10 @@ func (d *Device) disableHCA(in, _ []byte) result {
 // back to the enabled state, where SET_HCA_CAP and INIT_HCA may come again.
 func (d *Device) teardownHCA(in, out []byte) result {
 	if p := ifc.TeardownHCAInProfile.Get(in); p != ifc.TeardownGracefulClose {
-		return d.refuse(ifc.StatBadParamErr, SyndTeardownProfile, FindingCommand, ifc.OpTeardownHCA, "teardown_hca_in.profile=%d: only GRACEFUL_CLOSE (force_teardown=0, fast_teardown=0)", p)
+		return d.refuse(ifc.StatBadParamErr, SyndTeardownProfile, hca.FindingCommand, ifc.OpTeardownHCA, "teardown_hca_in.profile=%d: only GRACEFUL_CLOSE (force_teardown=0, fast_teardown=0)", p)
 	}
 	if len(d.fn.eqs) != 0 || len(d.fn.uars) != 0 {
-		d.find(FindingHandle, "freed by TEARDOWN_HCA", "TEARDOWN_HCA with %d EQs and %d UARs still allocated", len(d.fn.eqs), len(d.fn.uars))
+		d.find(hca.FindingHandle, "freed by TEARDOWN_HCA", "TEARDOWN_HCA with %d EQs and %d UARs still allocated", len(d.fn.eqs), len(d.fn.uars))
 	}
 	d.fn.eqs, d.fn.cmdEQ, d.fn.uars = nil, nil, nil
 	d.fn.state = stateEnabled
@@ -92,9 +94,9 @@ func (d *Device) setISSI(in, _ []byte) result {
 	issi := ifc.SetISSIInCurrentISSI.Get(in)
 	switch {
 	case d.fn.state != stateEnabled:
-		return d.refuse(ifc.StatBadSysStateErr, SyndInitialized, FindingCommand, ifc.OpSetISSI, "after INIT_HCA")
+		return d.refuse(ifc.StatBadSysStateErr, SyndInitialized, hca.FindingCommand, ifc.OpSetISSI, "after INIT_HCA")
 	case issi >= 32 || SupportedISSI&(1<<issi) == 0:
-		return d.refuse(ifc.StatBadParamErr, SyndISSI, FindingCommand, ifc.OpSetISSI, "set_issi_in.current_issi=%d: supported_issi_dw0=%#x", issi, SupportedISSI)
+		return d.refuse(ifc.StatBadParamErr, SyndISSI, hca.FindingCommand, ifc.OpSetISSI, "set_issi_in.current_issi=%d: supported_issi_dw0=%#x", issi, SupportedISSI)
 	}
 	d.fn.issi = uint16(issi)
 	return ok
@@ -105,13 +107,13 @@ func (d *Device) setISSI(in, _ []byte) result {
 // (page_request_disable = 1: no page request EQEs), so MANAGE_PAGES never
 // comes.
 func (d *Device) queryPages(in, out []byte) result {
-	if r := d.checkFunction(ifc.OpQueryPages, "query_pages_in", ifc.QueryPagesInEmbeddedCPUFunction.Get(in), ifc.QueryPagesInFunctionID.Get(in)); r != ok {
+	if r := d.checkFunction(ifc.OpQueryPages, "query_pages_in", "embedded_cpu_function", ifc.QueryPagesInEmbeddedCPUFunction.Get(in), ifc.QueryPagesInFunctionID.Get(in)); r != ok {
 		return r
 	}
 	switch m := ifc.MboxInOpMod.Get(in); m {
 	case ifc.BootPages, ifc.InitPages, ifc.PostInitPages:
 	default:
-		return d.refuse(ifc.StatBadParamErr, SyndPagesOpMod, FindingCommand, ifc.OpQueryPages, "query_pages_in.op_mod=%d: not BOOT(1), INIT(2) or REGULAR(3)", m)
+		return d.refuse(ifc.StatBadParamErr, SyndPagesOpMod, hca.FindingCommand, ifc.OpQueryPages, "query_pages_in.op_mod=%d: not BOOT(1), INIT(2) or REGULAR(3)", m)
 	}
 	ifc.QueryPagesOutFunctionID.Set(out, 0)
 	ifc.QueryPagesOutNumPages.Set(out, 0)
@@ -123,7 +125,7 @@ func (d *Device) queryPages(in, out []byte) result {
 // reports 0 (sw_owner_id, hca_cap_2): firmware without them ignores them.
 func (d *Device) initHCA(_, _ []byte) result {
 	if d.fn.state != stateEnabled {
-		return d.refuse(ifc.StatBadSysStateErr, SyndInitialized, FindingCommand, ifc.OpInitHCA, "INIT_HCA twice (no TEARDOWN_HCA between)")
+		return d.refuse(ifc.StatBadSysStateErr, SyndInitialized, hca.FindingCommand, ifc.OpInitHCA, "INIT_HCA twice (no TEARDOWN_HCA between)")
 	}
 	d.fn.state = stateInitialized
 	d.fn.uars = make(map[uint32]struct{})

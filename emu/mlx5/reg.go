@@ -1,6 +1,7 @@
 package mlx5
 
 import (
+	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/mlx5/ifc"
 )
 
@@ -35,7 +36,7 @@ var registers = map[uint32]registerSpec{
 		},
 		write: func(d *Device, b []byte) result {
 			if p := ifc.PCAPRegLocalPort.Get(b); p != 1 {
-				return d.refuse(ifc.StatBadParamErr, SyndRegField, FindingRegister, ifc.OpAccessReg, "access_register_in.register_data.pcap_reg.local_port=%d: one port (1)", p)
+				return d.refuse(ifc.StatBadParamErr, SyndRegField, hca.FindingRegister, ifc.OpAccessReg, "access_register_in.register_data.pcap_reg.local_port=%d: one port (1)", p)
 			}
 			d.fn.pcap = ifc.PCAPRegPortCapabilityMask.Get(b)
 			return ok
@@ -63,24 +64,24 @@ func (d *Device) accessReg(in, out []byte) result {
 	reg, known := registers[id]
 	switch {
 	case !known:
-		return d.refuse(ifc.StatBadParamErr, SyndRegister, FindingRegister, op, "access_register_in.register_id=%#x: not implemented (IB personality: HOST_ENDIANNESS, PCAP, NODE_DESC)", id)
+		return d.refuse(ifc.StatBadParamErr, SyndRegister, hca.FindingRegister, op, "access_register_in.register_id=%#x: not implemented (IB personality: HOST_ENDIANNESS, PCAP, NODE_DESC)", id)
 	case opMod != ifc.RegWrite && opMod != ifc.RegRead:
-		return d.refuse(ifc.StatBadParamErr, SyndRegOpMod, FindingRegister, op, "access_register_in.op_mod=%d: write (0) or read (1)", opMod)
+		return d.refuse(ifc.StatBadParamErr, SyndRegOpMod, hca.FindingRegister, op, "access_register_in.op_mod=%d: write (0) or read (1)", opMod)
 	}
 	data := in[ifc.AccessRegisterData:]
 	outData := out[ifc.AccessRegisterData:]
 	if opMod == ifc.RegRead {
 		if len(outData) < reg.size {
-			return d.refuse(ifc.StatBadOutpLenErr, SyndRegLen, FindingRegister, op, "%s read: access_register_out.register_data %d bytes < %d", reg.name, len(outData), reg.size)
+			return d.refuse(ifc.StatBadOutpLenErr, SyndRegLen, hca.FindingRegister, op, "%s read: access_register_out.register_data %d bytes < %d", reg.name, len(outData), reg.size)
 		}
 		reg.read(d, outData[:reg.size])
 		return ok
 	}
 	switch {
 	case reg.write == nil:
-		return d.refuse(ifc.StatBadParamErr, SyndRegReadOnly, FindingRegister, op, "%s is read-only", reg.name)
+		return d.refuse(ifc.StatBadParamErr, SyndRegReadOnly, hca.FindingRegister, op, "%s is read-only", reg.name)
 	case len(data) < reg.size:
-		return d.refuse(ifc.StatBadInpLenErr, SyndRegLen, FindingRegister, op, "%s write: access_register_in.register_data %d bytes < %d", reg.name, len(data), reg.size)
+		return d.refuse(ifc.StatBadInpLenErr, SyndRegLen, hca.FindingRegister, op, "%s write: access_register_in.register_data %d bytes < %d", reg.name, len(data), reg.size)
 	}
 	if r := reg.write(d, data[:reg.size]); r != ok {
 		return r

@@ -3,6 +3,7 @@ package mlx5
 import (
 	"encoding/binary"
 	"errors"
+	"github.com/hcaemu/hcaemu/emu/hca"
 	"strings"
 	"sync"
 	"testing"
@@ -36,18 +37,18 @@ func (r *irqs) count(v int) int {
 // frees (the async EQ alone is 512 KiB).
 const probeRAM = 4 << 20
 
-// strictDevice is a device in StrictFail mode whose first finding fails
+// strictDevice is a device in hca.StrictFail mode whose first finding fails
 // the test (the driver's good path makes none), with an MSI-X recorder.
 func strictDevice(t *testing.T) (*Device, *mlx5test.Driver, *irqs) {
 	t.Helper()
 	r := &irqs{}
-	d, drv := newDevice(t, Config{MSIX: r.raise, Strict: StrictFail, OnFinding: func(f Finding) {
+	d, drv := newDevice(t, Config{MSIX: r.raise, Strict: hca.StrictFail, OnFinding: func(f hca.Finding) {
 		t.Errorf("finding on the driver's good path: %v", f)
 	}}, probeRAM)
 	return d, drv, r
 }
 
-// probed is a device with mlx5_core's probe done (StrictWarn: the tests
+// probed is a device with mlx5_core's probe done (hca.StrictWarn: the tests
 // that use it make findings on purpose).
 func probed(t *testing.T) (*Device, *mlx5test.Driver, *irqs) {
 	t.Helper()
@@ -113,7 +114,7 @@ func TestProbeUnload(t *testing.T) {
 			t.Errorf("state %d after DISABLE_HCA", state)
 		}
 	}
-	if f := d.Findings(); f != [NumFindingKinds]uint64{} {
+	if f := d.Findings(); f != [hca.NumFindingKinds]uint64{} {
 		t.Errorf("findings %v", f)
 	}
 }
@@ -200,7 +201,7 @@ func TestEQOverrunAndWrap(t *testing.T) {
 		post()
 	}
 	s := d.Stats()
-	if s.EQOverruns != 1 || d.Findings()[FindingCQOverrun] != 1 {
+	if s.EQOverruns != 1 || d.Findings()[hca.FindingCQOverrun] != 1 {
 		t.Errorf("overruns %d, findings %v", s.EQOverruns, d.Findings())
 	}
 	if got := r.count(0) - raised; got != 1 {
@@ -230,14 +231,14 @@ func TestEQOverrunAndWrap(t *testing.T) {
 	drv.UpdateCI(e, true)
 	// A consumer index beyond the producer is ignored and reported.
 	drv.Write32(uint64(drv.UAR)<<12+ifc.UAREQDoorbellArm, uint32(e.EQN)<<24|(e.CI+5))
-	if d.Findings()[FindingRingIndex] != 1 {
+	if d.Findings()[hca.FindingRingIndex] != 1 {
 		t.Errorf("findings %v", d.Findings())
 	}
 	// Doorbells for an EQ that does not exist, and through a UAR page
 	// nobody allocated, are ignored and reported.
 	drv.Write32(uint64(drv.UAR)<<12+ifc.UAREQDoorbellArm, 31<<24)
 	drv.Write32(uint64(drv.UAR+1)<<12+ifc.UAREQDoorbellArm, uint32(e.EQN)<<24)
-	if d.Findings()[FindingDoorbell] != 2 {
+	if d.Findings()[hca.FindingDoorbell] != 2 {
 		t.Errorf("findings %v", d.Findings())
 	}
 	// The driver's own path still works.
@@ -427,9 +428,9 @@ func TestCommandValidation(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			var got []Finding
+			var got []hca.Finding
 			r := &irqs{}
-			d, drv := newDevice(t, Config{MSIX: r.raise, OnFinding: func(f Finding) { got = append(got, f) }, Strict: StrictFail}, probeRAM)
+			d, drv := newDevice(t, Config{MSIX: r.raise, OnFinding: func(f hca.Finding) { got = append(got, f) }, Strict: hca.StrictFail}, probeRAM)
 			var err error
 			if c.stage == "enabled" {
 				if err = drv.FunctionEnable(); err == nil {
@@ -460,7 +461,7 @@ func TestCommandValidation(t *testing.T) {
 				t.Errorf("objects changed: %d EQs %d UARs, were %d %d", len(d.fn.eqs), len(d.fn.uars), eqs, uars)
 			}
 			d.core.Unlock()
-			// StrictFail latched the device: the next command is an
+			// hca.StrictFail latched the device: the next command is an
 			// internal error, and the health buffer shows it.
 			if _, err := drv.Exec(mboxIn(ifc.OpQueryISSI, 0, 16), 0x70); !isStatus(err, ifc.StatIntErr) {
 				t.Errorf("after the latch: %v", err)
@@ -489,7 +490,7 @@ func TestDestroyEQTwice(t *testing.T) {
 	if err := drv.DestroyEQ(e); !isStatus(err, ifc.StatBadResErr) {
 		t.Fatalf("second DESTROY_EQ: %v", err)
 	}
-	if d.Findings()[FindingHandle] != 1 {
+	if d.Findings()[hca.FindingHandle] != 1 {
 		t.Errorf("findings %v", d.Findings())
 	}
 	// The number is handed out again.
@@ -528,7 +529,7 @@ func TestResetForgets(t *testing.T) {
 	d.Reset()
 	drv = mlx5test.New(d, drv.Mem) // pci_enable_device again
 	drv.Write32(uint64(uar)<<12+ifc.UAREQDoorbellArm, uint32(eqn)<<24)
-	if d.Findings()[FindingDoorbell] != 1 {
+	if d.Findings()[hca.FindingDoorbell] != 1 {
 		t.Errorf("findings %v", d.Findings())
 	}
 	if err := drv.Probe(); err != nil {

@@ -18,32 +18,10 @@ import (
 // (the health buffer's syndrome, which the driver's health poll reports)
 // and fails every later command with an internal error.
 
-// The core's strict-mode types, under the names the device's users write.
-type (
-	StrictMode  = hca.StrictMode
-	Finding     = hca.Finding
-	FindingKind = hca.FindingKind
-)
-
-const (
-	StrictWarn = hca.StrictWarn
-	StrictOff  = hca.StrictOff
-	StrictFail = hca.StrictFail
-
-	FindingCommand   = hca.FindingCommand
-	FindingHandle    = hca.FindingHandle
-	FindingPageDir   = hca.FindingPageDir
-	FindingRingIndex = hca.FindingRingIndex
-	FindingDoorbell  = hca.FindingDoorbell
-	FindingCQOverrun = hca.FindingCQOverrun
-	FindingRegister  = hca.FindingRegister
-	NumFindingKinds  = hca.NumFindingKinds
-)
-
 // find records a finding (lock held). outcome says what the driver got
 // ("CREATE_EQ failed: status bad parameter(0x3), syndrome 0x4d580060").
-func (d *Device) find(kind FindingKind, outcome, format string, args ...any) {
-	f := Finding{Device: d.name, Kind: kind, Text: fmt.Sprintf(format, args...) + ": " + outcome}
+func (d *Device) find(kind hca.FindingKind, outcome, format string, args ...any) {
+	f := hca.Finding{Device: d.name, Kind: kind, Text: fmt.Sprintf(format, args...) + ": " + outcome}
 	d.strict.Record(d.log, f, d.latchFatal)
 }
 
@@ -56,4 +34,4 @@ func (d *Device) latchFatal() {
 
 // Findings returns how many findings of each kind the device recorded
 // since it was created (resets do not clear them).
-func (d *Device) Findings() [NumFindingKinds]uint64 { return d.strict.Counts() }
+func (d *Device) Findings() [hca.NumFindingKinds]uint64 { return d.strict.Counts() }

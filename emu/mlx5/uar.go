@@ -2,6 +2,7 @@ package mlx5
 
 import (
 	"encoding/binary"
+	"github.com/hcaemu/hcaemu/emu/hca"
 
 	"github.com/hcaemu/hcaemu/emu/mlx5/ifc"
 )
@@ -24,7 +25,7 @@ func (d *Device) allocUAR(_, out []byte) result {
 			return ok
 		}
 	}
-	return d.refuse(ifc.StatNoResErr, SyndNoUAR, FindingCommand, ifc.OpAllocUAR, "ALLOC_UAR beyond the %d UARs of BAR0", NumUARs)
+	return d.refuse(ifc.StatNoResErr, SyndNoUAR, hca.FindingCommand, ifc.OpAllocUAR, "ALLOC_UAR beyond the %d UARs of BAR0", NumUARs)
 }
 
 // deallocUAR: DEALLOC_UAR of a UAR this function holds and no EQ rings
@@ -33,11 +34,11 @@ func (d *Device) deallocUAR(in, _ []byte) result {
 	const op = ifc.OpDeallocUAR
 	uar := ifc.DeallocUARInUAR.Get(in)
 	if _, held := d.fn.uars[uar]; !held {
-		return d.refuse(ifc.StatBadResErr, SyndUARUnknown, FindingHandle, op, "dealloc_uar_in.uar=%d: not a UAR ALLOC_UAR handed out", uar)
+		return d.refuse(ifc.StatBadResErr, SyndUARUnknown, hca.FindingHandle, op, "dealloc_uar_in.uar=%d: not a UAR ALLOC_UAR handed out", uar)
 	}
 	for n := range 1 << LogMaxEQ {
 		if e := d.fn.eqs[uint8(n)]; e != nil && e.uar == uar {
-			return d.refuse(ifc.StatResBusy, SyndUARBusy, FindingHandle, op, "dealloc_uar_in.uar=%d: EQ %d still rings through it", uar, e.eqn)
+			return d.refuse(ifc.StatResBusy, SyndUARBusy, hca.FindingHandle, op, "dealloc_uar_in.uar=%d: EQ %d still rings through it", uar, e.eqn)
 		}
 	}
 	delete(d.fn.uars, uar)
@@ -53,7 +54,7 @@ func (d *Device) writeUAR(off uint64, p []byte) {
 	uar := uint32(off >> 12)
 	reg := off & 0xfff
 	if _, held := d.fn.uars[uar]; !held {
-		d.find(FindingDoorbell, "ignored", "write of %d bytes at offset %#x of UAR page %d, which ALLOC_UAR did not hand out", len(p), reg, uar)
+		d.find(hca.FindingDoorbell, "ignored", "write of %d bytes at offset %#x of UAR page %d, which ALLOC_UAR did not hand out", len(p), reg, uar)
 		return
 	}
 	switch {

@@ -1,8 +1,12 @@
 // Package mlx5test is a fake mlx5_core: it drives an emulated ConnectX
 // function through its PCI regions and a flat guest RAM the way the Linux
-// driver does (core/main.c: mlx5_function_enable; core/cmd.c: the command
-// queue, mailbox chains, tokens, polling the ownership bit), and lets a
-// test post descriptors and chains the driver never would.
+// driver does (core/cmd.c: the command queue, mailbox chains, tokens,
+// polling the ownership bit, then completions by CMD EQE in event mode;
+// core/main.c and core/eq.c: the probe to the end of mlx5_load — function
+// enable and open, the capabilities read and set as the driver does, init
+// once, the UAR and the async EQs — and the unload), failing where the
+// driver would on a wrong answer, and lets a test post descriptors and
+// chains the driver never would.
 package mlx5test
 
 import (
