@@ -536,3 +536,59 @@ func TestResetForgets(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSetCapsCur: SET_HCA_CAP's writable fields show in CUR, never in MAX;
+// a second SET replaces them; TEARDOWN_HCA allows another SET before the
+// next INIT_HCA, and DISABLE_HCA forgets them.
+func TestSetCapsCur(t *testing.T) {
+	_, drv, _ := strictDevice(t)
+	if err := drv.FunctionEnable(); err != nil {
+		t.Fatal(err)
+	}
+	set := func(logMaxQP uint32) {
+		t.Helper()
+		block := make([]byte, ifc.HCACapSize)
+		ifc.CmdHCACapLogMaxQP.Set(block, logMaxQP)
+		if err := drv.SetCaps(ifc.CapGeneral, block); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(wantCur uint32) {
+		t.Helper()
+		cur, err := drv.QueryCaps(ifc.CapGeneral, ifc.CapModeCur)
+		if err != nil {
+			t.Fatal(err)
+		}
+		maxCaps, err := drv.QueryCaps(ifc.CapGeneral, ifc.CapModeMax)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ifc.CmdHCACapLogMaxQP.Get(cur); got != wantCur {
+			t.Errorf("CUR log_max_qp %d, want %d", got, wantCur)
+		}
+		if got := ifc.CmdHCACapLogMaxQP.Get(maxCaps); got != 16 {
+			t.Errorf("MAX log_max_qp %d", got)
+		}
+	}
+	check(16)
+	set(10)
+	check(10)
+	set(12)
+	check(12)
+	if _, err := drv.Exec(mboxIn(ifc.OpInitHCA, 0, 16), 16); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := drv.Exec(mboxIn(ifc.OpTeardownHCA, 0, 16), 16); err != nil {
+		t.Fatal(err)
+	}
+	check(12)
+	set(8)
+	check(8)
+	if _, err := drv.Exec(mboxIn(ifc.OpDisableHCA, 0, 16), 16); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := drv.Exec(mboxIn(ifc.OpEnableHCA, 0, 16), 16); err != nil {
+		t.Fatal(err)
+	}
+	check(16)
+}
