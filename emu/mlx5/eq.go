@@ -37,9 +37,6 @@ func (e *eq) size() uint32 { return 1 << e.logSize }
 // 24-bit consumer index it last wrote.
 func (e *eq) unconsumed() uint32 { return (e.pi - e.ci) & ifc.EQDoorbellCIMask }
 
-// subscribes reports whether the EQ takes events of type t.
-func (e *eq) subscribes(t uint8) bool { return e.mask[t/64]&(1<<(t%64)) != 0 }
-
 // maxLogPageSize bounds eqc.log_page_size: PAS pages up to 1 GiB.
 const maxLogPageSize = 18
 
