@@ -26,15 +26,6 @@ func (q *cmdq) setAddrL(v uint32) {
 
 func (q *cmdq) base() uint64 { return uint64(q.addrH)<<32 | uint64(q.addrL) }
 
-// Syndromes of the device's command failures: stable per cause, so that a
-// guest's dmesg line ("... failed, status bad operation(0x2), syndrome
-// (0x...)") names it.
-const (
-	// SyndUnsupportedOpcode: the opcode is not implemented (every opcode in
-	// Stage 0).
-	SyndUnsupportedOpcode = 0x4d580002
-)
-
 // Bounds of what a descriptor may ask (guest-controlled lengths): the
 // input must hold the opcode and op_mod words, the output the status and
 // syndrome words; neither may be longer than the longest message the
@@ -46,13 +37,14 @@ const (
 
 // doorbell starts the commands of the slots whose bits are set, lowest
 // first (lock held). Each is taken, executed and handed back before the
-// next: the driver polls each slot's ownership bit.
+// next: the driver polls each slot's ownership bit in polling mode.
 //
-// Polling mode only. Event mode (Stage 1) goes here: when a command EQ
-// existed at the time of this doorbell, each completed slot's bit is OR-ed
-// into one CMD EQE (type 0x0a, data.cmd.vector) posted after the slots
-// are handed back; a slot rung before the EQ existed is completed by
-// polling alone (spec §2.5, §12.1). complete is that seam.
+// Event mode (spec §2.5, §12 risk 1): when the command EQ existed at the
+// time of this doorbell and still exists once the slots are handed back,
+// their bits are OR-ed into one CMD EQE (type 0x0a, data.cmd.vector)
+// posted after them. So a command rung before the command EQ existed (the
+// CREATE_EQ that creates it) is completed by polling alone, and so is the
+// DESTROY_EQ that destroys it (the driver is back in polling mode then).
 func (d *Device) doorbell(mask uint32) {
 	if !d.cmdq.set {
 		d.log.Warn("command doorbell before the command queue's address was written: ignored", "bits", mask)
@@ -63,18 +55,17 @@ func (d *Device) doorbell(mask uint32) {
 	if extra := mask &^ (1<<slots - 1); extra != 0 {
 		d.log.Warn("command doorbell bits beyond the queue's slots ignored", "bits", extra)
 	}
+	cmdEQ := d.fn.cmdEQ
 	var done uint32
 	for i := range slots {
 		if mask&(1<<i) != 0 && d.runSlot(i) {
 			done |= 1 << i
 		}
 	}
-	d.complete(done)
+	if done != 0 && cmdEQ != nil && cmdEQ == d.fn.cmdEQ {
+		d.postCmdEQE(cmdEQ, done)
+	}
 }
-
-// complete is told which slots this doorbell handed back. In polling mode
-// the driver sees them by their ownership bits and nothing more is due.
-func (d *Device) complete(slots uint32) { _ = slots }
 
 // runSlot takes the descriptor of slot i, executes it and hands it back:
 // the status byte (delivery status, ownership bit clear) is the last
@@ -202,17 +193,4 @@ func (d *Device) walk(ptr uint64, n uint32, token uint8, output bool, fn func(gp
 		gpa = ctl.Next
 	}
 	return ifc.DeliveryOK
-}
-
-// execute runs one command: in is its whole input (at least minInLen
-// bytes), out its whole output (at least minOutLen bytes, zeroed), whose
-// status and syndrome it sets. Stage 0 implements no opcode.
-func (d *Device) execute(in, out []byte) {
-	op := ifc.Opcode(ifc.MboxInOpcode.Get(in))
-	opMod := ifc.MboxInOpMod.Get(in)
-	status, synd := ifc.StatBadOpErr, uint32(SyndUnsupportedOpcode)
-	ifc.MboxOutStatus.Set(out, uint32(status))
-	ifc.MboxOutSyndrome.Set(out, synd)
-	d.log.Debug("command", "op", op.String(), "opcode", uint16(op), "op_mod", opMod,
-		"status", status.String(), "syndrome", synd)
 }

@@ -9,8 +9,15 @@
 // and the command engine that takes commands off the command queue in guest
 // memory: descriptors, mailbox chains, delivery status and ownership.
 //
-// Stage 0 of the spec's build plan (../shared/spec/mlx5.md §11): the engine
-// runs in polling mode and answers every opcode BAD_OP. The layouts it
+// The first half of Stage 1 of the spec's build plan
+// (../shared/spec/mlx5.md §11): the commands that bring the function up
+// and down as mlx5_core's probe and unload issue them (ENABLE_HCA, the
+// ISSI, the page demands, the capabilities, INIT_HCA, QUERY_ADAPTER,
+// ACCESS_REG, UARs, TEARDOWN_HCA, DISABLE_HCA) and the event queues: EQ
+// contexts and their page lists, EQEs with their ownership bit, the EQ
+// doorbells in the UAR pages, MSI-X, and the command interface's switch
+// from polling to event mode (a CMD EQE per completed command once the
+// command EQ exists). Every other opcode is BAD_OP. The layouts it
 // exchanges with the driver are package emu/mlx5/ifc; this package decides
 // what they mean. It runs on the HCA core (emu/hca: the device lock, the
 // interrupts sent after unlock, the engine) as every model does.
@@ -88,6 +95,12 @@ type Config struct {
 	// driver's wait_fw_init polls it); 0: ready at once.
 	InitializingReads int
 	Log               *slog.Logger
+	// Strict says what the device does when the driver breaks a rule
+	// (strict.go); the zero value is hca.StrictWarn.
+	Strict hca.StrictMode
+	// OnFinding, when set, is told of the first finding in hca.StrictFail
+	// mode. It runs under the device lock and must not block.
+	OnFinding func(hca.Finding)
 }
 
 // Device is one emulated ConnectX function.
@@ -111,7 +124,11 @@ type Device struct {
 	// Under the device lock.
 	seg   initSeg
 	cmdq  cmdq
+	fn    function // what the commands set up: ENABLE_HCA to DISABLE_HCA
 	stats Stats
+	// strict is strict mode's bookkeeping: counts are atomic, the latch
+	// is under the lock and survives resets.
+	strict hca.Strict
 }
 
 // Stats counts what the command engine did.
@@ -120,7 +137,10 @@ type Stats struct {
 	Delivered  uint64 // answered with delivery status OK
 	Refused    uint64 // answered with another delivery status
 	Unanswered uint64 // a doorbell for a slot the device could not read or did not own
-	UARWrites  uint64 // writes to UAR pages (ignored in Stage 0)
+	UARWrites  uint64 // writes to UAR pages
+	EQEs       uint64 // EQEs written
+	CmdEQEs    uint64 // of which command completions (event mode)
+	EQOverruns uint64 // EQEs dropped: their EQ was full
 }
 
 // New creates a device in its power-on state.
@@ -138,6 +158,7 @@ func New(cfg Config) *Device {
 		vectors: vectors,
 		mem:     cfg.Mem,
 		initN:   cfg.InitializingReads,
+		strict:  hca.Strict{Mode: cfg.Strict, Report: cfg.OnFinding},
 		pci: mmio.NewExpressConfig(mmio.Identity{
 			Vendor: VendorMellanox, Device: DeviceConnectX4,
 			SubVendor: VendorMellanox, SubDevice: DeviceConnectX4,
@@ -155,6 +176,11 @@ func New(cfg Config) *Device {
 func (d *Device) powerOn() {
 	d.seg.powerOn(d.initN)
 	d.cmdq = cmdq{}
+	d.fn = function{}
+	// Strict mode's latch survives resets: the device stays dead.
+	if d.core.Fatal = d.strict.Latched(); d.core.Fatal {
+		d.seg.synd = ifc.HealthSyndFWErr
+	}
 }
 
 // The function's regions: BAR0 the init segment and the UAR pages, BAR2

@@ -56,8 +56,8 @@ func mboxIn(op ifc.Opcode, opMod uint16, n int) []byte {
 
 // TestProbe: mlx5_core's first steps (spec §3.1): the firmware version it
 // prints, the command interface revision, initializing clearing, the queue
-// address, then ENABLE_HCA, which Stage 0 answers BAD_OP with a syndrome,
-// read as the driver reads it.
+// address; an unimplemented opcode's BAD_OP as the driver logs it; the
+// function state before and after ENABLE_HCA; long inputs and outputs.
 func TestProbe(t *testing.T) {
 	_, drv := newDevice(t, Config{InitializingReads: 5}, 1<<20)
 	if err := drv.Enable(); err != nil {
@@ -72,33 +72,38 @@ func TestProbe(t *testing.T) {
 	if got := drv.Read32(ifc.InitSegCmdqAddrLSz); uint64(got&ifc.CmdqAddrLMask) != drv.Queue&0xffffffff || got&0xff != 0x56 {
 		t.Errorf("cmdq_addr_l_sz reads %#x after the queue at %#x", got, drv.Queue)
 	}
-	in := mboxIn(ifc.OpEnableHCA, 0, 16)
-	out, err := drv.Exec(in, 16)
+	// An opcode the device does not implement: BAD_OP with its syndrome,
+	// read as the driver reads it.
+	out, err := drv.Exec(mboxIn(ifc.OpCreateQP, 0, 16), 16)
 	var ce *mlx5test.CmdError
 	if !errors.As(err, &ce) {
-		t.Fatalf("ENABLE_HCA: %v, want a command error", err)
+		t.Fatalf("CREATE_QP: %v, want a command error", err)
 	}
-	if ce.Status != ifc.StatBadOpErr || ce.Syndrome == 0 {
-		t.Errorf("ENABLE_HCA: status %v syndrome %#x", ce.Status, ce.Syndrome)
-	}
-	if want := "ENABLE_HCA(0x104) op_mod(0x0) failed, status bad operation(0x2), syndrome (0x4d580002)"; err.Error() != want {
+	if want := "CREATE_QP(0x500) op_mod(0x0) failed, status bad operation(0x2), syndrome (0x4d580002)"; err.Error() != want {
 		t.Errorf("dmesg line %q, want %q", err, want)
 	}
 	if !bytes.Equal(out[8:], make([]byte, 8)) {
 		t.Errorf("output beyond the header not zero: % x", out)
 	}
-	// QUERY_ISSI's 112-byte output uses one output mailbox: the header
-	// comes back inline, the rest of the output is zero.
+	// Before ENABLE_HCA the function takes nothing else: bad system state.
 	out, err = drv.Exec(mboxIn(ifc.OpQueryISSI, 0, 16), 0x70)
-	if !errors.As(err, &ce) || ce.Op != ifc.OpQueryISSI || len(out) != 0x70 || !bytes.Equal(out[8:], make([]byte, 0x68)) {
+	if !errors.As(err, &ce) || ce.Status != ifc.StatBadSysStateErr || ce.Syndrome != SyndNotEnabled || !bytes.Equal(out[8:], make([]byte, 0x68)) {
+		t.Errorf("QUERY_ISSI before ENABLE_HCA: %v", err)
+	}
+	if _, err := drv.Exec(mboxIn(ifc.OpEnableHCA, 0, 16), 16); err != nil {
+		t.Fatalf("ENABLE_HCA: %v", err)
+	}
+	// QUERY_ISSI's 112-byte output uses one output mailbox.
+	out, err = drv.Exec(mboxIn(ifc.OpQueryISSI, 0, 16), 0x70)
+	if err != nil || ifc.QueryISSIOutSupportedISSIDw0.Get(out) != SupportedISSI {
 		t.Errorf("QUERY_ISSI: %v, % x", err, out)
 	}
 	// A long input (SET_HCA_CAP: 16 + 4096 bytes, 8 blocks) and a long
 	// output (QUERY_HCA_CAP: 0x1010 bytes).
-	if _, err := drv.Exec(mboxIn(ifc.OpSetHCACap, 0, 0x1010), 0x10); !errors.As(err, &ce) || ce.Op != ifc.OpSetHCACap {
+	if _, err := drv.Exec(mboxIn(ifc.OpSetHCACap, 0, 0x1010), 0x10); err != nil {
 		t.Errorf("SET_HCA_CAP: %v", err)
 	}
-	if out, err := drv.Exec(mboxIn(ifc.OpQueryHCACap, 1, 0x10), 0x1010); !errors.As(err, &ce) || ce.OpMod != 1 || len(out) != 0x1010 {
+	if out, err := drv.Exec(mboxIn(ifc.OpQueryHCACap, 1, 0x10), 0x1010); err != nil || len(out) != 0x1010 || ifc.CmdHCACapXRC.Get(out[0x10:]) != 1 {
 		t.Errorf("QUERY_HCA_CAP: %v", err)
 	}
 }

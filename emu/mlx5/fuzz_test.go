@@ -3,6 +3,7 @@ package mlx5
 import (
 	"bytes"
 	"encoding/binary"
+	"strings"
 	"testing"
 
 	"github.com/hcaemu/hcaemu/dma"
@@ -97,10 +98,14 @@ func refDeliver(ram []byte, lay ifc.CmdLayout) ([]uint64, ifc.DeliveryStatus) {
 // fuzzSeed is a good command whose chains lie in the image: in and out
 // blocks, numbered and tokened as the driver does.
 func fuzzSeed(inLen, outLen uint32, token uint8) (desc, img []byte) {
+	return fuzzSeedOp(ifc.OpQueryHCACap, inLen, outLen, token)
+}
+
+func fuzzSeedOp(op ifc.Opcode, inLen, outLen uint32, token uint8) (desc, img []byte) {
 	nIn, nOut := ifc.MsgBlocks(inLen), ifc.MsgBlocks(outLen)
 	img = make([]byte, int(nIn+nOut)*1024)
 	lay := ifc.CmdLayout{Type: 7, InLen: inLen, OutLen: outLen, Token: token}
-	ifc.MboxInOpcode.Set(lay.In[:], uint32(ifc.OpQueryHCACap))
+	ifc.MboxInOpcode.Set(lay.In[:], uint32(op))
 	chain := func(first, n uint32) uint64 {
 		for k := range n {
 			p := ifc.CmdProtBlock{BlockNum: k, Token: token}
@@ -125,11 +130,17 @@ func fuzzSeed(inLen, outLen uint32, token uint8) (desc, img []byte) {
 // spec's rules give (refDeliver); the device writes only the descriptor's
 // output bytes and the data of the output blocks of a delivered command,
 // and the status byte, once and last; a delivered command's output is
-// BAD_OP with its syndrome and zeros to its length.
+// BAD_OP with its syndrome and zeros to its length unless the opcode is
+// implemented, and an implemented command that fails writes its status
+// and syndrome alone.
 func FuzzCommand(f *testing.F) {
 	for _, c := range []struct{ in, out uint32 }{{16, 16}, {16, 0x70}, {0x1010, 16}, {16, 0x1010}, {600, 1200}, {4, 16}, {17, 17}} {
 		desc, img := fuzzSeed(c.in, c.out, 0x5a)
 		f.Add(uint8(0), desc, img)
+	}
+	for _, op := range []ifc.Opcode{ifc.OpCreateQP, ifc.OpEnableHCA, ifc.OpCreateEQ} {
+		desc, img := fuzzSeedOp(op, 0x120, 16, 3)
+		f.Add(uint8(1), desc, img)
 	}
 	desc, img := fuzzSeed(2000, 16, 1)
 	binary.BigEndian.PutUint64(img[1024+560:], fuzzImg) // the second block loops to the first
@@ -184,7 +195,30 @@ func FuzzCommand(f *testing.F) {
 		if want != ifc.DeliveryOK {
 			return
 		}
+		for _, b := range outBlocks {
+			if b < drv.Slot(i)+ifc.CmdLayoutSize && drv.Slot(i) < b+ifc.CmdDataBlockSize {
+				return // an output block over the descriptor: the output wrote over itself
+			}
+		}
 		out := drv.Gather(got.Out[:], outBlocks, int(lay.OutLen))
+		var in [ifc.CmdInlineSize]byte
+		copy(in[:], lay.In[:min(lay.InLen, ifc.CmdInlineSize)])
+		if op := ifc.Opcode(ifc.MboxInOpcode.Get(in[:])); Implemented(op) {
+			// An implemented command either succeeds or fails with a
+			// status the driver knows, a syndrome of the device's, and
+			// nothing else in its output.
+			st := ifc.Status(ifc.MboxOutStatus.Get(out))
+			if st == ifc.StatOK {
+				return
+			}
+			if strings.HasPrefix(st.String(), "unknown") || ifc.MboxOutSyndrome.Get(out)>>16 != syndBase>>16 {
+				t.Fatalf("%s: status %#x syndrome %#x", op, uint8(st), ifc.MboxOutSyndrome.Get(out))
+			}
+			if !allZero(out[min(len(out), ifc.MboxOutSize):]) || out[1]|out[2]|out[3] != 0 || len(out) > 8 && !allZero(out[8:min(len(out), ifc.MboxOutSize)]) {
+				t.Fatalf("%s failed with more than its header: % x", op, out[:min(len(out), 32)])
+			}
+			return
+		}
 		exp := make([]byte, lay.OutLen)
 		ifc.MboxOutStatus.Set(exp, uint32(ifc.StatBadOpErr))
 		ifc.MboxOutSyndrome.Set(exp, SyndUnsupportedOpcode)
@@ -192,6 +226,15 @@ func FuzzCommand(f *testing.F) {
 			t.Fatalf("output % x", out[:min(len(out), 32)])
 		}
 	})
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func inside(w span, allowed []span) bool {

@@ -84,10 +84,10 @@ func (d *Device) readBAR0(off uint64, p []byte) {
 }
 
 // writeBAR0 handles a write to BAR0 (lock held): the command queue's
-// registers; UAR page doorbells are accepted and ignored until Stage 1.
+// registers, and the UAR pages' doorbells.
 func (d *Device) writeBAR0(off uint64, p []byte) {
 	if off >= 3*4096 {
-		d.stats.UARWrites++
+		d.writeUAR(off, p)
 		return
 	}
 	if len(p) != 4 || off&3 != 0 {

@@ -5,7 +5,11 @@
 // (mlx5_cmd_layout), the mailbox block (mlx5_cmd_prot_block), the
 // initialization segment at BAR0 offset 0 (mlx5_init_seg with its health
 // buffer), the command input and output headers (mbox_in, mbox_out), the
-// command statuses and delivery statuses, and the command opcodes.
+// command statuses and delivery statuses, and the command opcodes; and the
+// layouts of the commands that bring the function up and down (hca.go):
+// their inputs and outputs, the capability blocks (cmd_hca_cap,
+// atomic_caps), the registers ACCESS_REG reaches, the EQ context (eqc)
+// with its page list, the EQE and the EQ doorbells of a UAR page.
 //
 // Everything the device and the driver exchange is big-endian. The PRM
 // structures of mlx5_ifc.h are declared as bit arrays (u8 name[N] is N

@@ -1,8 +1,12 @@
 // Package mlx5test is a fake mlx5_core: it drives an emulated ConnectX
 // function through its PCI regions and a flat guest RAM the way the Linux
-// driver does (core/main.c: mlx5_function_enable; core/cmd.c: the command
-// queue, mailbox chains, tokens, polling the ownership bit), and lets a
-// test post descriptors and chains the driver never would.
+// driver does (core/cmd.c: the command queue, mailbox chains, tokens,
+// polling the ownership bit, then completions by CMD EQE in event mode;
+// core/main.c and core/eq.c: the probe to the end of mlx5_load — function
+// enable and open, the capabilities read and set as the driver does, init
+// once, the UAR and the async EQs — and the unload), failing where the
+// driver would on a wrong answer, and lets a test post descriptors and
+// chains the driver never would.
 package mlx5test
 
 import (
@@ -37,6 +41,9 @@ type Driver struct {
 
 	next  uint64 // bump allocator in Mem
 	token uint8
+
+	// What the probe learned and set up (probe.go).
+	Probed
 }
 
 // New returns a driver for f with guest RAM mem, and enables memory decode
@@ -205,11 +212,13 @@ func (d *Driver) Gather(inline []byte, blocks []uint64, n int) []byte {
 	return msg
 }
 
-// Exec runs one command in slot 0 as cmd_exec does in polling mode and
-// returns its output and the error the driver would return: a descriptor
-// still owned by the device is a timeout, a delivery status other than OK
-// fails the command before its status is looked at, and a command status
-// other than OK is the driver's "failed, status ..., syndrome ..." error.
+// Exec runs one command in slot 0 as cmd_exec does and returns its output
+// and the error the driver would return: a descriptor still owned by the
+// device is a timeout; in event mode so is a command whose CMD EQE never
+// came, and in polling mode a CMD EQE for it is the driver's "completion
+// arrived after timeout"; a delivery status other than OK fails the
+// command before its status is looked at, and a command status other than
+// OK is the driver's "failed, status ..., syndrome ..." error.
 func (d *Driver) Exec(in []byte, outLen uint32) (out []byte, err error) {
 	token := d.Token()
 	inHead, inBlocks := d.Msg(uint32(len(in)), token)
@@ -217,9 +226,13 @@ func (d *Driver) Exec(in []byte, outLen uint32) (out []byte, err error) {
 	lay := ifc.CmdLayout{Type: ifc.PCICmdXport, InLen: uint32(len(in)), InPtr: inHead,
 		OutPtr: outHead, OutLen: outLen, Token: token}
 	d.Scatter(lay.In[:], inBlocks, in)
+	cmdEQ := d.CmdEQ
 	got := d.Post(0, lay)
 	if got.StatusOwn&ifc.CmdOwnerHW != 0 {
 		return nil, fmt.Errorf("command timeout: slot 0 still owned by the device")
+	}
+	if err := d.completion(cmdEQ, 0); err != nil {
+		return nil, err
 	}
 	if ds := got.DeliveryStatus(); ds != ifc.DeliveryOK {
 		return nil, &DeliveryError{ds}
