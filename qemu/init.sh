@@ -144,6 +144,13 @@ elif [ "$device" = mlx5 ]; then
 		if [ $n -ge 50 ] && [ ! -e /sys/bus/pci/devices/$fn/driver ]; then
 			mlx5fail "no mlx5_0: mlx5_core has not bound PCI function $fn (its probe failed)"
 		fi
+		# mlx5_core made its auxiliary RDMA device and mlx5_ib's probe of
+		# it failed.
+		for a in /sys/bus/auxiliary/devices/mlx5_core.rdma.*; do
+			if [ $n -ge 50 ] && [ -e "$a" ] && [ ! -e "$a/driver" ]; then
+				mlx5fail "no mlx5_0: mlx5_ib has not bound ${a##*/} (its probe failed)"
+			fi
+		done
 		sleep 0.1
 		n=$((n+1))
 	done

@@ -8,41 +8,44 @@ package ifc
 // every output with mbox_out (status, syndrome), which MboxIn* and
 // MboxOut* read.
 
-// Sizes of the inputs and outputs (MLX5_ST_SZ_BYTES): the least a
-// command's length may be.
+// The least length of each command's input and output: the end of the
+// last field the device reads or writes, never the structure's size in one
+// version of the header. Drivers of other versions send other sizes
+// (6.12's enable_hca_out is 12 bytes, later ones 16); firmware answers
+// them all, and so does the device.
 const (
 	EnableHCAInSize         = 0x10
-	EnableHCAOutSize        = 0x10
+	EnableHCAOutSize        = 0x08
 	DisableHCAInSize        = 0x10
-	DisableHCAOutSize       = 0x10
+	DisableHCAOutSize       = 0x08
 	TeardownHCAInSize       = 0x10
 	TeardownHCAOutSize      = 0x10
 	QueryISSIInSize         = 0x10
 	QueryISSIOutSize        = 0x70
 	SetISSIInSize           = 0x10
-	SetISSIOutSize          = 0x10
+	SetISSIOutSize          = 0x08
 	QueryPagesInSize        = 0x10
 	QueryPagesOutSize       = 0x10
 	QueryHCACapInSize       = 0x10
 	QueryHCACapOutSize      = 0x1010
 	SetHCACapInSize         = 0x1010
-	SetHCACapOutSize        = 0x10
+	SetHCACapOutSize        = 0x08
 	InitHCAInSize           = 0x10 // the header: sw_vhca_id and sw_owner_id are optional
-	InitHCAOutSize          = 0x10
+	InitHCAOutSize          = 0x08
 	SetDriverVersionInSize  = 0x50
-	SetDriverVersionOutSize = 0x10
+	SetDriverVersionOutSize = 0x08
 	QueryAdapterInSize      = 0x10
 	QueryAdapterOutSize     = 0x110
 	AccessRegisterInSize    = 0x10 // access_register_in without register_data
 	AccessRegisterOutSize   = 0x10
-	AllocUAROutSize         = 0x10
+	AllocUAROutSize         = 0x0c
 	AllocUARInSize          = 0x10
 	DeallocUARInSize        = 0x10
-	DeallocUAROutSize       = 0x10
+	DeallocUAROutSize       = 0x08
 	CreateEQInSize          = 0x110 // create_eq_in without pas[]
-	CreateEQOutSize         = 0x10
+	CreateEQOutSize         = 0x0c
 	DestroyEQInSize         = 0x10
-	DestroyEQOutSize        = 0x10
+	DestroyEQOutSize        = 0x08
 )
 
 // enable_hca_in, disable_hca_in (the same layout).
