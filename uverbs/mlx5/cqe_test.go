@@ -3,8 +3,6 @@ package mlx5
 import (
 	"encoding/binary"
 	"testing"
-
-	"github.com/google/go-cmp/cmp"
 )
 
 // providerWC is what the provider's cq.c makes of a CQE, read at the offsets
@@ -94,32 +92,28 @@ func TestCQEGolden(t *testing.T) {
 	c := CQE{SRQNUIdx: 0x000007, ByteCnt: 0x1000, SOpcode: OpcodeRDMARead, QPN: 0x000abc, WQECounter: 0x0102, Opcode: CQEReq, Owner: 1}
 	b := make([]byte, 64)
 	c.Encode(b)
-	want := unhex(t, `
+	wantBytes(t, "REQ CQE", b, `
 		00000000 00000000 00000000 00000000
 		00000000 00000000 00000000 00000000
 		00000007 00000000 00000000 00001000
 		00000000 00000000 10000abc 01020001`)
-	if !cmp.Equal(b, want) {
-		t.Fatalf("encoded\n% x\nwant\n% x", b, want)
-	}
 	e := ErrCQE{SRQN: 0x000009, HWErrSynd: 0x11, HWSyndType: 0x2, VendorErrSynd: 0x68, Syndrome: SyndromeRemoteAccessErr,
 		SWQEOpcode: OpcodeRDMAWrite, QPN: 0x000abc, WQECounter: 0x0003, Opcode: CQEReqErr}
 	e.Encode(b)
-	want = unhex(t, `
+	wantBytes(t, "error CQE", b, `
 		00000000 00000000 00000000 00000000
 		00000000 00000000 00000000 00000000
 		00000009 00000000 00000000 00000000
 		00000000 11206813 08000abc 000300d0`)
-	if !cmp.Equal(b, want) {
-		t.Fatalf("error CQE\n% x\nwant\n% x", b, want)
-	}
 	if got := DecodeErrCQE(b); got != e {
 		t.Fatalf("decoded %+v", got)
 	}
 }
 
 // TestCQEProviderReads: for each opcode, the CQE the device writes is one
-// the provider accepts at its counter and reads as the completion meant.
+// the provider accepts at its counter and reads as the completion meant
+// (wcOpcode in enum ibv_wc_opcode: SEND 0, RDMA_WRITE 1, RDMA_READ 2,
+// COMP_SWAP 3, FETCH_ADD 4, RECV 128, RECV_RDMA_WITH_IMM 129).
 func TestCQEProviderReads(t *testing.T) {
 	type tc struct {
 		name string
@@ -127,24 +121,24 @@ func TestCQEProviderReads(t *testing.T) {
 		want providerWC
 	}
 	cases := []tc{
-		{"SEND", CQE{SOpcode: OpcodeSend, Opcode: CQEReq}, providerWC{wcOpcode: WCSend}},
-		{"SEND_INVAL", CQE{SOpcode: OpcodeSendInval, Opcode: CQEReq}, providerWC{wcOpcode: WCSend}},
-		{"SEND_IMM", CQE{SOpcode: OpcodeSendImm, Opcode: CQEReq}, providerWC{wcOpcode: WCSend, withImm: true}},
-		{"RDMA_WRITE", CQE{SOpcode: OpcodeRDMAWrite, Opcode: CQEReq}, providerWC{wcOpcode: WCRDMAWrite}},
-		{"RDMA_WRITE_IMM", CQE{SOpcode: OpcodeRDMAWriteImm, Opcode: CQEReq}, providerWC{wcOpcode: WCRDMAWrite, withImm: true}},
-		{"RDMA_READ", CQE{SOpcode: OpcodeRDMARead, Opcode: CQEReq, ByteCnt: 77}, providerWC{wcOpcode: WCRDMARead, byteLen: 77}},
-		{"ATOMIC_CS", CQE{SOpcode: OpcodeAtomicCS, Opcode: CQEReq}, providerWC{wcOpcode: WCCompSwap, byteLen: 8}},
-		{"ATOMIC_FA", CQE{SOpcode: OpcodeAtomicFA, Opcode: CQEReq}, providerWC{wcOpcode: WCFetchAdd, byteLen: 8}},
+		{"SEND", CQE{SOpcode: OpcodeSend, Opcode: CQEReq}, providerWC{wcOpcode: 0}},
+		{"SEND_INVAL", CQE{SOpcode: OpcodeSendInval, Opcode: CQEReq}, providerWC{wcOpcode: 0}},
+		{"SEND_IMM", CQE{SOpcode: OpcodeSendImm, Opcode: CQEReq}, providerWC{wcOpcode: 0, withImm: true}},
+		{"RDMA_WRITE", CQE{SOpcode: OpcodeRDMAWrite, Opcode: CQEReq}, providerWC{wcOpcode: 1}},
+		{"RDMA_WRITE_IMM", CQE{SOpcode: OpcodeRDMAWriteImm, Opcode: CQEReq}, providerWC{wcOpcode: 1, withImm: true}},
+		{"RDMA_READ", CQE{SOpcode: OpcodeRDMARead, Opcode: CQEReq, ByteCnt: 77}, providerWC{wcOpcode: 2, byteLen: 77}},
+		{"ATOMIC_CS", CQE{SOpcode: OpcodeAtomicCS, Opcode: CQEReq}, providerWC{wcOpcode: 3, byteLen: 8}},
+		{"ATOMIC_FA", CQE{SOpcode: OpcodeAtomicFA, Opcode: CQEReq}, providerWC{wcOpcode: 4, byteLen: 8}},
 		{"RESP_SEND UD with GRH", CQE{Opcode: RespOpcode(false, false, false), ByteCnt: 140, SrcQPN: 0x123456, SL: 5, GRH: CQEGRH, SLID: 0x42, MLPath: 3, Solicited: true},
-			providerWC{wcOpcode: WCRecv, byteLen: 140, srcQP: 0x123456, sl: 5, grh: true, slid: 0x42, dlp: 3, solicited: true}},
+			providerWC{wcOpcode: 128, byteLen: 140, srcQP: 0x123456, sl: 5, grh: true, slid: 0x42, dlp: 3, solicited: true}},
 		{"RESP_SEND_IMM", CQE{Opcode: RespOpcode(false, true, false), ByteCnt: 4, ImmInvalPkey: 0xa1b2c3d4},
-			providerWC{wcOpcode: WCRecv, byteLen: 4, withImm: true, imm: 0xa1b2c3d4, pkeyIndex: 0xc3d4}},
+			providerWC{wcOpcode: 128, byteLen: 4, withImm: true, imm: 0xa1b2c3d4, pkeyIndex: 0xc3d4}},
 		{"RESP_SEND_INV", CQE{Opcode: RespOpcode(false, false, true), ImmInvalPkey: 0x1203},
-			providerWC{wcOpcode: WCRecv, withInv: true, inv: 0x1203, pkeyIndex: 0x1203}},
+			providerWC{wcOpcode: 128, withInv: true, inv: 0x1203, pkeyIndex: 0x1203}},
 		{"RESP_WR_IMM", CQE{Opcode: RespOpcode(true, true, false), ByteCnt: 1 << 20, ImmInvalPkey: 9},
-			providerWC{wcOpcode: WCRecvRDMAWithImm, byteLen: 1 << 20, withImm: true, imm: 9, pkeyIndex: 9}},
+			providerWC{wcOpcode: 129, byteLen: 1 << 20, withImm: true, imm: 9, pkeyIndex: 9}},
 		{"QP1 receive P_Key", CQE{Opcode: CQERespSend, ImmInvalPkey: 0xffff, SrcQPN: 1},
-			providerWC{wcOpcode: WCRecv, srcQP: 1, pkeyIndex: 0xffff}},
+			providerWC{wcOpcode: 128, srcQP: 1, pkeyIndex: 0xffff}},
 	}
 	for _, size := range []int{CQESize64, CQESize128} {
 		q := CQ{LogSize: 2, CQESize: size}
@@ -197,7 +191,7 @@ func TestErrCQEProviderReads(t *testing.T) {
 			}
 		}
 	}
-	if _, ok := SyndromeFor(WCSuccess); ok {
+	if _, ok := SyndromeFor(0); ok {
 		t.Error("a syndrome for success")
 	}
 }
@@ -220,24 +214,5 @@ func TestCQGeometry(t *testing.T) {
 	}
 	if OpOwnInit != 0xf0 {
 		t.Errorf("OpOwnInit %#x", OpOwnInit)
-	}
-}
-
-// TestReqWCOpcode: handle_good_req's table.
-func TestReqWCOpcode(t *testing.T) {
-	for _, c := range []struct {
-		op      uint8
-		wc      uint32
-		imm, ok bool
-	}{
-		{OpcodeSend, WCSend, false, true}, {OpcodeSendInval, WCSend, false, true}, {OpcodeSendImm, WCSend, true, true},
-		{OpcodeRDMAWrite, WCRDMAWrite, false, true}, {OpcodeRDMAWriteImm, WCRDMAWrite, true, true},
-		{OpcodeRDMARead, WCRDMARead, false, true}, {OpcodeAtomicCS, WCCompSwap, false, true}, {OpcodeAtomicFA, WCFetchAdd, false, true},
-		{OpcodeTSO, WCTSO, false, true}, {OpcodeUMR, 0, false, false}, {OpcodeNOP, 0, false, false},
-	} {
-		wc, imm, ok := ReqWCOpcode(c.op)
-		if wc != c.wc || imm != c.imm || ok != c.ok {
-			t.Errorf("ReqWCOpcode(%#x) = %d %v %v", c.op, wc, imm, ok)
-		}
 	}
 }

@@ -20,6 +20,14 @@ func unhex(t testing.TB, s string) []byte {
 	return b
 }
 
+// wantBytes fails the test unless got is the hex dump want.
+func wantBytes(t *testing.T, what string, got []byte, want string) {
+	t.Helper()
+	if w := unhex(t, want); !cmp.Equal(got, w) {
+		t.Fatalf("%s\n% x\nwant\n% x", what, got, w)
+	}
+}
+
 // TestCtrlSegLayout: struct mlx5_wqe_ctrl_seg as mlx5dv_set_ctrl_seg fills
 // it: opmod_idx_opcode = opmod<<24 | pi<<8 | opcode, qpn_ds = qpn<<8 | ds,
 // signature at 8, dci_stream_channel_id at 9, fm_ce_se at 11, imm at 12.
@@ -28,10 +36,7 @@ func TestCtrlSegLayout(t *testing.T) {
 		Signature: 0x5a, DCIStreamChannelID: 0x1234, FMCESE: FenceModeSmallAndFence | WQECtrlCQUpdate | WQECtrlSolicited, Imm: 0x11223344}
 	b := make([]byte, 16)
 	c.Encode(b)
-	want := unhex(t, "01beef09 abcdef3f 5a12348a 11223344")
-	if !cmp.Equal(b, want) {
-		t.Fatalf("encoded % x\nwant    % x", b, want)
-	}
+	wantBytes(t, "control segment", b, "01beef09 abcdef3f 5a12348a 11223344")
 	got, ok := DecodeCtrlSeg(b)
 	if !ok || got != c {
 		t.Fatalf("decoded %+v, want %+v", got, c)
@@ -65,13 +70,10 @@ func TestAVLayout(t *testing.T) {
 		RGID: [16]byte{0xfe, 0x80, 15: 0x01}}
 	b := make([]byte, AVSize)
 	a.Encode(b)
-	want := unhex(t, `
+	wantBytes(t, "AV", b, `
 		11111111 00000000 80000123 357f0042
 		00000000 01020304 05062040 402abcde
 		fe800000 00000000 00000000 00000001`)
-	if !cmp.Equal(b, want) {
-		t.Fatalf("encoded % x\nwant    % x", b, want)
-	}
 	if got := DecodeAV(b); got != a {
 		t.Fatalf("decoded %+v", got)
 	}
@@ -89,10 +91,7 @@ func TestUMRLayout(t *testing.T) {
 			MkeyMaskAccessLocalWrite | MkeyMaskAccessRemoteRead | MkeyMaskAccessRemoteWrite | MkeyMaskAccessAtomic}
 	b := make([]byte, UMRCtrlSegSize)
 	u.Encode(b)
-	want := unhex(t, "b0000000 00040000 00000000 203c6041"+strings.Repeat("00", 32))
-	if !cmp.Equal(b, want) {
-		t.Fatalf("UMR ctrl % x\nwant     % x", b, want)
-	}
+	wantBytes(t, "UMR control", b, "b0000000 00040000 00000000 203c6041"+strings.Repeat("00", 32))
 	if DecodeUMRCtrlSeg(b) != u || u.CheckFree() != UMRCtrlFlagCheckFree {
 		t.Fatalf("UMR ctrl round trip %+v", DecodeUMRCtrlSeg(b))
 	}
@@ -101,14 +100,11 @@ func TestUMRLayout(t *testing.T) {
 		TranslationsOctwordSize: 4, LogPageSize: 12}
 	mb := make([]byte, MkeyContextSegSize)
 	m.Encode(mb)
-	wantM := unhex(t, `
+	wantBytes(t, "mkey context", mb, `
 		40002401 00abcd07 00000000 00000009
 		00000000 00001000 00000000 00002000
 		00000002 00000000 00000000 00000000
 		00000000 00000004 0000000c 00000000`)
-	if !cmp.Equal(mb, wantM) {
-		t.Fatalf("mkey ctx % x\nwant     % x", mb, wantM)
-	}
 	if DecodeMkeyContextSeg(mb) != m || m.QPN() != 0xabcd || m.MkeyVariant() != 7 || m.PD() != 9 {
 		t.Fatalf("mkey ctx round trip %+v", DecodeMkeyContextSeg(mb))
 	}

@@ -1,60 +1,30 @@
 package mlx5
 
-// Completion statuses (enum ibv_wc_status, verbs.h): the IBTA / verbs
-// numbering the provider reports an error CQE's syndrome as, and the one
-// emu/transport's Status uses.
-const (
-	WCSuccess        = 0
-	WCLocLenErr      = 1
-	WCLocQPOpErr     = 2
-	WCLocProtErr     = 4
-	WCWRFlushErr     = 5
-	WCMWBindErr      = 6
-	WCBadRespErr     = 7
-	WCLocAccessErr   = 8
-	WCRemInvReqErr   = 9
-	WCRemAccessErr   = 10
-	WCRemOpErr       = 11
-	WCRetryExcErr    = 12
-	WCRNRRetryExcErr = 13
-	WCRemAbortErr    = 16
-	WCGeneralErr     = 21
-)
-
-// Completion opcodes (enum ibv_wc_opcode, verbs.h).
-const (
-	WCSend            = 0
-	WCRDMAWrite       = 1
-	WCRDMARead        = 2
-	WCCompSwap        = 3
-	WCFetchAdd        = 4
-	WCBindMW          = 5
-	WCLocalInv        = 6
-	WCTSO             = 7
-	WCRecv            = 128
-	WCRecvRDMAWithImm = 129
-)
-
-// syndromes is the provider's mlx5_handle_error_cqe (cq.c): error CQE
-// syndrome → ibv_wc_status.
+// syndromes is the provider's mlx5_handle_error_cqe (cq.c): an error CQE's
+// syndrome → the enum ibv_wc_status (verbs.h) it reports, the IBTA / verbs
+// numbering emu/transport's Status uses.
 var syndromes = [...]struct{ syndrome, status uint8 }{
-	{SyndromeLocalLengthErr, WCLocLenErr},
-	{SyndromeLocalQPOpErr, WCLocQPOpErr},
-	{SyndromeLocalProtErr, WCLocProtErr},
-	{SyndromeWRFlushErr, WCWRFlushErr},
-	{SyndromeMWBindErr, WCMWBindErr},
-	{SyndromeBadRespErr, WCBadRespErr},
-	{SyndromeLocalAccessErr, WCLocAccessErr},
-	{SyndromeRemoteInvalReqErr, WCRemInvReqErr},
-	{SyndromeRemoteAccessErr, WCRemAccessErr},
-	{SyndromeRemoteOpErr, WCRemOpErr},
-	{SyndromeTransportRetryExcErr, WCRetryExcErr},
-	{SyndromeRNRRetryExcErr, WCRNRRetryExcErr},
-	{SyndromeRemoteAbortedErr, WCRemAbortErr},
+	{SyndromeLocalLengthErr, 1},        // IBV_WC_LOC_LEN_ERR
+	{SyndromeLocalQPOpErr, 2},          // IBV_WC_LOC_QP_OP_ERR
+	{SyndromeLocalProtErr, 4},          // IBV_WC_LOC_PROT_ERR
+	{SyndromeWRFlushErr, 5},            // IBV_WC_WR_FLUSH_ERR
+	{SyndromeMWBindErr, 6},             // IBV_WC_MW_BIND_ERR
+	{SyndromeBadRespErr, 7},            // IBV_WC_BAD_RESP_ERR
+	{SyndromeLocalAccessErr, 8},        // IBV_WC_LOC_ACCESS_ERR
+	{SyndromeRemoteInvalReqErr, 9},     // IBV_WC_REM_INV_REQ_ERR
+	{SyndromeRemoteAccessErr, 10},      // IBV_WC_REM_ACCESS_ERR
+	{SyndromeRemoteOpErr, 11},          // IBV_WC_REM_OP_ERR
+	{SyndromeTransportRetryExcErr, 12}, // IBV_WC_RETRY_EXC_ERR
+	{SyndromeRNRRetryExcErr, 13},       // IBV_WC_RNR_RETRY_EXC_ERR
+	{SyndromeRemoteAbortedErr, 16},     // IBV_WC_REM_ABORT_ERR
 }
 
+// WCGeneralErr is IBV_WC_GENERAL_ERR, what the provider reports for a
+// syndrome it does not name.
+const WCGeneralErr = 21
+
 // WCStatus is the ibv_wc_status the provider reports for an error CQE with
-// this syndrome: IBV_WC_GENERAL_ERR for any syndrome it does not name.
+// this syndrome.
 func WCStatus(syndrome uint8) uint32 {
 	for _, s := range syndromes {
 		if s.syndrome == syndrome {
@@ -64,10 +34,9 @@ func WCStatus(syndrome uint8) uint32 {
 	return WCGeneralErr
 }
 
-// SyndromeFor is the syndrome that the provider reports as ibv_wc_status
+// SyndromeFor is the syndrome the provider reports as ibv_wc_status
 // status, the inverse of WCStatus; false for a status no syndrome gives
-// (success, or one mlx5 does not report: a device reports those as
-// SyndromeRemoteOpErr or whatever its mapping chooses).
+// (success, or one mlx5 never reports: the device's mapping picks one).
 func SyndromeFor(status uint32) (uint8, bool) {
 	for _, s := range syndromes {
 		if uint32(s.status) == status {
@@ -79,8 +48,9 @@ func SyndromeFor(status uint32) (uint8, bool) {
 
 // RespOpcode is the CQE opcode of a receive completion: CQERespWRImm for an
 // RDMA WRITE with immediate, else CQERespSendImm (immediate data),
-// CQERespSendInv (an invalidated rkey) or CQERespSend (cq.c
-// handle_responder's reading).
+// CQERespSendInv (an invalidated rkey) or CQERespSend, as the provider's
+// handle_responder reads them back. A send completion is a CQEReq carrying
+// the WQE's opcode in SOpcode.
 func RespOpcode(writeImm, imm, inval bool) uint8 {
 	switch {
 	case writeImm:
@@ -91,30 +61,4 @@ func RespOpcode(writeImm, imm, inval bool) uint8 {
 		return CQERespSendInv
 	}
 	return CQERespSend
-}
-
-// ReqWCOpcode is the ibv_wc_opcode the provider reports for a REQ CQE whose
-// sop_drop_qpn carries WQE opcode op (cq.c handle_good_req), and whether
-// it sets IBV_WC_WITH_IMM; ok is false for the opcodes it reports from its
-// own bookkeeping (NOP, UMR) or not at all.
-func ReqWCOpcode(op uint8) (wc uint32, imm, ok bool) {
-	switch op {
-	case OpcodeRDMAWriteImm:
-		return WCRDMAWrite, true, true
-	case OpcodeRDMAWrite:
-		return WCRDMAWrite, false, true
-	case OpcodeSendImm:
-		return WCSend, true, true
-	case OpcodeSend, OpcodeSendInval:
-		return WCSend, false, true
-	case OpcodeRDMARead:
-		return WCRDMARead, false, true
-	case OpcodeAtomicCS:
-		return WCCompSwap, false, true
-	case OpcodeAtomicFA:
-		return WCFetchAdd, false, true
-	case OpcodeTSO:
-		return WCTSO, false, true
-	}
-	return 0, false, false
 }

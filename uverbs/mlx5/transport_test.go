@@ -55,20 +55,4 @@ func TestTransportCorrespondence(t *testing.T) {
 			t.Errorf("%+v: CQE opcode %d, want %d", c.c, got, c.want)
 		}
 	}
-	// Send completions carry the WQE's opcode (sop_drop_qpn[31:24]) in a
-	// REQ CQE; the provider names them from it.
-	for _, c := range []struct {
-		op  uint8
-		wc  transport.WCOpcode
-		ibv uint32 // enum ibv_wc_opcode
-	}{
-		{uverbs.OpcodeSend, transport.WCSend, 0}, {uverbs.OpcodeRDMAWrite, transport.WCWrite, 1},
-		{uverbs.OpcodeRDMARead, transport.WCRead, 2}, {uverbs.OpcodeAtomicCS, transport.WCCompSwap, 3},
-		{uverbs.OpcodeAtomicFA, transport.WCFetchAdd, 4},
-	} {
-		wc, _, ok := uverbs.ReqWCOpcode(c.op)
-		if !ok || wc != c.ibv {
-			t.Errorf("opcode %#x (transport %d): ibv_wc_opcode %d, want %d", c.op, c.wc, wc, c.ibv)
-		}
-	}
 }
