@@ -292,6 +292,10 @@ func (a AV) Encode(b []byte) {
 // DQPN is the destination QP number.
 func (a AV) DQPN() uint32 { return a.DQPDCT & avQPNMask }
 
+// UseQPQKey reports a Q_Key with bit 31 set: the QP's own Q_Key is sent
+// instead (IBA's rule for privileged Q_Keys, mlx5.md §7.5.4).
+func (a AV) UseQPQKey() bool { return a.QKey&0x80000000 != 0 }
+
 // StatRate is the static rate (stat_rate_sl[7:4], the provider's
 // ah_attr_to_mlx5_rate encoding).
 func (a AV) StatRate() uint8 { return a.StatRateSL >> 4 }

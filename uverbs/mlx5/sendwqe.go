@@ -122,6 +122,8 @@ func (w *SendWQE) Length() uint64 {
 //
 // On error the control segment is still decoded when b holds one, for the
 // error CQE (its wqe_counter and opcode); the error is a *WQEError.
+// Whether the control segment's wqe_index and QPN are the ones expected
+// (the SQ counter, the QP rung) is the device's check (mlx5.md §7.9).
 func DecodeSendWQE(b []byte, st ST, maxDS int) (SendWQE, error) {
 	var w SendWQE
 	err := w.Decode(b, st, maxDS)

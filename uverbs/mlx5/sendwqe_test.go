@@ -78,7 +78,7 @@ func TestAVLayout(t *testing.T) {
 		t.Fatalf("decoded %+v", got)
 	}
 	if a.DQPN() != 0x123 || a.StatRate() != 3 || a.SL() != 5 || a.SrcPathBits() != 0x7f || a.ForceLoopback() ||
-		!a.GRH() || a.SGIDIndex() != 2 || a.FlowLabel() != 0xabcde {
+		!a.GRH() || a.SGIDIndex() != 2 || a.FlowLabel() != 0xabcde || a.UseQPQKey() || !(AV{QKey: 0x80010000}).UseQPQKey() {
 		t.Errorf("accessors of %+v", a)
 	}
 }
@@ -430,6 +430,37 @@ func TestSQ(t *testing.T) {
 		if off != c.off || n1 != c.n1 || n2 != c.n2 {
 			t.Errorf("Spans(%d, %d) = %d %d %d, want %d %d %d", c.c, c.n, off, n1, n2, c.off, c.n1, c.n2)
 		}
+	}
+}
+
+// TestSendWQEWraps: a WQE posted at the last WQEBB of the ring continues at
+// its start (the provider's "if (seg == qend)"); copied out through
+// SQ.Spans it decodes as posted.
+func TestSendWQEWraps(t *testing.T) {
+	q := SQ{LogSize: 2} // 4 WQEBBs
+	ring := make([]byte, q.Size())
+	w := SendWQE{Ctrl: CtrlSeg{WQEIndex: 0xffff, Opcode: OpcodeSend, QPN: 0x55, DS: 6, FMCESE: WQECtrlCQUpdate},
+		Segs: HasAV | HasInline, AV: AV{QKey: 1, DQPDCT: ExtendedUDAV | 2}, Inline: []byte("0123456789abcdefghijklmn")}
+	lin := make([]byte, 6*16)
+	if n := w.Encode(lin); n != len(lin) {
+		t.Fatalf("encoded %d bytes", n)
+	}
+	off, n1, n2 := q.Spans(w.Ctrl.WQEIndex, uint64(len(lin)))
+	if off != 192 || n1 != 64 || n2 != 32 {
+		t.Fatalf("spans %d %d %d", off, n1, n2)
+	}
+	copy(ring[off:off+n1], lin[:n1])
+	copy(ring[:n2], lin[n1:])
+	out := append(append([]byte(nil), ring[off:off+n1]...), ring[:n2]...)
+	got, err := DecodeSendWQE(out, STUD, MaxDS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(w, got, cmpopts.EquateEmpty()); diff != "" {
+		t.Fatalf("(-want +got):\n%s", diff)
+	}
+	if next := w.Ctrl.WQEIndex + w.Ctrl.WQEBBs(); next != 1 {
+		t.Fatalf("next WQE at %d", next)
 	}
 }
 
