@@ -95,7 +95,8 @@ type SendWQE struct {
 	// KLM entries that dma/mlx5 decodes).
 	Translation []byte
 	// Data are the data segments, in order (zero-length ones included: the
-	// kernel may post them). Empty when HasInline.
+	// kernel may post them). Empty when HasInline. For a UMR WQE, the one
+	// data segment that points at its translation (not inline).
 	Data []DataSeg
 	// Inline is the inline payload (HasInline).
 	Inline []byte
@@ -246,8 +247,12 @@ func (w *SendWQE) decodeData(r *reader, inline bool, maxData int) error {
 	return nil
 }
 
-// decodeUMR decodes a UMR WQE: UMR control, mkey context, and the inline
-// translation the control segment announces (mlx5.md §7.5.7).
+// decodeUMR decodes a UMR WQE: UMR control, mkey context, then the
+// translation the control segment announces (mlx5.md §7.5.7): inline, its
+// KLMOctowords*16 bytes (the provider's memory-window bind, the kernel's
+// small fast-register), or, without UMRCtrlFlagInline, one data segment
+// pointing at it (the kernel's set_reg_data_seg: its local DMA lkey and
+// the descriptor list's address), decoded into Data.
 func (w *SendWQE) decodeUMR(r *reader) error {
 	s, ok := r.take(UMRCtrlSegSize)
 	if !ok {
@@ -260,8 +265,15 @@ func (w *SendWQE) decodeUMR(r *reader) error {
 	w.Mkey = DecodeMkeyContextSeg(s)
 	w.Segs |= HasUMR
 	n := int(w.UMRCtrl.KLMOctowords) * SendWQEDS
+	if w.UMRCtrl.Flags&UMRCtrlFlagInline == 0 && n > 0 {
+		if len(r.b) != DataSegSize {
+			return wqeErr(SyndromeLocalQPOpErr, "UMR: translation by pointer, %d bytes left, want one data segment", len(r.b))
+		}
+		w.Data = append(w.Data, DecodeDataSeg(r.b))
+		return nil
+	}
 	if w.UMRCtrl.Flags&UMRCtrlFlagInline == 0 {
-		n = 0 // a translation by pointer is not offered (no UMR data segments)
+		n = 0
 	}
 	if n != len(r.b) {
 		return wqeErr(SyndromeLocalQPOpErr, "UMR: %d bytes of translation, %d bytes left", n, len(r.b))
@@ -315,6 +327,9 @@ func (w *SendWQE) Encode(b []byte) int {
 		put(UMRCtrlSegSize, w.UMRCtrl.Encode)
 		put(MkeyContextSegSize, w.Mkey.Encode)
 		n += copy(b[n:], w.Translation)
+		for _, d := range w.Data {
+			put(DataSegSize, d.Encode)
+		}
 		return n
 	}
 	if w.Segs&HasXRC != 0 {

@@ -331,7 +331,9 @@ func TestSendWQEMalformed(t *testing.T) {
 		{"UD without AV", STUD, 63, ctrl(OpcodeSend, 2) + data},
 		{"XRC without XRC seg", STXRC, 63, ctrl(OpcodeSend, 1)},
 		{"UMR without mkey seg", STRC, 63, ctrl(OpcodeUMR, 4) + strings.Repeat("00", 48)},
-		{"UMR translation mismatch", STRC, 63, ctrl(OpcodeUMR, 9) + "80000000 00000002" + strings.Repeat("00", 40+64+16)},
+		{"UMR translation mismatch", STRC, 63, ctrl(OpcodeUMR, 9) + "80000000 00020000" + strings.Repeat("00", 40+64+16)},
+		{"UMR by pointer, no data segment", STRC, 63, ctrl(OpcodeUMR, 8) + "00000000 00020000" + strings.Repeat("00", 40+64)},
+		{"UMR by pointer, two data segments", STRC, 63, ctrl(OpcodeUMR, 10) + "00000000 00020000" + strings.Repeat("00", 40+64) + data + data},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			b := unhex(t, c.bytes)
@@ -354,7 +356,7 @@ func TestSendWQEMalformed(t *testing.T) {
 // allows (zero-length inline, the masked atomics, the kernel's UMR with no
 // translation, an atomic with no local buffer, NOP with padding).
 func TestSendWQEAccepted(t *testing.T) {
-	b := make([]byte, 8*16)
+	b := make([]byte, MaxDS*16)
 	for _, c := range []struct {
 		name string
 		st   ST
@@ -365,6 +367,10 @@ func TestSendWQEAccepted(t *testing.T) {
 		{"masked CS", STRC, SendWQE{Ctrl: CtrlSeg{Opcode: OpcodeAtomicMaskedCS, DS: 5}, Segs: HasRAddr | HasMaskedAtomic,
 			Atomic: AtomicSeg{1, 2, 3, 4}, Data: []DataSeg{{8, 1, 2}}}},
 		{"atomic, no data", STXRC, SendWQE{Ctrl: CtrlSeg{Opcode: OpcodeAtomicFA, DS: 4}, Segs: HasXRC | HasRAddr | HasAtomic, XRCSRQN: 5}},
+		{"kernel REG_MR by pointer", STRC, SendWQE{Ctrl: CtrlSeg{Opcode: OpcodeUMR, DS: 9, FMCESE: WQECtrlCQUpdate, Imm: 0x2207},
+			Segs: HasUMR, UMRCtrl: UMRCtrlSeg{Flags: UMRCtrlFlagCheckFree, KLMOctowords: 8, MkeyMask: MkeyMaskFree | MkeyMaskLen},
+			Mkey: MkeyContextSeg{AccessFlags: 0x80 | MkeyContextAccessFlagsLocalRead | 1, QPNMkey: 0xffffff07, LogPageSize: 12},
+			Data: []DataSeg{{128, 0x100, 0x12340000}}}},
 		{"kernel UMR rereg", STRegUMR, SendWQE{Ctrl: CtrlSeg{Opcode: OpcodeUMR, DS: 8, FMCESE: FenceModeInitiatorSmall | WQECtrlCQUpdate, Imm: 0x1100},
 			Segs: HasUMR, UMRCtrl: UMRCtrlSeg{Flags: UMRCtrlFlagInline | UMRCheckFree, MkeyMask: MkeyMaskPD | MkeyMaskAccessLocalRead}}},
 	} {
