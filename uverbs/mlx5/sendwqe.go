@@ -94,8 +94,8 @@ type SendWQE struct {
 	// Translation is the UMR's inline translation (KLMOctowords*16 bytes,
 	// KLM entries that dma/mlx5 decodes).
 	Translation []byte
-	// Data are the data segments, in order (zero-length ones included: the
-	// kernel may post them). Empty when HasInline. For a UMR WQE, the one
+	// Data are the data segments, in order (a zero-length one is kept:
+	// it gathers nothing). Empty when HasInline. For a UMR WQE, the one
 	// data segment that points at its translation (not inline).
 	Data []DataSeg
 	// Inline is the inline payload (HasInline).
