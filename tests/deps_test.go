@@ -15,8 +15,8 @@ import (
 // (docs/architecture.md, "Import rules").
 //
 // The layers, bottom up:
-//   - plain formats and memory: dma, dma/pvrdma, mmio, doorbell/pvrdma, uverbs/pvrdma, emu/pvrdma/abi,
-//     emu/mlx5/ifc, emu/roce, emu/ratelog
+//   - plain formats and memory: dma, dma/pvrdma, dma/mlx5, mmio, doorbell/pvrdma, doorbell/mlx5,
+//     uverbs/pvrdma, uverbs/mlx5, emu/pvrdma/abi, emu/mlx5/ifc, emu/roce, emu/ratelog
 //   - the network: emu/fabric, emu/fabric/capture
 //   - memory regions and the transport, which belong to no device model:
 //     emu/mr, emu/transport, emu/transport/rc, emu/transport/ud
@@ -38,9 +38,12 @@ import (
 var allowedImports = map[string][]string{
 	"dma":                            nil,
 	"dma/pvrdma":                     {"dma"},
+	"dma/mlx5":                       {"dma"},
 	"mmio":                           nil,
 	"doorbell/pvrdma":                nil,
+	"doorbell/mlx5":                  nil,
 	"uverbs/pvrdma":                  nil,
+	"uverbs/mlx5":                    nil,
 	"emu/pvrdma/abi":                 nil,
 	"emu/mlx5/ifc":                   nil,
 	"emu/roce":                       nil,
@@ -72,7 +75,7 @@ var allowedImports = map[string][]string{
 // stdlibOnly are the plain formats that import nothing beyond the standard
 // library (not even a third-party module), so that fuzzers and fake drivers
 // use them without the device.
-var stdlibOnly = map[string]bool{"emu/mlx5/ifc": true}
+var stdlibOnly = map[string]bool{"emu/mlx5/ifc": true, "uverbs/mlx5": true, "doorbell/mlx5": true, "dma/mlx5": true}
 
 // TestImportGraph checks every package's imports of the module against
 // allowedImports, and that the hcaemu binary's packages import nothing of the
@@ -138,7 +141,7 @@ func TestImportGraph(t *testing.T) {
 // deviceModels are the packages of the device models and of their formats:
 // what the core and the fault injector must never import.
 var deviceModels = []string{"emu/pvrdma", "emu/pvrdma/abi", "uverbs/pvrdma", "doorbell/pvrdma", "dma/pvrdma", "emu/emutest",
-	"emu/mlx5", "emu/mlx5/ifc", "emu/mlx5/mlx5test"}
+	"emu/mlx5", "emu/mlx5/ifc", "emu/mlx5/mlx5test", "uverbs/mlx5", "doorbell/mlx5", "dma/mlx5"}
 
 // TestCoreImportsNoModel: the HCA core and the fault injector import no
 // device model, directly or through another package of the module; every
