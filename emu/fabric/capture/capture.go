@@ -1,10 +1,13 @@
 // Package capture records what crosses the fabric: a link decorator that
 // writes every frame to a pcap file (Ethernet link type: Wireshark and tshark
-// decode RoCEv2 with no options), and the pcap writer itself.
+// decode RoCEv2 with no options), the same for an InfiniBand subnet's
+// packets (ToIB, link type 252 exported-PDU "infiniband"), and the pcap
+// writer itself.
 package capture
 
 import (
 	"github.com/hcaemu/hcaemu/emu/fabric"
+	"github.com/hcaemu/hcaemu/emu/ib/subnet"
 )
 
 // To is a decorator that writes to w every frame the link it wraps takes:
@@ -40,4 +43,26 @@ func (l *link) Send(from *fabric.Port, frame []byte) bool {
 // Lost records a frame its sender gave up on.
 func (l *link) Lost(from *fabric.Port, frame []byte) {
 	l.w.settle(l.w.stage(frame), true)
+}
+
+// ToIB is To for an InfiniBand subnet (package ib/subnet): a decorator
+// that writes to w every packet the link it wraps takes, the SA's answers
+// included. Make w with PcapOptions{Dissector: "infiniband"}, so that each
+// record is the native IB packet (LRH through VCRC) in link type 252,
+// which tshark decodes (shared/spec/mlx5.md §5.9).
+func ToIB(w *PcapWriter) subnet.Decorator {
+	return func(next subnet.Link) subnet.Link { return &ibLink{w: w, next: next} }
+}
+
+// ibLink is ToIB's decorator around next.
+type ibLink struct {
+	w    *PcapWriter
+	next subnet.Link
+}
+
+func (l *ibLink) Send(from *subnet.Port, pkt []byte) bool {
+	rec := l.w.stage(pkt) // (the packet is next's once passed on)
+	ok := l.next.Send(from, pkt)
+	l.w.settle(rec, ok)
+	return ok
 }
