@@ -16,8 +16,11 @@ import (
 //
 // The layers, bottom up:
 //   - plain formats and memory: dma, dma/pvrdma, mmio, doorbell/pvrdma, uverbs/pvrdma, emu/pvrdma/abi,
-//     emu/mlx5/ifc, emu/roce, emu/ratelog
-//   - the network: emu/fabric, emu/fabric/capture
+//     emu/mlx5/ifc, emu/roce, emu/ratelog; native InfiniBand's wire formats
+//     and management datagrams: emu/ib (on emu/roce, which it shares BTH
+//     onward with), emu/ib/mad
+//   - the network: emu/fabric, the InfiniBand subnet with its SM and SA
+//     emu/ib/subnet (emu/fabric's packet buffers), emu/fabric/capture
 //   - memory regions and the transport, which belong to no device model:
 //     emu/mr, emu/transport, emu/transport/rc, emu/transport/ud
 //   - the HCA core shared by the device models, which imports none: emu/hca
@@ -44,9 +47,12 @@ var allowedImports = map[string][]string{
 	"emu/pvrdma/abi":                 nil,
 	"emu/mlx5/ifc":                   nil,
 	"emu/roce":                       nil,
+	"emu/ib":                         {"emu/roce"},
+	"emu/ib/mad":                     nil,
+	"emu/ib/subnet":                  {"emu/fabric", "emu/ib", "emu/ib/mad", "emu/roce"},
 	"emu/ratelog":                    nil,
 	"emu/fabric":                     nil,
-	"emu/fabric/capture":             {"emu/fabric"},
+	"emu/fabric/capture":             {"emu/fabric", "emu/ib/subnet"},
 	"emu/fault":                      {"emu/fabric", "emu/hca", "emu/roce"},
 	"emu/hca":                        {"dma", "emu/fabric", "emu/mr", "emu/roce", "emu/transport", "emu/transport/rc", "emu/transport/ud"},
 	"emu/mr":                         {"dma"},
@@ -145,7 +151,8 @@ var deviceModels = []string{"emu/pvrdma", "emu/pvrdma/abi", "uverbs/pvrdma", "do
 // device model imports the core.
 func TestCoreImportsNoModel(t *testing.T) {
 	const mod = "github.com/hcaemu/hcaemu/"
-	for _, pkg := range []string{"emu/hca", "emu/fault", "emu/verbstest", "emu/transport", "emu/transport/rc", "emu/transport/ud", "emu/mr", "emu/fabric", "emu/roce"} {
+	for _, pkg := range []string{"emu/hca", "emu/fault", "emu/verbstest", "emu/transport", "emu/transport/rc", "emu/transport/ud", "emu/mr", "emu/fabric", "emu/roce",
+		"emu/ib", "emu/ib/mad", "emu/ib/subnet", "emu/fabric/capture"} {
 		out, err := exec.Command("go", "list", "-deps", mod+pkg).Output()
 		if err != nil {
 			t.Fatalf("go list -deps %s: %v", pkg, err)
