@@ -74,9 +74,9 @@ func refICRC(pkt []byte) uint32 {
 		for i := 0; i < 8; i++ {
 			c[i] = 0xff // the whole LRH
 		}
-		c[8] |= 0x0f                         // GRH traffic class (high nibble)
+		c[8] |= 0x0f                          // GRH traffic class (high nibble)
 		c[9], c[10], c[11] = 0xff, 0xff, 0xff // traffic class, flow label
-		c[15] = 0xff                         // hop limit
+		c[15] = 0xff                          // hop limit
 		bth += 40
 	} else {
 		c[0] |= 0xf0 // VL
@@ -115,7 +115,7 @@ func samplePackets() []PacketFields {
 	mad[0], mad[1], mad[2], mad[3] = 1, 3, 2, 1
 	return []PacketFields{
 		{LRH: LRHFields{SL: 0, DLID: 3, SLID: 2}, Transport: roce.PacketFields{
-			BTH: roce.BTHFields{Opcode: roce.RCSendOnly, PKey: 0xFFFF, DestQP: 0x12, AckReq: true, PSN: 0x123456},
+			BTH:     roce.BTHFields{Opcode: roce.RCSendOnly, PKey: 0xFFFF, DestQP: 0x12, AckReq: true, PSN: 0x123456},
 			Payload: payload(64)}},
 		{LRH: LRHFields{VL: 1, SL: 2, DLID: 2, SLID: 3}, Transport: roce.PacketFields{
 			BTH:  roce.BTHFields{Opcode: roce.RCAcknowledge, PKey: 0xFFFF, DestQP: 0x11, PSN: 0x123456},

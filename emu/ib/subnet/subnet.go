@@ -406,5 +406,8 @@ func (s *Subnet) PortByGID(gid ib.GID) (*Port, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	p := s.byGUID[gid.GUID()]
-	return p, p != nil && p != s.sa
+	if p == nil || p == s.sa {
+		return nil, false
+	}
+	return p, true
 }
