@@ -189,10 +189,10 @@ func TestPathRecord(t *testing.T) {
 	}
 	// What is not an SA request gets no answer.
 	before := s.SADropped.Load()
-	send(t, a, ud(a, subnet.SMLID, nil, 1, 0x1234, make([]byte, 256)))                             // wrong Q_Key
-	send(t, a, ud(a, subnet.SMLID, nil, 1, mad.GSIQKey, make([]byte, 255)))                        // not a MAD
-	send(t, a, ud(a, subnet.SMLID, nil, 2, mad.GSIQKey, pathReq(b.GID(), a.GID(), ipoib)))         // not QP1
-	send(t, a, ud(a, subnet.SMLID, nil, 1, mad.GSIQKey, saReq(mad.MethodGetResp, 0x35, 0, nil)))   // a response
+	send(t, a, ud(a, subnet.SMLID, nil, 1, 0x1234, make([]byte, 256)))                           // wrong Q_Key
+	send(t, a, ud(a, subnet.SMLID, nil, 1, mad.GSIQKey, make([]byte, 255)))                      // not a MAD
+	send(t, a, ud(a, subnet.SMLID, nil, 2, mad.GSIQKey, pathReq(b.GID(), a.GID(), ipoib)))       // not QP1
+	send(t, a, ud(a, subnet.SMLID, nil, 1, mad.GSIQKey, saReq(mad.MethodGetResp, 0x35, 0, nil))) // a response
 	send(t, a, ud(a, subnet.SMLID, nil, 1, mad.GSIQKey, func() []byte { b := saReq(1, 0x35, 0, nil); b[1] = mad.ClassCM; return b }()))
 	if got := s.SADropped.Load() - before; got != 5 || len(a.take()) != 0 {
 		t.Fatalf("SA dropped %d, want 5", got)
