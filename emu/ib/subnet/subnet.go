@@ -129,7 +129,8 @@ type Subnet struct {
 	// packet again); not drops.
 	Paused atomic.Uint64
 	// Dropped counts packets lost on the way: a multicast copy a full
-	// receiver refused, an SA answer its requester refused.
+	// receiver refused, a multicast packet for a group with no receiving
+	// member, an SA answer its requester refused.
 	Dropped atomic.Uint64
 	// Malformed counts packets that entered no further than their port:
 	// a bad LRH or GRH (ib.ParseLink), or too long for the fabric.
@@ -359,6 +360,8 @@ func (s *Subnet) multicast(mlid uint16, pkt []byte) bool {
 	if g == nil || len(outs) == 0 {
 		if g == nil {
 			s.Unroutable.Add(1)
+		} else {
+			s.Dropped.Add(1) // a group with no receiving member
 		}
 		fabric.Release(pkt)
 		return true
