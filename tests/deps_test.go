@@ -19,8 +19,9 @@ import (
 //     emu/mlx5/ifc, emu/roce, emu/ratelog; native InfiniBand's wire formats
 //     and management datagrams: emu/ib (on emu/roce, which it shares BTH
 //     onward with), emu/ib/mad
-//   - the network: emu/fabric, the InfiniBand subnet with its SM and SA
-//     emu/ib/subnet (emu/fabric's packet buffers), emu/fabric/capture
+//   - the network: emu/fabric, emu/fabric/capture, the InfiniBand subnet
+//     with its SM and SA emu/ib/subnet (emu/fabric's packet buffers, a
+//     capture's link)
 //   - memory regions and the transport, which belong to no device model:
 //     emu/mr, emu/transport, emu/transport/rc, emu/transport/ud
 //   - the HCA core shared by the device models, which imports none: emu/hca
@@ -49,10 +50,10 @@ var allowedImports = map[string][]string{
 	"emu/roce":                       nil,
 	"emu/ib":                         {"emu/roce"},
 	"emu/ib/mad":                     nil,
-	"emu/ib/subnet":                  {"emu/fabric", "emu/ib", "emu/ib/mad", "emu/roce"},
+	"emu/ib/subnet":                  {"emu/fabric", "emu/fabric/capture", "emu/ib", "emu/ib/mad", "emu/roce"},
 	"emu/ratelog":                    nil,
 	"emu/fabric":                     nil,
-	"emu/fabric/capture":             {"emu/fabric", "emu/ib/subnet"},
+	"emu/fabric/capture":             {"emu/fabric"},
 	"emu/fault":                      {"emu/fabric", "emu/hca", "emu/roce"},
 	"emu/hca":                        {"dma", "emu/fabric", "emu/mr", "emu/roce", "emu/transport", "emu/transport/rc", "emu/transport/ud"},
 	"emu/mr":                         {"dma"},

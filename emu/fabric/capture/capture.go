@@ -1,13 +1,12 @@
 // Package capture records what crosses the fabric: a link decorator that
 // writes every frame to a pcap file (Ethernet link type: Wireshark and tshark
-// decode RoCEv2 with no options), the same for an InfiniBand subnet's
-// packets (ToIB, link type 252 exported-PDU "infiniband"), and the pcap
-// writer itself.
+// decode RoCEv2 with no options), the same for another network's links
+// (Wrap: emu/ib/subnet.Capture records an InfiniBand subnet in link type
+// 252, exported-PDU "infiniband"), and the pcap writer itself.
 package capture
 
 import (
 	"github.com/hcaemu/hcaemu/emu/fabric"
-	"github.com/hcaemu/hcaemu/emu/ib/subnet"
 )
 
 // To is a decorator that writes to w every frame the link it wraps takes:
@@ -45,22 +44,26 @@ func (l *link) Lost(from *fabric.Port, frame []byte) {
 	l.w.settle(l.w.stage(frame), true)
 }
 
-// ToIB is To for an InfiniBand subnet (package ib/subnet): a decorator
-// that writes to w every packet the link it wraps takes, the SA's answers
-// included. Make w with PcapOptions{Dissector: "infiniband"}, so that each
-// record is the native IB packet (LRH through VCRC) in link type 252,
-// which tshark decodes (shared/spec/mlx5.md §5.9).
-func ToIB(w *PcapWriter) subnet.Decorator {
-	return func(next subnet.Link) subnet.Link { return &ibLink{w: w, next: next} }
+// Sender is the link of any network whose ports are P: emu/fabric's
+// Link for the Ethernet segment (To), emu/ib/subnet's Link for an
+// InfiniBand subnet.
+type Sender[P any] interface {
+	Send(from P, pkt []byte) bool
 }
 
-// ibLink is ToIB's decorator around next.
-type ibLink struct {
+// Wrap is To for a network other than the Ethernet segment: a link that
+// writes to w every packet next takes, as To does, and passes it on.
+// emu/ib/subnet's Capture decorator is Wrap around its links, with w made
+// with PcapOptions{Dissector: "infiniband"}.
+func Wrap[P any](w *PcapWriter, next Sender[P]) Sender[P] { return &wrapped[P]{w: w, next: next} }
+
+// wrapped is Wrap's link around next.
+type wrapped[P any] struct {
 	w    *PcapWriter
-	next subnet.Link
+	next Sender[P]
 }
 
-func (l *ibLink) Send(from *subnet.Port, pkt []byte) bool {
+func (l *wrapped[P]) Send(from P, pkt []byte) bool {
 	rec := l.w.stage(pkt) // (the packet is next's once passed on)
 	ok := l.next.Send(from, pkt)
 	l.w.settle(rec, ok)

@@ -86,7 +86,7 @@ func TestCaptureTshark(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := subnet.New(subnet.Config{}, capture.ToIB(w))
+	s := subnet.New(subnet.Config{}, subnet.Capture(w))
 	a, b := attach(t, s, "a", guidA), attach(t, s, "b", guidB)
 	askSA(t, a, pathReq(b.GID(), a.GID(), mad.PRDGID|mad.PRSGID|mad.PRPKey))
 	askSA(t, b, mcReq(mad.MethodSet, ipoibBroadcastJoin, mad.MCMemberRecord{MGID: subnet.BroadcastMGID,

@@ -26,7 +26,7 @@
 //     dropped is counted.
 //   - Links and decorators as in emu/fabric: a port's packets pass through
 //     a chain of Decorators before the subnet forwards them, so a capture
-//     (emu/fabric/capture.ToIB, pcap link type 252) and a fault injector
+//     (Capture, pcap link type 252) and a fault injector
 //     sit there; the SA's answers pass through them too.
 //
 // Packet buffers are emu/fabric's (fabric.NewFrame, Release, Clone): a
@@ -42,6 +42,7 @@ import (
 	"sync/atomic"
 
 	"github.com/hcaemu/hcaemu/emu/fabric"
+	"github.com/hcaemu/hcaemu/emu/fabric/capture"
 	"github.com/hcaemu/hcaemu/emu/ib"
 	"github.com/hcaemu/hcaemu/emu/ib/mad"
 	"github.com/hcaemu/hcaemu/emu/roce"
@@ -413,4 +414,13 @@ func (s *Subnet) PortByGID(gid ib.GID) (*Port, bool) {
 		return nil, false
 	}
 	return p, true
+}
+
+// Capture is a decorator that records every packet its link takes (the
+// SA's answers included, not what a port's checks dropped) with w, which
+// must be made with capture.PcapOptions{Dissector: "infiniband"}: pcap
+// link type 252, which tshark decodes as LRH, GRH, BTH, DETH and MADs
+// (shared/spec/mlx5.md §5.9).
+func Capture(w *capture.PcapWriter) Decorator {
+	return func(next Link) Link { return capture.Wrap[*Port](w, next) }
 }
