@@ -93,7 +93,10 @@ var vcrcTable = func() (t [256]uint16) {
 // VCRC returns the variant CRC of a native IB packet (IBA 7.8.2): CRC-16
 // with polynomial 0x100B over every byte of pkt (LRH through ICRC) but its
 // last two, the VCRC field itself; register seeded with 0xFFFF, processed
-// LSB first like the ICRC, complemented, carried little-endian. It is
+// LSB first like the ICRC, complemented (the parameters Endace's DAG
+// capture library uses for the IB VCRC), carried little-endian like the
+// ICRC (no public packet was found to confirm the byte order; tshark shows
+// the field but does not check it). It is
 // recomputed on every link (VL may change), so it covers the variant
 // fields too. It returns 0, ErrTooShort for a packet shorter than an LRH
 // and a VCRC.
