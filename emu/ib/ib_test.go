@@ -305,3 +305,21 @@ func TestGoldenVectors(t *testing.T) {
 		}
 	}
 }
+
+// TestNoAllocs: Build, Parse and the CRCs allocate nothing (the data path
+// builds into the fabric's buffers).
+func TestNoAllocs(t *testing.T) {
+	s := samplePackets()
+	out := make([]byte, 8192)
+	pkt, _ := Build(make([]byte, 8192), &s[2])
+	if n := testing.AllocsPerRun(100, func() {
+		if _, err := Build(out, &s[2]); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Parse(pkt); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Errorf("%v allocations per Build+Parse", n)
+	}
+}

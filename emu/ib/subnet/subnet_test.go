@@ -341,3 +341,15 @@ func TestUDLoopbackOpcodes(t *testing.T) {
 		t.Fatalf("RC packet: %v", err)
 	}
 }
+
+// TestSAAnswerRefused: an answer the requester's full queue refuses is a
+// datagram lost, counted.
+func TestSAAnswerRefused(t *testing.T) {
+	s := subnet.New(subnet.Config{})
+	a := attach(t, s, "a", guidA)
+	a.full = true
+	send(t, a, ud(a, subnet.SMLID, nil, 1, mad.GSIQKey, saReq(mad.MethodGet, mad.AttrClassPortInfo, 0, nil)))
+	if s.SARequests.Load() != 1 || s.Dropped.Load() != 1 || s.Paused.Load() != 1 {
+		t.Fatalf("answered %d dropped %d paused %d", s.SARequests.Load(), s.Dropped.Load(), s.Paused.Load())
+	}
+}
