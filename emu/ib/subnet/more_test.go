@@ -91,6 +91,7 @@ func TestCaptureTshark(t *testing.T) {
 	askSA(t, a, pathReq(b.GID(), a.GID(), mad.PRDGID|mad.PRSGID|mad.PRPKey))
 	askSA(t, b, mcReq(mad.MethodSet, ipoibBroadcastJoin, mad.MCMemberRecord{MGID: subnet.BroadcastMGID,
 		PortGID: b.GID(), PKey: 0xFFFF, JoinState: mad.JoinFullMember}))
+	askSA(t, a, saReq(mad.MethodGet, mad.AttrClassPortInfo, 0, nil))
 	send(t, a, ib.PacketFields{LRH: ib.LRHFields{DLID: b.LID(), SLID: a.LID()}, Transport: roce.PacketFields{
 		BTH: roce.BTHFields{Opcode: roce.RCSendOnly, PKey: 0xFFFF, DestQP: 0x12, PSN: 7}, Payload: []byte("hi")}})
 	spoof := ud(a, b.LID(), nil, 0x99, 1, nil)
@@ -105,16 +106,19 @@ func TestCaptureTshark(t *testing.T) {
 		"-e", "infiniband.lrh.slid", "-e", "infiniband.lrh.dlid", "-e", "infiniband.bth.opcode",
 		"-e", "infiniband.bth.destqp", "-e", "infiniband.deth.srcqp", "-e", "infiniband.mad.method",
 		"-e", "infiniband.mad.attributeid", "-e", "infiniband.pathrecord.dlid", "-e", "infiniband.pathrecord.slid",
-		"-e", "infiniband.mcmemberrecord.mlid", "-e", "infiniband.mcmemberrecord.q_key").Output()
+		"-e", "infiniband.mcmemberrecord.mlid", "-e", "infiniband.mcmemberrecord.q_key",
+		"-e", "infiniband.classportinfo.classversion", "-e", "infiniband.classportinfo.resptimevalue").Output()
 	if err != nil {
 		t.Fatalf("tshark: %v", err)
 	}
 	want := []string{
-		"2,1,100,0x000001,0x00000048,0x01,0x0035,0x0000,0x0000,,",     // PathRecord Get: by GIDs, no LIDs
-		"1,2,100,0x000048,0x00000001,0x81,0x0035,0x0003,0x0002,,",     // GetResp: b's LID and a's
-		"3,1,100,0x000001,0x00000048,0x02,0x0038,,,0x0000,0x00000000", // MCMemberRecord Set (join)
-		"1,3,100,0x000048,0x00000001,0x81,0x0038,,,0xc000,0x00000b1b", // the broadcast group
-		"2,3,4,0x000012,,,,,,,",
+		"2,1,100,0x000001,0x00000048,0x01,0x0035,0x0000,0x0000,,,,",     // PathRecord Get: by GIDs, no LIDs
+		"1,2,100,0x000048,0x00000001,0x81,0x0035,0x0003,0x0002,,,,",     // GetResp: b's LID and a's
+		"3,1,100,0x000001,0x00000048,0x02,0x0038,,,0x0000,0x00000000,,", // MCMemberRecord Set (join)
+		"1,3,100,0x000048,0x00000001,0x81,0x0038,,,0xc000,0x00000b1b,,", // the broadcast group
+		"2,1,100,0x000001,0x00000048,0x01,0x0001,,,,,0x00,0x00",         // ClassPortInfo Get
+		"1,2,100,0x000048,0x00000001,0x81,0x0001,,,,,0x02,0x12",         // SA class version 2, RespTime 18
+		"2,3,4,0x000012,,,,,,,,,",
 	}
 	got := strings.Split(strings.TrimSpace(string(out)), "\n")
 	if len(got) != len(want) {
