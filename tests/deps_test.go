@@ -51,6 +51,7 @@ var allowedImports = map[string][]string{
 	"emu/ib":                         {"emu/roce"},
 	"emu/ib/mad":                     nil,
 	"emu/ib/subnet":                  {"emu/fabric", "emu/fabric/capture", "emu/ib", "emu/ib/mad", "emu/roce"},
+	"emu/ib/ibtest":                  {"emu/fabric/capture"},
 	"emu/ratelog":                    nil,
 	"emu/fabric":                     nil,
 	"emu/fabric/capture":             {"emu/fabric"},

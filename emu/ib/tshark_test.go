@@ -1,18 +1,13 @@
 package ib_test
 
 import (
-	"bytes"
 	"encoding/hex"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/hcaemu/hcaemu/emu/fabric/capture"
 	"github.com/hcaemu/hcaemu/emu/ib"
+	"github.com/hcaemu/hcaemu/emu/ib/ibtest"
 )
 
 // TestTshark writes the sample packets (local and global, RC and UD, a MAD
@@ -21,23 +16,14 @@ import (
 // decodes each as LRH (and GRH) and BTH with the fields Build wrote, and
 // shows the ICRC and VCRC it carries.
 func TestTshark(t *testing.T) {
-	if _, err := exec.LookPath("tshark"); err != nil {
-		t.Skip("tshark not found in PATH; install it (Debian: apt-get install -y tshark) to run this test")
-	}
-	var buf bytes.Buffer
-	w, err := capture.NewPcapWriter(&buf, capture.PcapOptions{Dissector: "infiniband"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	var pkts [][]byte
 	var want []string
-	for i, f := range ib.SamplePackets() {
+	for _, f := range ib.SamplePackets() {
 		pkt, err := ib.Build(make([]byte, 8192), &f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := w.WritePacket(time.Unix(int64(i), 0), pkt); err != nil {
-			t.Fatal(err)
-		}
+		pkts = append(pkts, pkt)
 		n := len(pkt)
 		line := []string{fmt.Sprintf("0x%02x", f.LRH.VL), fmt.Sprint(f.LRH.SL), fmt.Sprint(f.LRH.DLID), fmt.Sprint(f.LRH.SLID),
 			fmt.Sprint((n - 2) / 4), fmt.Sprint(int(f.Transport.BTH.Opcode)),
@@ -50,28 +36,11 @@ func TestTshark(t *testing.T) {
 		}
 		want = append(want, strings.Join(line, ","))
 	}
-	p := filepath.Join(t.TempDir(), "ib.pcap")
-	if err := os.WriteFile(p, buf.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command("tshark", "-r", p, "-T", "fields", "-E", "separator=,",
-		"-e", "infiniband.lrh.vl", "-e", "infiniband.lrh.sl", "-e", "infiniband.lrh.dlid", "-e", "infiniband.lrh.slid",
-		"-e", "infiniband.lrh.pktlen", "-e", "infiniband.bth.opcode", "-e", "infiniband.bth.destqp",
-		"-e", "infiniband.bth.psn", "-e", "infiniband.bth.p_key", "-e", "infiniband.grh.dgid",
-		"-e", "infiniband.grh.paylen", "-e", "infiniband.deth.q_key",
-		"-e", "infiniband.invariant.crc", "-e", "infiniband.variant.crc").Output()
-	if err != nil {
-		t.Fatalf("tshark: %v", err)
-	}
-	got := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if len(got) != len(want) {
-		t.Fatalf("tshark shows %d packets, want %d:\n%s", len(got), len(want), out)
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Errorf("packet %d:\n got %s\nwant %s", i, got[i], want[i])
-		}
-	}
+	got := ibtest.Tshark(t, pkts, ",", "infiniband.lrh.vl", "infiniband.lrh.sl", "infiniband.lrh.dlid",
+		"infiniband.lrh.slid", "infiniband.lrh.pktlen", "infiniband.bth.opcode", "infiniband.bth.destqp",
+		"infiniband.bth.psn", "infiniband.bth.p_key", "infiniband.grh.dgid", "infiniband.grh.paylen",
+		"infiniband.deth.q_key", "infiniband.invariant.crc", "infiniband.variant.crc")
+	ibtest.Compare(t, got, want)
 }
 
 // gidString is a GID as tshark prints it (IPv6 notation).

@@ -1,16 +1,10 @@
 package mad_test
 
 import (
-	"bytes"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
-	"time"
 
-	"github.com/hcaemu/hcaemu/emu/fabric/capture"
 	"github.com/hcaemu/hcaemu/emu/ib"
+	"github.com/hcaemu/hcaemu/emu/ib/ibtest"
 	"github.com/hcaemu/hcaemu/emu/ib/mad"
 	"github.com/hcaemu/hcaemu/emu/roce"
 )
@@ -20,17 +14,10 @@ import (
 // capture, decode in tshark's InfiniBand dissector, a second reading of
 // the attribute layouts, with the values the port state holds.
 func TestTsharkSMA(t *testing.T) {
-	if _, err := exec.LookPath("tshark"); err != nil {
-		t.Skip("tshark not found in PATH")
-	}
 	st := mad.NewPortState(0x0002c90300001000, 0x0002c90300001001, "hcaemu mlx5_0")
 	st.VendorID, st.DeviceID = 0x0002c9, 0x1013
 	st.LID, st.MasterSMLID = 2, 1
-	var buf bytes.Buffer
-	w, err := capture.NewPcapWriter(&buf, capture.PcapOptions{Dissector: "infiniband"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	var pkts [][]byte
 	for i, attr := range []uint16{mad.AttrNodeInfo, mad.AttrPortInfo, mad.AttrNodeDescription} {
 		req := make([]byte, mad.Size)
 		s := mad.SMP{Header: mad.Header{BaseVersion: 1, MgmtClass: mad.ClassSubnLID, ClassVersion: 1,
@@ -47,11 +34,7 @@ func TestTsharkSMA(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_ = w.WritePacket(time.Unix(int64(i), 0), pkt)
-	}
-	p := filepath.Join(t.TempDir(), "sma.pcap")
-	if err := os.WriteFile(p, buf.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
+		pkts = append(pkts, pkt)
 	}
 	fields := []string{"infiniband.mad.method", "infiniband.nodeinfo.nodetype", "infiniband.nodeinfo.nodeguid",
 		"infiniband.nodeinfo.portguid", "infiniband.nodeinfo.partitioncap", "infiniband.nodeinfo.deviceid",
@@ -59,26 +42,11 @@ func TestTsharkSMA(t *testing.T) {
 		"infiniband.portinfo.lid", "infiniband.portinfo.mastersmlid", "infiniband.portinfo.linkwidthactive",
 		"infiniband.portinfo.portstate", "infiniband.portinfo.neighbormtu", "infiniband.portinfo.mtucap",
 		"infiniband.portinfo.guidcap", "infiniband.portinfo.subnettimeout", "infiniband.nodedescription.nodestring"}
-	args := []string{"-r", p, "-T", "fields", "-E", "separator=;"}
-	for _, f := range fields {
-		args = append(args, "-e", f)
-	}
-	out, err := exec.Command("tshark", args...).Output()
-	if err != nil {
-		t.Fatalf("tshark: %v", err)
-	}
+	got := ibtest.Tshark(t, pkts, ";", fields...)
 	want := []string{
 		"0x81;0x01;0x0002c90300001000;0x0002c90300001001;0x0080;0x1013;0x01;0x0002c9;;;;;;;;;",
 		"0x81;;;;;;;;0x0002;0x0001;0x02;0x04;0x05;0x05;0x01;0x12;",
 		"0x81;;;;;;;;;;;;;;;;hcaemu mlx5_0",
 	}
-	got := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if len(got) != len(want) {
-		t.Fatalf("tshark:\n%s", out)
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Errorf("SMP %d:\n got %s\nwant %s\n(%s)", i, got[i], want[i], strings.Join(fields, ";"))
-		}
-	}
+	ibtest.Compare(t, got, want)
 }

@@ -3,15 +3,12 @@ package subnet_test
 import (
 	"bytes"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 
 	"github.com/hcaemu/hcaemu/emu/fabric/capture"
 	"github.com/hcaemu/hcaemu/emu/ib"
+	"github.com/hcaemu/hcaemu/emu/ib/ibtest"
 	"github.com/hcaemu/hcaemu/emu/ib/mad"
 	"github.com/hcaemu/hcaemu/emu/ib/subnet"
 	"github.com/hcaemu/hcaemu/emu/roce"
@@ -78,9 +75,6 @@ func TestConcurrent(t *testing.T) {
 // packets and the SA's answers in link type 252, and tshark decodes them:
 // LRH, BTH, DETH, the SA MAD and its PathRecord and MCMemberRecord.
 func TestCaptureTshark(t *testing.T) {
-	if _, err := exec.LookPath("tshark"); err != nil {
-		t.Skip("tshark not found in PATH")
-	}
 	var buf bytes.Buffer
 	w, err := capture.NewPcapWriter(&buf, capture.PcapOptions{Dissector: "infiniband"})
 	if err != nil {
@@ -98,19 +92,12 @@ func TestCaptureTshark(t *testing.T) {
 	spoof.LRH.SLID = b.LID()
 	send(t, a, spoof) // dropped at the port: never captured
 	_ = w.Close()
-	p := filepath.Join(t.TempDir(), "subnet.pcap")
-	if err := os.WriteFile(p, buf.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command("tshark", "-r", p, "-T", "fields", "-E", "separator=,", "-E", "occurrence=f",
-		"-e", "infiniband.lrh.slid", "-e", "infiniband.lrh.dlid", "-e", "infiniband.bth.opcode",
-		"-e", "infiniband.bth.destqp", "-e", "infiniband.deth.srcqp", "-e", "infiniband.mad.method",
-		"-e", "infiniband.mad.attributeid", "-e", "infiniband.pathrecord.dlid", "-e", "infiniband.pathrecord.slid",
-		"-e", "infiniband.mcmemberrecord.mlid", "-e", "infiniband.mcmemberrecord.q_key",
-		"-e", "infiniband.classportinfo.classversion", "-e", "infiniband.classportinfo.resptimevalue").Output()
-	if err != nil {
-		t.Fatalf("tshark: %v", err)
-	}
+	got := ibtest.TsharkPcap(t, buf.Bytes(), ",",
+		"infiniband.lrh.slid", "infiniband.lrh.dlid", "infiniband.bth.opcode",
+		"infiniband.bth.destqp", "infiniband.deth.srcqp", "infiniband.mad.method",
+		"infiniband.mad.attributeid", "infiniband.pathrecord.dlid", "infiniband.pathrecord.slid",
+		"infiniband.mcmemberrecord.mlid", "infiniband.mcmemberrecord.q_key",
+		"infiniband.classportinfo.classversion", "infiniband.classportinfo.resptimevalue")
 	want := []string{
 		"2,1,100,0x000001,0x00000048,0x01,0x0035,0x0000,0x0000,,,,",     // PathRecord Get: by GIDs, no LIDs
 		"1,2,100,0x000048,0x00000001,0x81,0x0035,0x0003,0x0002,,,,",     // GetResp: b's LID and a's
@@ -120,13 +107,5 @@ func TestCaptureTshark(t *testing.T) {
 		"1,2,100,0x000048,0x00000001,0x81,0x0001,,,,,0x02,0x12",         // SA class version 2, RespTime 18
 		"2,3,4,0x000012,,,,,,,,,",
 	}
-	got := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if len(got) != len(want) {
-		t.Fatalf("tshark shows %d packets, want %d:\n%s", len(got), len(want), out)
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Errorf("packet %d:\n got %s\nwant %s", i, got[i], want[i])
-		}
-	}
+	ibtest.Compare(t, got, want)
 }
