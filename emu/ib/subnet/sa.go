@@ -277,6 +277,13 @@ func (s *Subnet) join(req *request, resp *mad.SAMAD) uint16 {
 		return mad.SAStatusReqInvalid
 	}
 	g := s.groups[q.MGID] // nil for the zero MGID
+	member := false
+	if g != nil {
+		_, member = g.members[req.from]
+	}
+	if !member && req.from.groups >= s.cfg.MaxPortGroups {
+		return mad.SAStatusNoResources
+	}
 	if g != nil {
 		r := &g.rec
 		if (mask&mad.MCQKey != 0 && q.QKey != r.QKey) || (mask&mad.MCPKey != 0 && q.PKey != r.PKey) ||
@@ -290,6 +297,9 @@ func (s *Subnet) join(req *request, resp *mad.SAMAD) uint16 {
 		if g, status = s.create(&q, mask); g == nil {
 			return status
 		}
+	}
+	if !member {
+		req.from.groups++
 	}
 	g.members[req.from] |= q.JoinState
 	rec := g.rec
@@ -375,6 +385,7 @@ func (s *Subnet) leave(req *request, resp *mad.SAMAD) uint16 {
 	rec.PortGID, rec.JoinState = q.PortGID, js&q.JoinState
 	if js &^= q.JoinState; js == 0 {
 		delete(g.members, req.from)
+		req.from.groups--
 		s.dropIfEmpty(g)
 	} else {
 		g.members[req.from] = js

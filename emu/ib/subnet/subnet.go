@@ -82,6 +82,9 @@ const (
 	FirstPortLID = 2
 	// DefaultMaxGroups bounds the multicast groups made on demand.
 	DefaultMaxGroups = 1024
+	// DefaultMaxGroupsPerPort bounds the groups one port is a member of,
+	// so that one port cannot take every group the subnet may have.
+	DefaultMaxGroupsPerPort = 128
 	// DefaultPacketLifeTime is the packet lifetime of paths and groups
 	// (4.096 µs × 2^18 ≈ 1 s, opensm's default subnet timeout).
 	DefaultPacketLifeTime = 18
@@ -107,6 +110,7 @@ type Config struct {
 	Rate           uint8  // path rate (mad.Rate*); 0: 40 Gb/s (4X QDR)
 	PacketLifeTime uint8  // 0: DefaultPacketLifeTime
 	MaxGroups      int    // groups made on demand; 0: DefaultMaxGroups
+	MaxPortGroups  int    // groups one port may be a member of; 0: DefaultMaxGroupsPerPort
 }
 
 // Subnet is an InfiniBand subnet with its embedded SM and SA.
@@ -159,6 +163,8 @@ type Port struct {
 	lid  uint16
 	rx   Receiver
 	gone atomic.Bool
+
+	groups int // groups the port is a member of (guarded by the subnet's mu)
 }
 
 // New returns a subnet whose ports' packets pass through the decorators
@@ -181,6 +187,9 @@ func New(cfg Config, decorators ...Decorator) *Subnet {
 	}
 	if cfg.MaxGroups <= 0 {
 		cfg.MaxGroups = DefaultMaxGroups
+	}
+	if cfg.MaxPortGroups <= 0 {
+		cfg.MaxPortGroups = DefaultMaxGroupsPerPort
 	}
 	s := &Subnet{cfg: cfg, byLID: map[uint16]*Port{}, byGUID: map[uint64]*Port{},
 		groups: map[ib.GID]*group{}, byMLID: map[uint16]*group{}}
@@ -272,6 +281,7 @@ func (p *Port) Detach() {
 	for _, g := range s.groups {
 		if _, ok := g.members[p]; ok {
 			delete(g.members, p)
+			p.groups--
 			s.dropIfEmpty(g)
 		}
 	}

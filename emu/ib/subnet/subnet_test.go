@@ -353,3 +353,31 @@ func TestSAAnswerRefused(t *testing.T) {
 		t.Fatalf("answered %d dropped %d paused %d", s.SARequests.Load(), s.Dropped.Load(), s.Paused.Load())
 	}
 }
+
+// TestPortGroupLimit: one port is a member of a bounded number of groups;
+// leaving one makes room again.
+func TestPortGroupLimit(t *testing.T) {
+	s := subnet.New(subnet.Config{MaxPortGroups: 2})
+	a, b := attach(t, s, "a", guidA), attach(t, s, "b", guidB)
+	join := func(h *host, i byte) uint16 {
+		r := mad.MCMemberRecord{MGID: ib.GID{0xff, 0x12, 15: i}, PortGID: h.GID(), QKey: 1, PKey: 0xFFFF,
+			JoinState: mad.JoinFullMember}
+		return askSA(t, h, mcReq(mad.MethodSet, createJoin, r)).Status
+	}
+	if join(a, 1) != 0 || join(a, 2) != 0 || join(a, 1) != 0 {
+		t.Fatal("a's first two groups (and a second join of one)")
+	}
+	if st := join(a, 3); st != mad.SAStatusNoResources {
+		t.Fatalf("a's third group: %#x", st)
+	}
+	if join(b, 3) != 0 {
+		t.Fatal("b is not bounded by a's groups")
+	}
+	r := mad.MCMemberRecord{MGID: ib.GID{0xff, 0x12, 15: 1}, PortGID: a.GID(), JoinState: mad.JoinFullMember}
+	if m := askSA(t, a, mcReq(mad.MethodDelete, mad.MCMGID|mad.MCPortGID|mad.MCJoinState, r)); m.Status != 0 {
+		t.Fatalf("leave: %#x", m.Status)
+	}
+	if st := join(a, 3); st != 0 {
+		t.Fatalf("after a leave: %#x", st)
+	}
+}
