@@ -21,8 +21,9 @@
 //     demand by a join that carries the create components.
 //   - Isolation: ports are untrusted. A packet enters the subnet only
 //     with its port's LID as SLID and, with a GRH, the port's GID as
-//     SGID; never to QP0 (only the SM sends SMPs, and it sends none); a
-//     join or leave speaks only for the requester's own port GID. What is
+//     SGID; never to QP0 nor on VL15 (only the SM sends SMPs, and it sends
+//     none); a join or leave speaks only for the requester's own port GID,
+//     and a port is a member of a bounded number of groups. What is
 //     dropped is counted.
 //   - Links and decorators as in emu/fabric: a port's packets pass through
 //     a chain of Decorators before the subnet forwards them, so a capture
@@ -143,8 +144,8 @@ type Subnet struct {
 	// Spoofed counts packets dropped at their port for their source: an
 	// SLID not the port's LID, a GRH SGID not the port's GID.
 	Spoofed atomic.Uint64
-	// Refused counts packets dropped at their port for their destination
-	// QP: QP0 (SMPs).
+	// Refused counts packets dropped at their port for what they are:
+	// SMPs (to QP0, or on VL15, the SM's lane).
 	Refused atomic.Uint64
 	// Unroutable counts packets for a LID no port has, or a multicast LID
 	// of no group.
@@ -317,7 +318,7 @@ func (p *Port) admit(pkt []byte) bool {
 		return false
 	}
 	bth := roce.BTH(pkt[ib.HeaderLen(grh != nil):])
-	if bth.DestQP() == 0 {
+	if bth.DestQP() == 0 || lrh.VL() == 15 {
 		s.Refused.Add(1)
 		return false
 	}

@@ -107,8 +107,11 @@ func TestIsolation(t *testing.T) {
 	}
 	smp := ud(a, b.LID(), nil, 0, 0, make([]byte, 256))
 	send(t, a, smp)
-	if s.Refused.Load() != 1 {
-		t.Fatalf("QP0: refused %d", s.Refused.Load())
+	vl15 := ud(a, b.LID(), nil, 0x99, 0x1234, nil)
+	vl15.LRH.VL = 15
+	send(t, a, vl15)
+	if s.Refused.Load() != 2 {
+		t.Fatalf("QP0 and VL15: refused %d", s.Refused.Load())
 	}
 	for _, junk := range [][]byte{nil, make([]byte, 7), make([]byte, 30)} {
 		a.Send(append(junk[:0:0], junk...))
