@@ -110,6 +110,33 @@ const (
 	Rate120Gbps = 10
 )
 
+// RateMbps returns the speed of rate enum r in Mb/s, 0 for a value that is
+// not one of the rates above (IBA 1.2's 2–10; the enumeration is not in
+// the order of the speeds).
+func RateMbps(r uint8) int {
+	switch r {
+	case Rate2_5Gbps:
+		return 2500
+	case Rate10Gbps:
+		return 10000
+	case Rate30Gbps:
+		return 30000
+	case Rate5Gbps:
+		return 5000
+	case Rate20Gbps:
+		return 20000
+	case Rate40Gbps:
+		return 40000
+	case Rate60Gbps:
+		return 60000
+	case Rate80Gbps:
+		return 80000
+	case Rate120Gbps:
+		return 120000
+	}
+	return 0
+}
+
 // PathRecord component mask bits (IBA 15.2.5.16; ib_sa.h IB_SA_PATH_REC_*).
 const (
 	PRServiceID      = 3 << 0

@@ -168,18 +168,24 @@ func (s *Subnet) portByGIDOrLID(mask, gidBit, lidBit uint64, gid ib.GID, lid uin
 }
 
 // selected reports whether value v satisfies a record's selector sel
-// against want (IBA 15.2.5.16).
-func selected(sel, want, v uint8) bool {
+// against want (IBA 15.2.5.16), comparing what ord says the values are
+// (bytes of an MTU, Mb/s of a rate: 0 for no such value).
+func selected(sel, want, v uint8, ord func(uint8) int) bool {
+	w, x := ord(want), ord(v)
 	switch sel {
 	case mad.SelGreater:
-		return v > want
+		return x > w
 	case mad.SelLess:
-		return v < want
+		return x < w
 	case mad.SelExactly:
-		return v == want
+		return w != 0 && w == x
 	}
 	return true // largest available
 }
+
+// mtuOrd and rateOrd order MTUs and rates for selected and pick.
+func mtuOrd(m uint8) int  { return mad.MTUBytes(m) }
+func rateOrd(r uint8) int { return mad.RateMbps(r) }
 
 // pathRecord answers PathRecord Get: the one path between two ports of
 // the subnet, from the GID → LID table.
@@ -200,10 +206,10 @@ func (s *Subnet) pathRecord(req *request, resp *mad.SAMAD) uint16 {
 	c := &s.cfg
 	if (mask&mad.PRPKey != 0 && q.PKey&0x7FFF != 0x7FFF) || (mask&mad.PRSL != 0 && q.SL != 0) ||
 		(mask&mad.PRRawTraffic != 0 && q.RawTraffic) ||
-		(mask&mad.PRMTUSelector != 0 && mask&mad.PRMTU != 0 && !selected(q.MTUSelector, q.MTU, c.MTU)) ||
-		(mask&mad.PRRateSelector != 0 && mask&mad.PRRate != 0 && !selected(q.RateSelector, q.Rate, c.Rate)) ||
+		(mask&mad.PRMTUSelector != 0 && mask&mad.PRMTU != 0 && !selected(q.MTUSelector, q.MTU, c.MTU, mtuOrd)) ||
+		(mask&mad.PRRateSelector != 0 && mask&mad.PRRate != 0 && !selected(q.RateSelector, q.Rate, c.Rate, rateOrd)) ||
 		(mask&mad.PRPacketLifeSel != 0 && mask&mad.PRPacketLifeTime != 0 &&
-			!selected(q.PacketLifeSel, q.PacketLifeTime, c.PacketLifeTime)) {
+			!selected(q.PacketLifeSel, q.PacketLifeTime, c.PacketLifeTime, plOrd)) {
 		return mad.SAStatusNoRecords
 	}
 	r := mad.PathRecord{DGID: dst.GID(), SGID: src.GID(), DLID: dst.lid, SLID: src.lid,
@@ -227,30 +233,23 @@ func (s *Subnet) pathRecord(req *request, resp *mad.SAMAD) uint16 {
 // (IBA 15.2.5.17.2).
 const createComponents = mad.MCQKey | mad.MCPKey | mad.MCSL | mad.MCFlowLabel | mad.MCTClass
 
-// pick chooses a value for a new group's MTU or rate: the subnet's (have)
-// unless the join's selector asks for less; 0 when nothing satisfies it.
-func pick(given bool, sel, want, have uint8) uint8 {
-	if !given {
+// plOrd orders packet lifetimes (every 6-bit value is one, 0 included).
+func plOrd(v uint8) int { return int(v) + 1 }
+
+// pick chooses a value for a new group's MTU or rate among the values 1 to
+// 63 that ord knows, at most the subnet's (have): the subnet's unless the
+// join's selector asks for less; 0 when nothing satisfies it.
+func pick(given bool, sel, want, have uint8, ord func(uint8) int) uint8 {
+	if !given || sel == mad.SelLargest {
 		return have
 	}
-	switch sel {
-	case mad.SelExactly:
-		if want >= 1 && want <= have {
-			return want
+	best := uint8(0)
+	for v := uint8(1); v < 64; v++ {
+		if x := ord(v); x != 0 && x <= ord(have) && selected(sel, want, v, ord) && (best == 0 || x > ord(best)) {
+			best = v
 		}
-		return 0
-	case mad.SelLess:
-		if want > 1 {
-			return min(want-1, have)
-		}
-		return 0
-	case mad.SelGreater:
-		if have > want {
-			return have
-		}
-		return 0
 	}
-	return have
+	return best
 }
 
 // join answers MCMemberRecord Set: the requesting port joins a group,
@@ -287,8 +286,8 @@ func (s *Subnet) join(req *request, resp *mad.SAMAD) uint16 {
 	if g != nil {
 		r := &g.rec
 		if (mask&mad.MCQKey != 0 && q.QKey != r.QKey) || (mask&mad.MCPKey != 0 && q.PKey != r.PKey) ||
-			(mask&mad.MCMTUSelector != 0 && mask&mad.MCMTU != 0 && !selected(q.MTUSelector, q.MTU, r.MTU)) ||
-			(mask&mad.MCRateSelector != 0 && mask&mad.MCRate != 0 && !selected(q.RateSelector, q.Rate, r.Rate)) ||
+			(mask&mad.MCMTUSelector != 0 && mask&mad.MCMTU != 0 && !selected(q.MTUSelector, q.MTU, r.MTU, mtuOrd)) ||
+			(mask&mad.MCRateSelector != 0 && mask&mad.MCRate != 0 && !selected(q.RateSelector, q.Rate, r.Rate, rateOrd)) ||
 			(mask&mad.MCSL != 0 && q.SL != r.SL) {
 			return mad.SAStatusReqInvalid
 		}
@@ -319,8 +318,8 @@ func (s *Subnet) create(q *mad.MCMemberRecord, mask uint64) (*group, uint16) {
 		return nil, mad.SAStatusReqInvalid // the subnet has the default partition only
 	}
 	c := &s.cfg
-	mtu := pick(mask&mad.MCMTUSelector != 0 && mask&mad.MCMTU != 0, q.MTUSelector, q.MTU, c.MTU)
-	rate := pick(mask&mad.MCRateSelector != 0 && mask&mad.MCRate != 0, q.RateSelector, q.Rate, c.Rate)
+	mtu := pick(mask&mad.MCMTUSelector != 0 && mask&mad.MCMTU != 0, q.MTUSelector, q.MTU, c.MTU, mtuOrd)
+	rate := pick(mask&mad.MCRateSelector != 0 && mask&mad.MCRate != 0, q.RateSelector, q.Rate, c.Rate, rateOrd)
 	if mtu == 0 || rate == 0 {
 		return nil, mad.SAStatusReqInvalid
 	}

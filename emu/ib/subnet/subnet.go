@@ -108,7 +108,7 @@ type Config struct {
 	GIDPrefix      uint64 // 0: fe80::/64
 	SMGUID         uint64 // the SM's port GUID; 0: DefaultSMGUID
 	MTU            uint8  // path MTU (mad.MTU*); 0: 4096
-	Rate           uint8  // path rate (mad.Rate*); 0: 40 Gb/s (4X QDR)
+	Rate           uint8  // path rate (mad.Rate*, 2–10); 0 or another: 40 Gb/s (4X QDR)
 	PacketLifeTime uint8  // 0: DefaultPacketLifeTime
 	MaxGroups      int    // groups made on demand; 0: DefaultMaxGroups
 	MaxPortGroups  int    // groups one port may be a member of; 0: DefaultMaxGroupsPerPort
@@ -180,7 +180,7 @@ func New(cfg Config, decorators ...Decorator) *Subnet {
 	if mad.MTUBytes(cfg.MTU) == 0 {
 		cfg.MTU = mad.MTU4096
 	}
-	if cfg.Rate == 0 || cfg.Rate > 63 {
+	if mad.RateMbps(cfg.Rate) == 0 {
 		cfg.Rate = mad.Rate40Gbps
 	}
 	if cfg.PacketLifeTime == 0 || cfg.PacketLifeTime > 63 {
