@@ -16,8 +16,12 @@ import (
 //
 // The layers, bottom up:
 //   - plain formats and memory: dma, dma/pvrdma, dma/mlx5, mmio, doorbell/pvrdma, doorbell/mlx5,
-//     uverbs/pvrdma, uverbs/mlx5, emu/pvrdma/abi, emu/mlx5/ifc, emu/roce, emu/ratelog
-//   - the network: emu/fabric, emu/fabric/capture
+//     uverbs/pvrdma, uverbs/mlx5, emu/pvrdma/abi, emu/mlx5/ifc, emu/roce, emu/ratelog;
+//     native InfiniBand's wire formats and management datagrams: emu/ib
+//     (on emu/roce, which it shares BTH onward with), emu/ib/mad
+//   - the network: emu/fabric, emu/fabric/capture, the InfiniBand subnet
+//     with its SM and SA emu/ib/subnet (emu/fabric's packet buffers, a
+//     capture's link)
 //   - memory regions and the transport, which belong to no device model:
 //     emu/mr, emu/transport, emu/transport/rc, emu/transport/ud
 //   - the HCA core shared by the device models, which imports none: emu/hca
@@ -47,6 +51,10 @@ var allowedImports = map[string][]string{
 	"emu/pvrdma/abi":                 nil,
 	"emu/mlx5/ifc":                   nil,
 	"emu/roce":                       nil,
+	"emu/ib":                         {"emu/roce"},
+	"emu/ib/mad":                     nil,
+	"emu/ib/subnet":                  {"emu/fabric", "emu/fabric/capture", "emu/ib", "emu/ib/mad", "emu/roce"},
+	"emu/ib/ibtest":                  {"emu/fabric/capture"},
 	"emu/ratelog":                    nil,
 	"emu/fabric":                     nil,
 	"emu/fabric/capture":             {"emu/fabric"},
@@ -148,7 +156,8 @@ var deviceModels = []string{"emu/pvrdma", "emu/pvrdma/abi", "uverbs/pvrdma", "do
 // device model imports the core.
 func TestCoreImportsNoModel(t *testing.T) {
 	const mod = "github.com/hcaemu/hcaemu/"
-	for _, pkg := range []string{"emu/hca", "emu/fault", "emu/verbstest", "emu/transport", "emu/transport/rc", "emu/transport/ud", "emu/mr", "emu/fabric", "emu/roce"} {
+	for _, pkg := range []string{"emu/hca", "emu/fault", "emu/verbstest", "emu/transport", "emu/transport/rc", "emu/transport/ud", "emu/mr", "emu/fabric", "emu/roce",
+		"emu/ib", "emu/ib/mad", "emu/ib/subnet", "emu/fabric/capture"} {
 		out, err := exec.Command("go", "list", "-deps", mod+pkg).Output()
 		if err != nil {
 			t.Fatalf("go list -deps %s: %v", pkg, err)

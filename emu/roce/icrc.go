@@ -114,3 +114,10 @@ func VerifyICRC(ip, udp, ib []byte) error {
 	}
 	return nil
 }
+
+// UpdateCRC32 continues an IEEE CRC-32 (the ICRC's CRC) over p, as
+// hash/crc32.Update with the IEEE table does: crc is the CRC of the bytes
+// so far (0 before the first). Unlike crc32.Update it keeps p off the heap,
+// so a caller's stack copy of masked headers does not make it allocate.
+// Native InfiniBand's ICRC (package ib), with its own masks, is built on it.
+func UpdateCRC32(crc uint32, p []byte) uint32 { return ^crcUpdateRaw(^crc, p) }

@@ -2,6 +2,7 @@ package roce
 
 import (
 	"errors"
+	"hash/crc32"
 	"net/netip"
 	"testing"
 	"time"
@@ -766,5 +767,23 @@ func TestICRCErrors(t *testing.T) {
 	u2, _ := Unframe(frame)
 	if u2.VerifyICRC() != ErrBadICRC {
 		t.Error("KeepICRC did not keep the corrupt ICRC")
+	}
+}
+
+// TestUpdateCRC32: UpdateCRC32 is hash/crc32's IEEE CRC, in one piece or
+// continued.
+func TestUpdateCRC32(t *testing.T) {
+	b := make([]byte, 1000)
+	for i := range b {
+		b[i] = byte(i * 7)
+	}
+	for _, n := range []int{0, 1, 7, 8, 9, 500, 1000} {
+		want := crc32.ChecksumIEEE(b[:n])
+		if got := UpdateCRC32(0, b[:n]); got != want {
+			t.Errorf("%d bytes: %#x, want %#x", n, got, want)
+		}
+		if got := UpdateCRC32(UpdateCRC32(0, b[:n/3]), b[n/3:n]); got != want {
+			t.Errorf("%d bytes in two: %#x, want %#x", n, got, want)
+		}
 	}
 }

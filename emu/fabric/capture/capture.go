@@ -1,6 +1,8 @@
 // Package capture records what crosses the fabric: a link decorator that
 // writes every frame to a pcap file (Ethernet link type: Wireshark and tshark
-// decode RoCEv2 with no options), and the pcap writer itself.
+// decode RoCEv2 with no options), the same for another network's links
+// (Wrap: emu/ib/subnet.Capture records an InfiniBand subnet in link type
+// 252, exported-PDU "infiniband"), and the pcap writer itself.
 package capture
 
 import (
@@ -40,4 +42,30 @@ func (l *link) Send(from *fabric.Port, frame []byte) bool {
 // Lost records a frame its sender gave up on.
 func (l *link) Lost(from *fabric.Port, frame []byte) {
 	l.w.settle(l.w.stage(frame), true)
+}
+
+// Sender is the link of any network whose ports are P: emu/fabric's
+// Link for the Ethernet segment (To), emu/ib/subnet's Link for an
+// InfiniBand subnet.
+type Sender[P any] interface {
+	Send(from P, pkt []byte) bool
+}
+
+// Wrap is To for a network other than the Ethernet segment: a link that
+// writes to w every packet next takes, as To does, and passes it on.
+// emu/ib/subnet's Capture decorator is Wrap around its links, with w made
+// with PcapOptions{Dissector: "infiniband"}.
+func Wrap[P any](w *PcapWriter, next Sender[P]) Sender[P] { return &wrapped[P]{w: w, next: next} }
+
+// wrapped is Wrap's link around next.
+type wrapped[P any] struct {
+	w    *PcapWriter
+	next Sender[P]
+}
+
+func (l *wrapped[P]) Send(from P, pkt []byte) bool {
+	rec := l.w.stage(pkt) // (the packet is next's once passed on)
+	ok := l.next.Send(from, pkt)
+	l.w.settle(rec, ok)
+	return ok
 }

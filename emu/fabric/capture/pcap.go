@@ -13,6 +13,12 @@ const (
 	pcapMagicMicro   = 0xA1B2C3D4
 	pcapMagicNano    = 0xA1B23C4D
 	LinkTypeEthernet = 1
+	// LinkTypeUpperPDU is LINKTYPE_WIRESHARK_UPPER_PDU: each record starts
+	// with exported-PDU tags naming the dissector of the bytes after them
+	// (PcapOptions.Dissector). bookworm's tshark (4.0) decodes native
+	// InfiniBand this way ("infiniband"), and not in LINKTYPE_INFINIBAND
+	// (247), which it refuses (shared/spec/mlx5.md §5.9).
+	LinkTypeUpperPDU = 252
 	// DefaultSnapLen is the snapshot length used when PcapOptions.SnapLen
 	// is 0.
 	DefaultSnapLen = 262144
@@ -25,10 +31,15 @@ var ErrClosed = errors.New("fabric: pcap writer closed")
 type PcapOptions struct {
 	Nanosecond bool   // nanosecond timestamps (magic 0xA1B23C4D); default microseconds
 	SnapLen    uint32 // frames are truncated to this length; 0 means DefaultSnapLen
+	// Dissector, when set, makes the file LinkTypeUpperPDU: every record is
+	// the exported-PDU tags naming this dissector (e.g. "infiniband" for
+	// native IB packets, LRH first), then the packet. Empty: Ethernet.
+	Dissector string
 }
 
 // PcapWriter writes Ethernet frames to a pcap file (not pcapng), in the
-// host's little-endian byte order, LINKTYPE_ETHERNET. It is safe for
+// host's little-endian byte order, LINKTYPE_ETHERNET; or, with
+// PcapOptions.Dissector, packets of that dissector in LinkTypeUpperPDU. It is safe for
 // concurrent use; each record is written with one Write call while the
 // writer's lock is held, so records never interleave.
 //
@@ -44,6 +55,7 @@ type PcapWriter struct {
 	snap    uint32
 	err     error     // sticky write error or ErrClosed
 	pending []*staged // staged and not yet written, oldest first
+	prefix  []byte    // exported-PDU tags before every packet (LinkTypeUpperPDU)
 }
 
 // staged is one record staged: its bytes, and whether it is settled and
@@ -74,10 +86,36 @@ func NewPcapWriter(w io.Writer, opts PcapOptions) (*PcapWriter, error) {
 	// thiszone, sigfigs: 0
 	le.PutUint32(hdr[16:], snap)
 	le.PutUint32(hdr[20:], LinkTypeEthernet)
+	var prefix []byte
+	if opts.Dissector != "" {
+		if len(opts.Dissector) > 255 {
+			return nil, errors.New("fabric: pcap dissector name too long")
+		}
+		le.PutUint32(hdr[20:], LinkTypeUpperPDU)
+		prefix = exportedPDUTags(opts.Dissector)
+	}
 	if _, err := w.Write(hdr[:]); err != nil {
 		return nil, err
 	}
-	return &PcapWriter{w: w, nano: opts.Nanosecond, snap: snap}, nil
+	return &PcapWriter{w: w, nano: opts.Nanosecond, snap: snap, prefix: prefix}, nil
+}
+
+// Exported-PDU tags (Wireshark's exported_pdu.h): big-endian tag and
+// length, the value padded with zeros to a multiple of 4 bytes.
+const (
+	expPDUTagEnd           = 0
+	expPDUTagDissectorName = 12
+)
+
+// exportedPDUTags returns the tags that name dissector, then the end tag.
+func exportedPDUTags(dissector string) []byte {
+	n := (len(dissector) + 3) &^ 3
+	b := make([]byte, 4+n+4)
+	binary.BigEndian.PutUint16(b[0:], expPDUTagDissectorName)
+	binary.BigEndian.PutUint16(b[2:], uint16(n))
+	copy(b[4:], dissector)
+	binary.BigEndian.PutUint16(b[4+n:], expPDUTagEnd)
+	return b
 }
 
 // WritePacket appends one frame captured at ts. Frames longer than the snap
@@ -111,7 +149,9 @@ func (p *PcapWriter) stage(frame []byte) *staged {
 // stageLocked copies frame into a record captured at ts, last in the
 // pending queue (p.mu held).
 func (p *PcapWriter) stageLocked(ts time.Time, frame []byte) *staged {
-	capLen := min(uint32(len(frame)), p.snap)
+	pre := len(p.prefix)
+	origLen := uint32(pre + len(frame))
+	capLen := min(origLen, p.snap)
 	n := 16 + int(capLen)
 	s := recordPool.Get().(*staged)
 	if cap(s.rec) < n {
@@ -127,8 +167,8 @@ func (p *PcapWriter) stageLocked(ts time.Time, frame []byte) *staged {
 	le.PutUint32(rec[0:], uint32(sec))
 	le.PutUint32(rec[4:], frac)
 	le.PutUint32(rec[8:], capLen)
-	le.PutUint32(rec[12:], uint32(len(frame)))
-	copy(rec[16:], frame[:capLen])
+	le.PutUint32(rec[12:], origLen)
+	copy(rec[16+copy(rec[16:], p.prefix):], frame)
 	s.rec, s.settled, s.keep = rec, false, false
 	p.pending = append(p.pending, s)
 	return s

@@ -216,3 +216,32 @@ func TestPcapWriterConcurrent(t *testing.T) {
 		t.Errorf("%d distinct records", len(seen))
 	}
 }
+
+// TestPcapUpperPDU: with a dissector name the file is link type 252 and
+// every record starts with the exported-PDU tags naming it (tag 12, its
+// length padded to 4, the name, the end tag), then the packet; the
+// record's lengths count the tags.
+func TestPcapUpperPDU(t *testing.T) {
+	var buf bytes.Buffer
+	w, err := NewPcapWriter(&buf, PcapOptions{Dissector: "infiniband"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WritePacket(time.Unix(1, 0), []byte{1, 2, 3, 4}); err != nil {
+		t.Fatal(err)
+	}
+	b := buf.Bytes()
+	le := binary.LittleEndian
+	if le.Uint32(b[20:]) != LinkTypeUpperPDU {
+		t.Fatalf("link type %d", le.Uint32(b[20:]))
+	}
+	rec := b[24:]
+	want := append([]byte{0, 12, 0, 12}, "infiniband\x00\x00"...)
+	want = append(want, 0, 0, 0, 0, 1, 2, 3, 4)
+	if le.Uint32(rec[8:]) != uint32(len(want)) || le.Uint32(rec[12:]) != uint32(len(want)) || !bytes.Equal(rec[16:], want) {
+		t.Fatalf("record %x", rec)
+	}
+	if _, err := NewPcapWriter(&buf, PcapOptions{Dissector: string(make([]byte, 256))}); err == nil {
+		t.Fatal("a 256-byte dissector name")
+	}
+}

@@ -1,0 +1,4 @@
+package ib
+
+// SamplePackets is samplePackets for the external tests (tshark).
+var SamplePackets = samplePackets
