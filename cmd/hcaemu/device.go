@@ -14,6 +14,7 @@ import (
 	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/fabric/capture"
 	"github.com/hcaemu/hcaemu/emu/hca"
+	"github.com/hcaemu/hcaemu/emu/ib/subnet"
 	"github.com/hcaemu/hcaemu/emu/mlx5"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/qemu"
@@ -50,6 +51,10 @@ type hcas struct {
 	mtu int
 	// model is the HCAs' device model (--device; "": PVRDMA).
 	model qemu.DeviceModel
+	// ib is the InfiniBand subnet of the mlx5 HCAs' ports (made with the
+	// first of them), with its SM and SA.
+	ibOnce sync.Once
+	ib     *subnet.Subnet
 
 	// devices are the live devices by name (one connection each), for
 	// hcaemu inspect.
@@ -180,20 +185,30 @@ func (h *hcas) factory(name string, mac [6]byte) vfio.NewDevice {
 }
 
 // mlx5Factory returns the vfio.NewDevice of an emulated ConnectX (--device
-// mlx5). It is not yet in the table of live devices: inspect, trace and
-// metrics show PVRDMA devices only so far, and it has no fabric port yet.
+// mlx5), its port on the run's InfiniBand subnet. It is not yet in the
+// table of live devices: inspect, trace and metrics show PVRDMA devices
+// only so far; --pcap does not capture the subnet yet.
 func (h *hcas) mlx5Factory(name string, mac [6]byte) vfio.NewDevice {
+	h.ibOnce.Do(func() { h.ib = subnet.New(subnet.Config{}) })
 	return func(host vfio.Host) (vfio.Device, error) {
 		rec := h.recorder(name, mac)
 		if rec != nil {
 			host = rec.Host(host)
 		}
-		var dev vfio.Device = mlx5.New(mlx5.Config{Name: name, Mem: host.Mem, MSIX: host.MSIX, Log: h.log})
+		var dev vfio.Device = mlx5.New(mlx5.Config{Name: name, Mem: host.Mem, MSIX: host.MSIX, Log: h.log,
+			Subnet: h.ib, NodeGUID: mlx5NodeGUID(mac), Strict: h.strict, OnFinding: h.onFinding()})
 		if rec != nil {
 			dev = rec.Device(dev)
 		}
 		return dev, nil
 	}
+}
+
+// mlx5NodeGUID is the node GUID of the ConnectX paired with the NIC of MAC
+// mac: Mellanox's OUI, the MAC's last three bytes, and a zero byte below
+// them so that the port's GUID (the node's + 1) is no other node's.
+func mlx5NodeGUID(mac [6]byte) uint64 {
+	return 0x0002c90300000000 | uint64(mac[3])<<24 | uint64(mac[4])<<16 | uint64(mac[5])<<8
 }
 
 // liveDevice is a device in the hcas' table of live devices (for

@@ -31,10 +31,13 @@ package mlx5
 import (
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/hcaemu/hcaemu/dma"
 	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/hca"
+	"github.com/hcaemu/hcaemu/emu/ib/mad"
+	"github.com/hcaemu/hcaemu/emu/ib/subnet"
 	"github.com/hcaemu/hcaemu/emu/mlx5/ifc"
 	"github.com/hcaemu/hcaemu/emu/ratelog"
 	"github.com/hcaemu/hcaemu/mmio"
@@ -101,6 +104,12 @@ type Config struct {
 	// OnFinding, when set, is told of the first finding in hca.StrictFail
 	// mode. It runs under the device lock and must not block.
 	OnFinding func(hca.Finding)
+	// Subnet is the InfiniBand subnet the port attaches to (its SM assigns
+	// the LID); nil: a port with LID 0 on no subnet.
+	Subnet *subnet.Subnet
+	// NodeGUID is the node's GUID (the port's is the next one); 0: a
+	// default.
+	NodeGUID uint64
 }
 
 // Device is one emulated ConnectX function.
@@ -121,7 +130,15 @@ type Device struct {
 	// core is the device lock and the interrupts sent after unlock.
 	core hca.Core
 
+	// The InfiniBand port: attached to its subnet for the device's life
+	// (set by New); rxDropped counts the packets it could not take yet.
+	nodeGUID  uint64
+	ibPort    *subnet.Port
+	rxDropped atomic.Uint64
+
 	// Under the device lock.
+	// port is the SMA's view of the port (MAD_IFC answers from it).
+	port  mad.PortState
 	seg   initSeg
 	cmdq  cmdq
 	fn    function // what the commands set up: ENABLE_HCA to DISABLE_HCA
@@ -166,6 +183,11 @@ func New(cfg Config) *Device {
 		}, bars, &mmio.MSIX{Vectors: vectors, TableBAR: regionMSIX, PBABAR: regionMSIX, PBAOff: PBAOff},
 			&mmio.PCIe{LinkSpeed: 3, LinkWidth: 16}), // 8 GT/s x16, a ConnectX-4's
 	}
+	d.nodeGUID = cfg.NodeGUID
+	if d.nodeGUID == 0 {
+		d.nodeGUID = defaultNodeGUID
+	}
+	d.attach(cfg)
 	d.powerOn()
 	d.core.Start(coreModel{d}, log, vectors, cfg.MSIX)
 	return d
@@ -177,6 +199,7 @@ func (d *Device) powerOn() {
 	d.seg.powerOn(d.initN)
 	d.cmdq = cmdq{}
 	d.fn = function{}
+	d.port = d.newPortState()
 	// Strict mode's latch survives resets: the device stays dead.
 	if d.core.Fatal = d.strict.Latched(); d.core.Fatal {
 		d.seg.synd = ifc.HealthSyndFWErr
@@ -280,6 +303,9 @@ func (d *Device) Close() {
 	d.core.Closed = true
 	d.core.Unlock()
 	d.core.Stop()
+	if d.ibPort != nil {
+		d.ibPort.Detach()
+	}
 }
 
 // Stats returns the command engine's counters.

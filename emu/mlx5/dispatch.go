@@ -2,6 +2,7 @@ package mlx5
 
 import (
 	"fmt"
+
 	"github.com/hcaemu/hcaemu/emu/hca"
 
 	"github.com/hcaemu/hcaemu/emu/mlx5/ifc"
@@ -100,6 +101,7 @@ func init() {
 		ifc.OpDeallocUAR:       {ifc.DeallocUARInSize, ifc.DeallocUAROutSize, stateInitialized, (*Device).deallocUAR},
 		ifc.OpCreateEQ:         {ifc.CreateEQInSize, ifc.CreateEQOutSize, stateInitialized, (*Device).createEQ},
 		ifc.OpDestroyEQ:        {ifc.DestroyEQInSize, ifc.DestroyEQOutSize, stateInitialized, (*Device).destroyEQ},
+		ifc.OpMADIfc:           {ifc.MadIfcInSize, ifc.MadIfcOutSize, stateInitialized, (*Device).madIfc},
 	}
 }
 

@@ -3,10 +3,11 @@ package mlx5
 import (
 	"encoding/binary"
 	"errors"
-	"github.com/hcaemu/hcaemu/emu/hca"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/hcaemu/hcaemu/emu/hca"
 
 	"github.com/hcaemu/hcaemu/emu/mlx5/ifc"
 	"github.com/hcaemu/hcaemu/emu/mlx5/mlx5test"

@@ -2,6 +2,7 @@ package mlx5
 
 import (
 	"encoding/binary"
+
 	"github.com/hcaemu/hcaemu/emu/hca"
 
 	"github.com/hcaemu/hcaemu/emu/mlx5/ifc"

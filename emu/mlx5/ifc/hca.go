@@ -323,3 +323,25 @@ const (
 // AdapterPageShift is MLX5_ADAPTER_PAGE_SHIFT: PAS pages are 4 KiB <<
 // log_page_size.
 const AdapterPageShift = 12
+
+// mad_ifc_in, mad_ifc_out: a MAD for the port's own agents (the SMA
+// answering NodeInfo, PortInfo, GUIDInfo, P_KeyTable, NodeDescription),
+// 256 bytes each way after the 16-byte header.
+const (
+	MadIfcInSize  = 0x110
+	MadIfcOutSize = 0x110
+	MadIfcMADOff  = 0x10 // mad, response_mad_packet: byte offset
+	MadIfcMADSize = 0x100
+)
+
+var (
+	MadIfcInRemoteLID = F(0x40, 0x10)
+	MadIfcInPort      = F(0x58, 0x08)
+)
+
+// mad_ifc_in.op_mod bits: the driver's (MLX5_MAD_IFC_IGNORE_MKEY,
+// MLX5_MAD_IFC_IGNORE_BKEY).
+const (
+	MadIfcIgnoreMKey = 1 << 0
+	MadIfcIgnoreBKey = 1 << 1
+)
