@@ -30,9 +30,10 @@ import (
 //   - the PVRDMA device model: emu/pvrdma (its ABI: emu/pvrdma/abi)
 //   - the ConnectX (mlx5) device model: emu/mlx5 (its PRM layouts:
 //     emu/mlx5/ifc; its fake driver: emu/mlx5/mlx5test)
-//   - fault injection: emu/fault (a fabric decorator for packet faults, and
-//     the hca.FaultHook a device asks for its own faults), which imports the
-//     core and no model
+//   - fault injection: emu/fault (a fabric decorator for packet faults, the
+//     same for the InfiniBand subnet, and the hca.FaultHook a device asks
+//     for its own faults), which imports the core, emu/ib and
+//     emu/ib/subnet, and no model
 //   - the vfio-user server, which knows nothing of RDMA: vfio, vfio/record
 //   - provisioning and launching: qemu
 //   - the CLI: cmd/hcaemu
@@ -58,7 +59,7 @@ var allowedImports = map[string][]string{
 	"emu/ratelog":                    nil,
 	"emu/fabric":                     nil,
 	"emu/fabric/capture":             {"emu/fabric"},
-	"emu/fault":                      {"emu/fabric", "emu/hca", "emu/roce"},
+	"emu/fault":                      {"emu/fabric", "emu/hca", "emu/ib", "emu/ib/subnet", "emu/roce"},
 	"emu/hca":                        {"dma", "emu/fabric", "emu/mr", "emu/roce", "emu/transport", "emu/transport/rc", "emu/transport/ud"},
 	"emu/mr":                         {"dma"},
 	"emu/transport":                  {"dma", "emu/mr", "emu/roce"},

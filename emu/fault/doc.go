@@ -8,7 +8,10 @@
 //
 // A rule matches a RoCEv2 frame by the device it leaves (tx) or reaches
 // (rx), the BTH destination QP, transport, opcode or opcode class, PSN
-// range, peer IP address and payload size; its packet action drops,
+// range, peer IP address and payload size; the same plan applies to the
+// packets of an emulated InfiniBand subnet (Injector.SubnetDecorator, an
+// emu/ib/subnet decorator), matched the same way from the BTH on, the
+// device being the port's name and the peer a LID ("lid:N"); its packet action drops,
 // duplicates, delays, reorders, corrupts the ICRC, corrupts the payload under
 // a recomputed (valid) ICRC, or rewrites a header field; its schedule skips
 // the first n matches, fires on every n-th, with a probability drawn from the
@@ -33,5 +36,6 @@
 // actions change.
 //
 // The package parses frames with package roce (read-only views, plus the
-// ICRC helpers for the actions that rewrite bytes).
+// ICRC helpers for the actions that rewrite bytes), and IB packets with
+// package ib (the LRH and GRH, the ICRC and VCRC it recomputes).
 package fault

@@ -14,6 +14,8 @@ import (
 
 	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/hca"
+	"github.com/hcaemu/hcaemu/emu/ib"
+	"github.com/hcaemu/hcaemu/emu/ib/subnet"
 	"github.com/hcaemu/hcaemu/emu/roce"
 )
 
@@ -50,6 +52,8 @@ type rule struct {
 	hasPSN     bool
 	peer       netip.Addr
 	hasPeer    bool
+	peerLID    uint16 // "lid:N": the IB peer's LID
+	hasPeerLID bool
 	size       SizeRange
 	occurrence uint64
 	rewrite    rewriteField
@@ -112,7 +116,7 @@ type Injector struct {
 	devOcc map[devKey]uint64
 
 	held    map[*heldFrame]struct{}
-	byPort  map[*fabric.Port][]*heldFrame // reorder holds per sender, oldest first
+	byPort  map[any][]*heldFrame // reorder holds per sender (route.sender), oldest first
 	closed  bool
 	senders sync.WaitGroup // timer callbacks passing held frames on
 }
@@ -137,11 +141,36 @@ const maxOccKeys = 1 << 16
 
 // heldFrame is a frame a delay or reorder action keeps.
 type heldFrame struct {
-	from      *fabric.Port
+	route
 	frame     []byte
-	next      fabric.Link
 	timer     *time.Timer
 	remaining int // reorder: frames of the same sender still to pass it
+}
+
+// route is where a frame goes on from a decorator: an Ethernet frame
+// through the fabric's link, or an InfiniBand packet (ibNext set) through
+// the subnet's.
+type route struct {
+	ethFrom *fabric.Port
+	ethNext fabric.Link
+	ibFrom  *subnet.Port
+	ibNext  subnet.Link
+}
+
+// send passes a frame on.
+func (rt *route) send(frame []byte) bool {
+	if rt.ibNext != nil {
+		return rt.ibNext.Send(rt.ibFrom, frame)
+	}
+	return rt.ethNext.Send(rt.ethFrom, frame)
+}
+
+// sender is the port that sent the frame, the key of the reorder holds.
+func (rt *route) sender() any {
+	if rt.ibNext != nil {
+		return rt.ibFrom
+	}
+	return rt.ethFrom
 }
 
 // NewInjector compiles a plan. The seed is opts.Seed, else the plan's, else
@@ -164,7 +193,7 @@ func NewInjector(plan *Plan, opts Options) (*Injector, error) {
 		seed = *p.Seed
 	}
 	inj := &Injector{seed: seed, start: time.Now(), byName: map[string]*rule{}, log: opts.Log,
-		occ: map[occKey]*occCount{}, devOcc: map[devKey]uint64{}, held: map[*heldFrame]struct{}{}, byPort: map[*fabric.Port][]*heldFrame{}}
+		occ: map[occKey]*occCount{}, devOcc: map[devKey]uint64{}, held: map[*heldFrame]struct{}{}, byPort: map[any][]*heldFrame{}}
 	for _, r := range rules {
 		inj.install(r)
 	}
@@ -210,13 +239,30 @@ func (inj *Injector) Decorator() fabric.Decorator {
 	}
 }
 
+// SubnetDecorator returns the InfiniBand subnet decorator that applies
+// the same plan (the same rules, schedule, counters and log) to every
+// packet crossing the subnet's link: the fabric of emulated InfiniBand
+// ports, whose packets rules see as they see RoCEv2 frames (BTH onward),
+// with the peer a LID.
+func (inj *Injector) SubnetDecorator() subnet.Decorator {
+	return func(next subnet.Link) subnet.Link {
+		return subnet.LinkFunc(func(from *subnet.Port, pkt []byte) bool {
+			return inj.sendIB(next, from, pkt)
+		})
+	}
+}
+
 // frameView is a parsed frame, as rules see it.
 type frameView struct {
 	from, to string // device names; to is "" when nobody owns the destination
 	u        roce.Unframed
 	p        roce.Packet
-	occTx    uint64
-	occRx    uint64
+	// An InfiniBand packet: the whole packet (LRH through VCRC) and its
+	// LRH; nil for a RoCEv2 frame.
+	ibPkt []byte
+	lrh   ib.LRH
+	occTx uint64
+	occRx uint64
 }
 
 // verdict is what the rules decided for a frame.
@@ -250,9 +296,39 @@ func (inj *Injector) send(next fabric.Link, from *fabric.Port, frame []byte) boo
 	if sw := from.Switch(); sw != nil {
 		v.to, _ = sw.Owner(v.u.DstIP)
 	}
+	return inj.apply(&v, route{ethFrom: from, ethNext: next}, frame)
+}
 
+// sendIB is send for an InfiniBand packet (LRH through VCRC) crossing a
+// subnet. Like a RoCEv2 frame's, its CRCs are not checked: a packet whose
+// LRH, GRH or transport headers do not parse (ib.ParseLink, roce.Parse)
+// is passed on untouched.
+func (inj *Injector) sendIB(next subnet.Link, from *subnet.Port, pkt []byte) bool {
+	if inj.Quiet() {
+		return next.Send(from, pkt)
+	}
+	var v frameView
+	lrh, grh, err := ib.ParseLink(pkt)
+	if err == nil {
+		// ParseLink checked that the packet holds its headers, a BTH, the
+		// ICRC and the VCRC.
+		v.p, err = roce.Parse(pkt[ib.HeaderLen(grh != nil) : len(pkt)-ib.VCRCSize])
+	}
+	if err != nil {
+		return next.Send(from, pkt) // not an IBA transport packet: no rule applies
+	}
+	v.ibPkt, v.lrh = pkt, lrh
+	v.from = from.Name()
+	if s := from.Subnet(); s != nil {
+		v.to, _ = s.Owner(lrh.DLID())
+	}
+	return inj.apply(&v, route{ibFrom: from, ibNext: next}, pkt)
+}
+
+// apply runs the rules on a parsed frame and carries out their verdict.
+func (inj *Injector) apply(v *frameView, rt route, frame []byte) bool {
 	inj.mu.Lock()
-	vd := inj.decide(&v, from, frame, next)
+	vd := inj.decide(v, rt, frame)
 	inj.mu.Unlock()
 
 	if vd.drop {
@@ -262,19 +338,28 @@ func (inj *Injector) send(next fabric.Link, from *fabric.Port, frame []byte) boo
 	if vd.hold != nil {
 		return true
 	}
-	ok := next.Send(from, frame)
+	ok := rt.send(frame)
 	for range vd.copies {
-		next.Send(from, fabric.Clone(frame))
+		rt.send(clonePacket(frame))
 	}
 	for _, h := range vd.release {
-		h.next.Send(h.from, h.frame)
+		h.send(h.frame)
 	}
 	return ok
 }
 
+// clonePacket is a copy of frame for a duplicate: from the fabric's pool,
+// or of its own when longer than a pool buffer.
+func clonePacket(frame []byte) []byte {
+	if len(frame) <= fabric.FrameSize {
+		return fabric.Clone(frame)
+	}
+	return append([]byte(nil), frame...)
+}
+
 // decide runs the rules on a frame (mu held). It may change the frame's
 // bytes (corruption, rewrite) and take it (drop, hold).
-func (inj *Injector) decide(v *frameView, from *fabric.Port, frame []byte, next fabric.Link) verdict {
+func (inj *Injector) decide(v *frameView, rt route, frame []byte) verdict {
 	var vd verdict
 	inj.frameNo++
 	op := v.p.Opcode()
@@ -301,6 +386,9 @@ func (inj *Injector) decide(v *frameView, from *fabric.Port, frame []byte, next 
 		if side == dirRx {
 			line.Device, line.Occurrence = v.to, v.occRx
 		}
+		if v.ibPkt != nil {
+			line.SLID, line.DLID = v.lrh.SLID(), v.lrh.DLID()
+		}
 		switch a.Kind {
 		case ActDrop:
 			vd.drop = true
@@ -313,9 +401,9 @@ func (inj *Injector) decide(v *frameView, from *fabric.Port, frame []byte, next 
 			}
 			line.Delay = Duration(d)
 			vd.delay = d
-			vd.hold = &heldFrame{from: from, frame: frame, next: next}
+			vd.hold = &heldFrame{route: rt, frame: frame}
 		case ActReorder:
-			vd.hold = &heldFrame{from: from, frame: frame, next: next, remaining: max(a.Frames, 1)}
+			vd.hold = &heldFrame{route: rt, frame: frame, remaining: max(a.Frames, 1)}
 			vd.delay = time.Duration(a.MaxHold)
 			if vd.delay == 0 {
 				vd.delay = defaultMaxHold
@@ -325,26 +413,31 @@ func (inj *Injector) decide(v *frameView, from *fabric.Port, frame []byte, next 
 			for i := range icrc {
 				icrc[i] ^= 0xFF
 			}
+			// On IB, the link's VCRC is valid (it is recomputed on every
+			// link): the receiver finds the ICRC wrong.
+			fixVCRC(v)
 		case ActCorruptPayload:
 			x := byte(a.XOR)
 			if x == 0 {
 				x = 0xFF
 			}
 			v.p.Payload[a.Offset] ^= x
-			fixICRC(&v.u)
+			fixICRC(v)
 		case ActRewrite:
 			r.rewrite.set(&v.p, *a.Value)
 			if !a.KeepICRC {
-				fixICRC(&v.u)
+				fixICRC(v)
+			} else {
+				fixVCRC(v)
 			}
 			// The later rules see the packet as rewritten (another opcode
 			// has other headers); one that no longer parses is passed on
 			// as it is.
-			p, err := roce.Parse(v.u.IB)
+			p, err := roce.Parse(v.transport())
 			v.p = p
 			if err != nil {
 				inj.writeLog(line)
-				return inj.settle(vd, from)
+				return inj.settle(vd, rt.sender())
 			}
 		}
 		inj.writeLog(line)
@@ -352,7 +445,7 @@ func (inj *Injector) decide(v *frameView, from *fabric.Port, frame []byte, next 
 			break // the frame is gone: the later rules do not see it
 		}
 	}
-	return inj.settle(vd, from)
+	return inj.settle(vd, rt.sender())
 }
 
 // fires runs a matched rule's schedule, and counts and carries out
@@ -391,7 +484,7 @@ func (inj *Injector) fires(r *rule) bool {
 
 // settle applies a verdict's hold and counts a frame passed on for the
 // reorder holds (mu held).
-func (inj *Injector) settle(vd verdict, from *fabric.Port) verdict {
+func (inj *Injector) settle(vd verdict, from any) verdict {
 	if vd.drop {
 		vd.copies = 0
 	}
@@ -472,13 +565,25 @@ func (r *rule) match(v *frameView) (direction, bool) {
 	if side == dirRx && v.to == "" {
 		return dirAny, false
 	}
-	if r.hasPeer {
-		peer := v.u.DstIP
-		if side == dirRx {
-			peer = v.u.SrcIP
-		}
-		if peer.Unmap() != r.peer {
-			return dirAny, false
+	if r.hasPeer || r.hasPeerLID {
+		// An IP peer matches RoCEv2 frames only, a LID peer IB packets
+		// only.
+		if v.ibPkt == nil {
+			peer := v.u.DstIP
+			if side == dirRx {
+				peer = v.u.SrcIP
+			}
+			if !r.hasPeer || peer.Unmap() != r.peer {
+				return dirAny, false
+			}
+		} else {
+			lid := v.lrh.DLID()
+			if side == dirRx {
+				lid = v.lrh.SLID()
+			}
+			if !r.hasPeerLID || lid != r.peerLID {
+				return dirAny, false
+			}
 		}
 	}
 	if r.occurrence != 0 {
@@ -493,11 +598,34 @@ func (r *rule) match(v *frameView) (direction, bool) {
 	return side, true
 }
 
-// fixICRC makes the ICRC valid again after a change (a set UDP checksum,
-// which the change invalidates, is cleared: 0 means none in RoCEv2).
-func fixICRC(u *roce.Unframed) {
+// fixICRC makes the ICRC valid again after a change: a RoCEv2 frame's
+// (a set UDP checksum, which the change invalidates, is cleared: 0 means
+// none in RoCEv2), or an IB packet's ICRC and VCRC.
+func fixICRC(v *frameView) {
+	if v.ibPkt != nil {
+		_ = ib.PutICRC(v.ibPkt) // the headers were validated by ParseLink
+		fixVCRC(v)
+		return
+	}
+	u := &v.u
 	u.UDP[6], u.UDP[7] = 0, 0
 	_ = roce.PutICRC(u.IP, u.UDP, u.IB) // the headers were validated by Unframe
+}
+
+// fixVCRC makes an IB packet's VCRC valid again after a change (nothing
+// for a RoCEv2 frame).
+func fixVCRC(v *frameView) {
+	if v.ibPkt != nil {
+		_ = ib.PutVCRC(v.ibPkt)
+	}
+}
+
+// transport is the frame's transport packet, BTH through ICRC.
+func (v *frameView) transport() []byte {
+	if v.ibPkt != nil {
+		return v.ibPkt[ib.HeaderLen(v.lrh.LNH() == ib.LNHIBAGlobal) : len(v.ibPkt)-ib.VCRCSize]
+	}
+	return v.u.IB
 }
 
 // hold keeps a frame until its timer fires or (reorder) enough frames of
@@ -505,7 +633,8 @@ func fixICRC(u *roce.Unframed) {
 func (inj *Injector) hold(h *heldFrame, d time.Duration) {
 	inj.held[h] = struct{}{}
 	if h.remaining > 0 {
-		inj.byPort[h.from] = append(inj.byPort[h.from], h)
+		k := h.sender()
+		inj.byPort[k] = append(inj.byPort[k], h)
 		inj.nreorder.Store(int32(len(inj.byPort)))
 	}
 	h.timer = time.AfterFunc(d, func() {
@@ -517,7 +646,7 @@ func (inj *Injector) hold(h *heldFrame, d time.Duration) {
 		inj.senders.Add(1)
 		inj.mu.Unlock()
 		defer inj.senders.Done()
-		h.next.Send(h.from, h.frame)
+		h.send(h.frame)
 	})
 }
 
@@ -528,7 +657,8 @@ func (inj *Injector) unhold(h *heldFrame) bool {
 	}
 	delete(inj.held, h)
 	if h.remaining > 0 {
-		list := inj.byPort[h.from]
+		k := h.sender()
+		list := inj.byPort[k]
 		for i, o := range list {
 			if o == h {
 				list = append(list[:i:i], list[i+1:]...)
@@ -536,9 +666,9 @@ func (inj *Injector) unhold(h *heldFrame) bool {
 			}
 		}
 		if len(list) == 0 {
-			delete(inj.byPort, h.from)
+			delete(inj.byPort, k)
 		} else {
-			inj.byPort[h.from] = list
+			inj.byPort[k] = list
 		}
 		inj.nreorder.Store(int32(len(inj.byPort)))
 	}
@@ -547,7 +677,7 @@ func (inj *Injector) unhold(h *heldFrame) bool {
 
 // passed counts a frame of from passed on, and returns the reordered
 // frames now due, oldest first (mu held).
-func (inj *Injector) passed(from *fabric.Port) []*heldFrame {
+func (inj *Injector) passed(from any) []*heldFrame {
 	list := inj.byPort[from]
 	var due []*heldFrame
 	for _, h := range list {
@@ -593,16 +723,20 @@ func (inj *Injector) Held() int {
 
 // logLine is one line of the fault log.
 type logLine struct {
-	Time       string   `json:"time"`
-	Event      string   `json:"event,omitempty"` // "start": the first line, with the seed
-	Seed       *uint64  `json:"seed,omitempty"`
-	Rules      int      `json:"rules,omitempty"`
-	Rule       string   `json:"rule,omitempty"`
-	Device     string   `json:"device,omitempty"`
-	Dir        string   `json:"dir,omitempty"`
-	QPN        *uint32  `json:"qpn,omitempty"`
-	PSN        *uint32  `json:"psn,omitempty"`
-	Opcode     string   `json:"opcode,omitempty"`
+	Time   string  `json:"time"`
+	Event  string  `json:"event,omitempty"` // "start": the first line, with the seed
+	Seed   *uint64 `json:"seed,omitempty"`
+	Rules  int     `json:"rules,omitempty"`
+	Rule   string  `json:"rule,omitempty"`
+	Device string  `json:"device,omitempty"`
+	Dir    string  `json:"dir,omitempty"`
+	QPN    *uint32 `json:"qpn,omitempty"`
+	PSN    *uint32 `json:"psn,omitempty"`
+	Opcode string  `json:"opcode,omitempty"`
+	// An InfiniBand packet's LRH source and destination LIDs (none for a
+	// RoCEv2 frame).
+	SLID       uint16   `json:"slid,omitempty"`
+	DLID       uint16   `json:"dlid,omitempty"`
 	Occurrence uint64   `json:"occurrence,omitempty"`
 	Delay      Duration `json:"delay,omitempty"` // a delay action: the delay drawn
 	// Device and transport actions: the point, and the command or work

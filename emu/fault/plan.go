@@ -37,7 +37,8 @@ type Rule struct {
 }
 
 // Match selects frames. Every field given must hold; an empty Match
-// matches every RoCEv2 frame.
+// matches every RoCEv2 frame and every InfiniBand packet (on a subnet the
+// injector decorates).
 type Match struct {
 	// Device is the HCA's name (hcaemu names them hca0, hca1, …); Guest k
 	// is the same as Device "hca<k>".
@@ -61,8 +62,10 @@ type Match struct {
 	Classes []string `json:"classes,omitempty"`
 	// PSN is an inclusive range of PSNs (it may wrap at 2^24).
 	PSN *PSNRange `json:"psn,omitempty"`
-	// Peer is the IP address of the other end: the destination of a tx
-	// frame, the source of an rx frame.
+	// Peer is the other end: the destination of a tx frame, the source of
+	// an rx frame. An IP address matches RoCEv2 frames (their IP header);
+	// "lid:N" (N decimal or 0x hex) matches InfiniBand packets (their
+	// LRH's DLID or SLID).
 	Peer string `json:"peer,omitempty"`
 	// Size bounds the payload length in bytes (inclusive).
 	Size *SizeRange `json:"size,omitempty"`
@@ -560,11 +563,19 @@ func compileRule(r *Rule) (*rule, error) {
 		c.psn, c.hasPSN = *m.PSN, true
 	}
 	if m.Peer != "" {
-		a, err := netip.ParseAddr(m.Peer)
-		if err != nil {
-			return nil, fieldError("match.peer", "%v", err)
+		if lid, ok := cutLID(m.Peer); ok {
+			v, err := strconv.ParseUint(lid, 0, 16)
+			if err != nil || v == 0 || v == 0xFFFF {
+				return nil, fieldError("match.peer", "%q: want lid:N with a LID from 1 to 0xfffe (unicast or multicast)", m.Peer)
+			}
+			c.peerLID, c.hasPeerLID = uint16(v), true
+		} else {
+			a, err := netip.ParseAddr(m.Peer)
+			if err != nil {
+				return nil, fieldError("match.peer", "%v (want an IP address, or lid:N for an InfiniBand peer)", err)
+			}
+			c.peer, c.hasPeer = a.Unmap(), true
 		}
-		c.peer, c.hasPeer = a.Unmap(), true
 	}
 	c.size = SizeRange{0, math.MaxUint32}
 	if m.Size != nil {
@@ -692,6 +703,14 @@ func compileAction(c *rule, a *Action) error {
 		}
 	}
 	return nil
+}
+
+// cutLID returns N of a peer written "lid:N" (any case).
+func cutLID(peer string) (string, bool) {
+	if len(peer) > 4 && strings.EqualFold(peer[:4], "lid:") {
+		return peer[4:], true
+	}
+	return "", false
 }
 
 func parseOpcode(s string) (roce.Opcode, error) {

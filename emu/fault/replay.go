@@ -10,8 +10,9 @@ import (
 
 // Replay turns a fault log into a plan that fires exactly the logged faults
 // again: one rule per firing, matching the frame by device, direction, QPN,
-// PSN, opcode and occurrence (a device or transport action: the n-th event
-// of its point at its device), firing once. A delay fires with the delay
+// PSN, opcode and occurrence (an InfiniBand packet also by its peer's LID,
+// "lid:N"; a device or transport action: the n-th event of its point at
+// its device), firing once. A delay fires with the delay
 // drawn in the logged run. The plan keeps the logged seed.
 func Replay(log io.Reader) (*Plan, error) {
 	plan := &Plan{Rules: []Rule{}}
@@ -68,6 +69,15 @@ func Replay(log io.Reader) (*Plan, error) {
 				PSN: &PSNRange{First: psn, Last: psn}, Occurrence: line.Occurrence},
 			Action:   action,
 			Schedule: Schedule{Times: 1},
+		}
+		if line.SLID != 0 || line.DLID != 0 {
+			// An InfiniBand packet: only the subnet's packets match, by
+			// the peer's LID.
+			peer := line.DLID
+			if line.Dir == "rx" {
+				peer = line.SLID
+			}
+			rule.Match.Peer = fmt.Sprintf("lid:%d", peer)
 		}
 		if _, err := compileRule(&rule); err != nil {
 			return nil, fmt.Errorf("fault log line %d: %w", n, err)

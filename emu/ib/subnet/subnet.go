@@ -413,6 +413,20 @@ func (s *Subnet) Ports() map[uint16]string {
 	return m
 }
 
+// Owner returns the name of the attached port that has LID lid (the
+// SM's port is "sm"), as emu/fabric's Switch.Owner does for an IP
+// address: a fault injector names the device a packet is sent to. A
+// multicast LID has no owner.
+func (s *Subnet) Owner(lid uint16) (string, bool) {
+	s.mu.RLock()
+	p := s.byLID[lid]
+	s.mu.RUnlock()
+	if p == nil || p.gone.Load() {
+		return "", false
+	}
+	return p.name, true
+}
+
 // PortByGID returns the attached port whose GID 0 is gid.
 func (s *Subnet) PortByGID(gid ib.GID) (*Port, bool) {
 	if gid.Prefix() != s.cfg.GIDPrefix {
