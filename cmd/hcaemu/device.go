@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/hcaemu/hcaemu/emu/fabric"
@@ -51,10 +52,12 @@ type hcas struct {
 	mtu int
 	// model is the HCAs' device model (--device; "": PVRDMA).
 	model qemu.DeviceModel
-	// ib is the InfiniBand subnet of the mlx5 HCAs' ports (made with the
-	// first of them), with its SM and SA.
+	// ib is the InfiniBand subnet of the mlx5 HCAs' ports (made by
+	// setupIB, else with the first of them), with its SM and SA; ibPcap
+	// captures it (--pcap, in ibPcapPath's file).
 	ibOnce sync.Once
 	ib     *subnet.Subnet
+	ibPcap *capture.PcapWriter
 
 	// devices are the live devices by name (one connection each), for
 	// hcaemu inspect.
@@ -117,7 +120,53 @@ func (h *hcas) close() error {
 			errs = append(errs, fmt.Errorf("--pcap: %w", err))
 		}
 	}
+	if h.ibPcap != nil {
+		if err := h.ibPcap.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("--pcap (InfiniBand): %w", err))
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// ibPcapPath is the file --pcap PATH writes the InfiniBand subnet's
+// packets to: PATH with ".ib" before its extension (rc.pcap: rc.ib.pcap;
+// without an extension, PATH.ib). A classic pcap has one link type: the
+// Ethernet segment stays in PATH, the subnet is link type 252
+// (exported-PDU "infiniband", which tshark decodes from the LRH on).
+func ibPcapPath(path string) string {
+	ext := filepath.Ext(path)
+	if ext == "" || ext == filepath.Base(path) {
+		return path + ".ib"
+	}
+	return strings.TrimSuffix(path, ext) + ".ib" + ext
+}
+
+// setupIB makes the InfiniBand subnet of the mlx5 HCAs (--device mlx5)
+// before the first of them: its packets pass through the decorators
+// (fault injection) first, then, with pcapPath, a capture in
+// ibPcapPath(pcapPath), which records what the decorators let through.
+func (h *hcas) setupIB(pcapPath string, decorators ...subnet.Decorator) error {
+	decorators = slices.Clone(decorators)
+	if pcapPath != "" {
+		path := ibPcapPath(pcapPath)
+		f, err := os.Create(path)
+		if err != nil {
+			return fmt.Errorf("--pcap: InfiniBand capture: %w", err)
+		}
+		w, err := capture.NewPcapWriter(f, capture.PcapOptions{Nanosecond: true, Dissector: "infiniband"})
+		if err != nil {
+			f.Close()
+			return fmt.Errorf("--pcap: InfiniBand capture %s: %w", path, err)
+		}
+		h.ibPcap = w
+		decorators = append(decorators, subnet.Capture(w))
+	}
+	made := false
+	h.ibOnce.Do(func() { h.ib, made = subnet.New(subnet.Config{}, decorators...), true })
+	if !made {
+		return errors.New("the InfiniBand subnet exists already")
+	}
+	return nil
 }
 
 // recorder returns a recorder for a new connection of HCA name, or nil when
@@ -185,9 +234,11 @@ func (h *hcas) factory(name string, mac [6]byte) vfio.NewDevice {
 }
 
 // mlx5Factory returns the vfio.NewDevice of an emulated ConnectX (--device
-// mlx5), its port on the run's InfiniBand subnet. It is not yet in the
-// table of live devices: inspect, trace and metrics show PVRDMA devices
-// only so far; --pcap does not capture the subnet yet.
+// mlx5), its port on the run's InfiniBand subnet (setupIB's, with the
+// fault decorator and the capture; a bare one when setupIB was not
+// called). It is not yet in the table of live devices: inspect, trace and
+// metrics show PVRDMA devices only so far; the device fault hooks are not
+// given to it (only the plan's packet rules act, on the subnet).
 func (h *hcas) mlx5Factory(name string, mac [6]byte) vfio.NewDevice {
 	h.ibOnce.Do(func() { h.ib = subnet.New(subnet.Config{}) })
 	return func(host vfio.Host) (vfio.Device, error) {

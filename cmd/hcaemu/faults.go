@@ -14,6 +14,7 @@ import (
 	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/fault"
 	"github.com/hcaemu/hcaemu/emu/hca"
+	"github.com/hcaemu/hcaemu/emu/ib/subnet"
 	"github.com/hcaemu/hcaemu/qemu"
 )
 
@@ -114,6 +115,15 @@ func (s *faultSetup) decorators() []fabric.Decorator {
 		return nil
 	}
 	return []fabric.Decorator{s.inj.Decorator()}
+}
+
+// ibDecorators returns the fault decorator of the InfiniBand subnet (the
+// same plan's), or none without faults.
+func (s *faultSetup) ibDecorators() []subnet.Decorator {
+	if s == nil {
+		return nil
+	}
+	return []subnet.Decorator{s.inj.SubnetDecorator()}
 }
 
 // quiet reports when the fault decorator looks at no frame (nil without

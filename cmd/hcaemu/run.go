@@ -48,6 +48,8 @@ read-only and keep their writes in RAM.
 
 The HCAs' ports and the guests' NICs share the segment (--pcap captures all
 of it), which pauses senders instead of dropping frames, as PFC does.
+With --device mlx5 the HCAs' ports are on an InfiniBand subnet instead,
+captured next to the --pcap file (rc.pcap: rc.ib.pcap).
 --uplink joins it to a network outside: a TAP device to bridge or route
 as you like, or an existing interface; guests of hcaemu on two hosts talk
 IP and RoCEv2 through it (give them different --guest-ip addresses).
@@ -109,7 +111,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	timeout := fs.Duration("timeout", 10*time.Minute, "time limit for boot and command")
 	memory := fs.String("memory", "1G", "RAM per guest (e.g. 1G, 1536M)")
 	cache := fs.String("cache", "", "cache directory (default $HCAEMU_CACHE, else /var/cache/hcaemu for root, else /var/cache/hcaemu read-only when complete, else ~/.cache/hcaemu: hcaemu cache -h)")
-	pcap := fs.String("pcap", "", "write everything on the segment (the guests' IP traffic and RoCE) to this pcap file")
+	pcap := fs.String("pcap", "", "write everything on the segment (the guests' IP traffic and RoCE) to this pcap file (--device mlx5: also the InfiniBand subnet's packets to FILE with .ib before its extension, rc.pcap: rc.ib.pcap, link type 252 that tshark decodes)")
 	recordDir := fs.String("record", "", "record each HCA's boundary into this directory (hca0.rec.gz, ...) for replay tests")
 	logLevel := fs.String("log-level", "warn", "log level of the emulated HCAs (debug, info, warn, error)")
 	image := fs.String("image", "", "run the command in a Debian root file system (debian) instead of the u-root initramfs")

@@ -47,6 +47,12 @@ func runHCAs() (*hcas, error) {
 	h.faults = runFaults.hooks()
 	h.strict, h.latch = runOptions.strict, runOptions.latch
 	h.maxQP, h.mtu, h.model = runOptions.maxQP.value(), runOptions.mtu, runOptions.model
+	if h.model == qemu.ModelMLX5 {
+		if err := h.setupIB(runOptions.pcap, runFaults.ibDecorators()...); err != nil {
+			h.close()
+			return nil, err
+		}
+	}
 	if runFaults != nil && runFaults.control != nil {
 		runFaults.control.SetInspector(h.inspect)
 		runFaults.control.SetTracer(h.trace.open)

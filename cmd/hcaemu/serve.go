@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/hcaemu/hcaemu/emu/fabric"
+	"github.com/hcaemu/hcaemu/qemu"
 	"github.com/hcaemu/hcaemu/vfio"
 )
 
@@ -42,7 +43,7 @@ func serveMain(args []string) int {
 	fs.Var(&fds, "fd", "already listening unix socket fd to serve (repeatable)")
 	printCaps := fs.Bool("print-capabilities", false, "print the backend's capabilities as JSON and exit")
 	level := fs.String("log-level", "info", "log level: debug, info, warn or error")
-	pcap := fs.String("pcap", "", "write every RoCEv2 frame between the HCAs to this pcap file")
+	pcap := fs.String("pcap", "", "write every RoCEv2 frame between the HCAs to this pcap file (--device mlx5: the InfiniBand subnet's packets to FILE with .ib before its extension, rc.pcap: rc.ib.pcap, link type 252 that tshark decodes)")
 	recordDir := fs.String("record", "", "record each HCA's boundary (region accesses, guest memory, MSI-X, frames) into this directory, one file per connection, for replay tests")
 	uplink := fs.String("uplink", "", "tap:NAME or dev:IFACE: join the HCAs' segment to a network through a TAP device or an interface (AF_PACKET)")
 	faults := registerFaultFlags(fs)
@@ -135,6 +136,12 @@ func serveMain(args []string) int {
 	h.faults = faultSet.hooks()
 	h.strict, h.latch = strict.mode, &strictLatch{stop: cancel}
 	h.maxQP, h.mtu, h.model = maxQP.value(), *mtu, model
+	if model == qemu.ModelMLX5 {
+		if err := h.setupIB(*pcap, faultSet.ibDecorators()...); err != nil {
+			h.close()
+			return fatalf("serve: %v", err)
+		}
+	}
 	if *uplink != "" {
 		up, err := h.sw.OpenUplink(*uplink)
 		if err != nil {

@@ -109,3 +109,22 @@ func TestCaptureTshark(t *testing.T) {
 	}
 	ibtest.Compare(t, got, want)
 }
+
+// TestOwner: the name of the port that has a LID, the SM's included; none
+// for a free LID, a multicast LID or a detached port.
+func TestOwner(t *testing.T) {
+	s := subnet.New(subnet.Config{})
+	p, err := s.Attach("hca0", 0x10, func([]byte) bool { return true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for lid, want := range map[uint16]string{subnet.SMLID: "sm", p.LID(): "hca0", p.LID() + 1: "", ib.LIDMulticast: ""} {
+		if got, ok := s.Owner(lid); got != want || ok != (want != "") {
+			t.Errorf("Owner(%d) = %q, %v; want %q", lid, got, ok, want)
+		}
+	}
+	p.Detach()
+	if got, ok := s.Owner(p.LID()); ok {
+		t.Errorf("Owner of a detached port's LID: %q", got)
+	}
+}
