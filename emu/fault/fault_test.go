@@ -30,32 +30,51 @@ type testNet struct {
 	inj   *fault.Injector
 	ports [2]*fabric.Port
 	log   *bytes.Buffer
+	inbox
+}
 
+// inbox is what two ports got, each packet a copy.
+type inbox struct {
 	mu  sync.Mutex
 	got [2][][]byte
 }
 
-func newNet(t *testing.T, plan string, seed uint64) *testNet {
+// receiver returns port k's receiver: it records a copy and releases the
+// packet.
+func (n *inbox) receiver(k int) func([]byte) bool {
+	return func(b []byte) bool {
+		n.mu.Lock()
+		n.got[k] = append(n.got[k], slices.Clone(b))
+		n.mu.Unlock()
+		fabric.Release(b)
+		return true
+	}
+}
+
+// newInjector decodes a plan and makes its injector with seed, logging
+// to the buffer returned; the test closes it at its end.
+func newInjector(t *testing.T, plan string, seed uint64) (*fault.Injector, *bytes.Buffer) {
 	t.Helper()
 	p, err := fault.DecodePlan(strings.NewReader(plan))
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &testNet{log: &bytes.Buffer{}}
-	n.inj, err = fault.NewInjector(p, fault.Options{Seed: &seed, Log: n.log})
+	log := &bytes.Buffer{}
+	inj, err := fault.NewInjector(p, fault.Options{Seed: &seed, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { n.inj.Close() })
+	t.Cleanup(func() { inj.Close() })
+	return inj, log
+}
+
+func newNet(t *testing.T, plan string, seed uint64) *testNet {
+	t.Helper()
+	n := &testNet{}
+	n.inj, n.log = newInjector(t, plan, seed)
 	sw := fabric.NewSwitch(n.inj.Decorator())
 	for k := range 2 {
-		n.ports[k] = sw.Attach("hca"+string(rune('0'+k)), [6]byte{0, 0x50, 0x56, 0, 0, byte(k)}, func(frame []byte) bool {
-			n.mu.Lock()
-			n.got[k] = append(n.got[k], slices.Clone(frame))
-			n.mu.Unlock()
-			fabric.Release(frame)
-			return true
-		})
+		n.ports[k] = sw.Attach("hca"+string(rune('0'+k)), [6]byte{0, 0x50, 0x56, 0, 0, byte(k)}, n.receiver(k))
 		n.ports[k].SetAddrs([]netip.Addr{ip(k)})
 	}
 	return n
@@ -64,14 +83,14 @@ func newNet(t *testing.T, plan string, seed uint64) *testNet {
 func ip(k int) netip.Addr { return netip.AddrFrom4([4]byte{10, 0, 0, byte(k + 1)}) }
 
 // received returns what port k got so far.
-func (n *testNet) received(k int) [][]byte {
+func (n *inbox) received(k int) [][]byte {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return slices.Clone(n.got[k])
 }
 
 // waitFor waits (bounded) until port k got count frames.
-func (n *testNet) waitFor(t *testing.T, k, count int) [][]byte {
+func (n *inbox) waitFor(t *testing.T, k, count int) [][]byte {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
@@ -92,16 +111,21 @@ type pkt struct {
 	syndrome roce.Syndrome
 }
 
-// frame builds a RoCEv2 frame from hca<src> to hca<1-src> in a pool buffer,
-// with a valid ICRC.
-func frame(t *testing.T, src int, p pkt) []byte {
-	t.Helper()
+// fields are the transport packet p describes; payload byte i is i.
+func (p pkt) fields() roce.PacketFields {
 	payload := make([]byte, p.payload)
 	for i := range payload {
 		payload[i] = byte(i)
 	}
-	f := roce.PacketFields{BTH: roce.BTHFields{Opcode: p.op, DestQP: p.qpn, PSN: p.psn, PKey: 0xFFFF},
+	return roce.PacketFields{BTH: roce.BTHFields{Opcode: p.op, DestQP: p.qpn, PSN: p.psn, PKey: 0xFFFF},
 		Payload: payload, AETH: roce.AETHFields{Syndrome: p.syndrome}, DETH: roce.DETHFields{QKey: roce.GSIQKey, SrcQP: 1}}
+}
+
+// frame builds a RoCEv2 frame from hca<src> to hca<1-src> in a pool buffer,
+// with a valid ICRC.
+func frame(t *testing.T, src int, p pkt) []byte {
+	t.Helper()
+	f := p.fields()
 	ib, err := roce.Build(make([]byte, 8192), &f)
 	if err != nil {
 		t.Fatal(err)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,23 +26,13 @@ type ibNet struct {
 	log   *bytes.Buffer
 	sub   *subnet.Subnet
 	ports [2]*subnet.Port
-
-	mu  sync.Mutex
-	got [2][][]byte
+	inbox
 }
 
 func newIBNet(t *testing.T, plan string, seed uint64) *ibNet {
 	t.Helper()
-	p, err := fault.DecodePlan(strings.NewReader(plan))
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := &ibNet{log: &bytes.Buffer{}}
-	n.inj, err = fault.NewInjector(p, fault.Options{Seed: &seed, Log: n.log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.inj.Close() })
+	n := &ibNet{}
+	n.inj, n.log = newInjector(t, plan, seed)
 	n.attach(t, subnet.New(subnet.Config{}, n.inj.SubnetDecorator()))
 	return n
 }
@@ -53,13 +42,7 @@ func (n *ibNet) attach(t *testing.T, s *subnet.Subnet) {
 	n.sub = s
 	for k := range 2 {
 		var err error
-		n.ports[k], err = s.Attach(fmt.Sprintf("hca%d", k), uint64(0x10+k), func(pkt []byte) bool {
-			n.mu.Lock()
-			n.got[k] = append(n.got[k], slices.Clone(pkt))
-			n.mu.Unlock()
-			fabric.Release(pkt)
-			return true
-		})
+		n.ports[k], err = s.Attach(fmt.Sprintf("hca%d", k), uint64(0x10+k), n.receiver(k))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,40 +52,13 @@ func (n *ibNet) attach(t *testing.T, s *subnet.Subnet) {
 	}
 }
 
-func (n *ibNet) received(k int) [][]byte {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return slices.Clone(n.got[k])
-}
-
-func (n *ibNet) waitFor(t *testing.T, k, count int) [][]byte {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
-		if got := n.received(k); len(got) >= count {
-			return got
-		}
-		time.Sleep(time.Millisecond)
-	}
-	t.Fatalf("port %d got %d packets, want %d", k, len(n.received(k)), count)
-	return nil
-}
-
 // ibPacket builds an IB packet from hca<src> to hca<1-src> (local, no GRH)
 // in a pool buffer, with valid CRCs.
 func ibPacket(t testing.TB, src int, p pkt) []byte {
 	t.Helper()
-	payload := make([]byte, p.payload)
-	for i := range payload {
-		payload[i] = byte(i)
-	}
-	if p.qpn == 1 && len(payload) >= 24 {
-		payload[0], payload[1] = 1, 0x07 // a CM MAD's base version and class
-	}
-	f := ib.PacketFields{
-		LRH: ib.LRHFields{DLID: uint16(3 - src), SLID: uint16(2 + src)},
-		Transport: roce.PacketFields{BTH: roce.BTHFields{Opcode: p.op, DestQP: p.qpn, PSN: p.psn, PKey: 0xFFFF},
-			Payload: payload, AETH: roce.AETHFields{Syndrome: p.syndrome}, DETH: roce.DETHFields{QKey: roce.GSIQKey, SrcQP: 1}},
+	f := ib.PacketFields{LRH: ib.LRHFields{DLID: uint16(3 - src), SLID: uint16(2 + src)}, Transport: p.fields()}
+	if pl := f.Transport.Payload; p.qpn == 1 && len(pl) >= 24 {
+		pl[0], pl[1] = 1, 0x07 // a CM MAD's base version and class
 	}
 	out, err := ib.Build(fabric.NewFrame(), &f)
 	if err != nil {
