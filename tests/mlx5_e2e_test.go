@@ -1,6 +1,8 @@
 package tests
 
 import (
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -23,9 +25,23 @@ import (
 // guest's init says so at once. Every command the driver sent before that
 // one succeeded (the first failure is the unimplemented one). When mlx5_0
 // comes up, this test moves to the next stage's milestone.
+//
+// The same boot runs with --pcap and a fault plan: the run makes its
+// InfiniBand subnet with the plan's subnet decorator and a capture in
+// PATH's .ib file, which tshark reads as link type 252; PATH stays the
+// Ethernet segment's (the guest's IP traffic); the plan's rules are
+// counted at exit (checkMLX5Capture).
 func TestE2EMLX5Probe(t *testing.T) {
 	needE2E(t)
-	out, code := hcaemuRun(t, "--device", "mlx5", "--timeout", "5m", "--", "echo COMMAND-RAN")
+	dir := t.TempDir()
+	plan := filepath.Join(dir, "plan.json")
+	if err := os.WriteFile(plan, []byte(`{"seed":1,"rules":[{"name":"ibloss","match":{"peer":"lid:2"},"action":{"kind":"drop"},"schedule":{"probability":0.5}}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pcap := filepath.Join(dir, "probe.pcap")
+	out, code := hcaemuRun(t, "--device", "mlx5", "--timeout", "5m", "--pcap", pcap, "--faults", plan,
+		"--faults-log", filepath.Join(dir, "faults.log"), "--", "echo COMMAND-RAN")
+	checkMLX5Capture(t, out, dir, pcap)
 	if code == 0 {
 		t.Errorf("hcaemu run exited 0: the guest's init found an mlx5_0")
 	}
