@@ -101,6 +101,12 @@ type Config struct {
 	// OnFinding, when set, is told of the first finding in hca.StrictFail
 	// mode. It runs under the device lock and must not block.
 	OnFinding func(hca.Finding)
+	// Port is what the port reports of itself (QUERY_HCA_VPORT_CONTEXT)
+	// until the IB subnet assigns it; zero fields take defaults.
+	Port PortConfig
+	// SequentialQPNs makes every QPN its handle (recording and replaying)
+	// instead of random high bits (hca.QPNs).
+	SequentialQPNs bool
 }
 
 // Device is one emulated ConnectX function.
@@ -129,6 +135,13 @@ type Device struct {
 	// strict is strict mode's bookkeeping: counts are atomic, the latch
 	// is under the lock and survives resets.
 	strict hca.Strict
+	// port is Config.Port with its defaults.
+	port PortConfig
+	// qpns makes the QPNs; mrKeys the mkeys' registration generations
+	// (never reset: a key kept past a reset does not name a later
+	// registration).
+	qpns   hca.QPNs
+	mrKeys hca.MRKeys
 }
 
 // Stats counts what the command engine did.
@@ -159,6 +172,8 @@ func New(cfg Config) *Device {
 		mem:     cfg.Mem,
 		initN:   cfg.InitializingReads,
 		strict:  hca.Strict{Mode: cfg.Strict, Report: cfg.OnFinding},
+		port:    cfg.Port.withDefaults(),
+		qpns:    hca.NewQPNs(cfg.SequentialQPNs),
 		pci: mmio.NewExpressConfig(mmio.Identity{
 			Vendor: VendorMellanox, Device: DeviceConnectX4,
 			SubVendor: VendorMellanox, SubDevice: DeviceConnectX4,
