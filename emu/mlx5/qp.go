@@ -98,11 +98,7 @@ func (d *Device) createQP(in, out []byte) result {
 	if (rqType == ifc.RQTypeSRQ || srqn != 0) && o.srqs.Get(srqn) == nil {
 		return d.badRef(op, qpField(st, "srqn_rmpn_xrqn"), srqn, "SRQ")
 	}
-	if rqType == ifc.RQTypeSRQ {
-		q.srqn = srqn
-	} else if srqn != 0 {
-		q.srqn = srqn // named, so counted: the SRQ outlives the QP
-	}
+	q.srqn = srqn // named, so counted (s1 too): the SRQ outlives the QP
 	if q.xrcdn != 0 && o.xrcds.Get(q.xrcdn) == nil {
 		return d.badRef(op, qpField(st, "xrcd"), q.xrcdn, "XRCD")
 	}

@@ -269,17 +269,21 @@ func (d *Device) mkeyMTT(in, mkc []byte, region *mr.Region, start, length uint64
 		return d.badField(op, "create_mkey_in.memory_key_mkey_entry.length64=1 with access_mode MTT")
 	case lps < minLogMTTPage || lps > maxLogMTTPage:
 		return d.badField(op, "create_mkey_in.memory_key_mkey_entry.log_page_size=%d: not %d..%d", lps, minLogMTTPage, maxLogMTTPage)
-	case length == 0 || length > maxMkeyLen:
+	}
+	region.PageShift = uint8(lps)
+	if !region.Valid {
+		// A free mkey (a kernel fast-register MR, UMR-managed): no range
+		// or translation until a UMR WQE gives it one (Stage 5).
+		region.MaxPages = 2 * octs
+		return ok
+	}
+	if length == 0 || length > maxMkeyLen {
 		return d.badField(op, "create_mkey_in.memory_key_mkey_entry.len=%#x: empty or beyond %#x", length, uint64(maxMkeyLen))
 	}
 	if _, fits := endOf(start, length); !fits {
 		return d.badField(op, "create_mkey_in.memory_key_mkey_entry.start_addr=%#x len=%#x: wraps", start, length)
 	}
-	region.Start, region.Length, region.PageShift = start, length, uint8(lps)
-	if !region.Valid {
-		region.MaxPages = 2 * octs
-		return ok
-	}
+	region.Start, region.Length = start, length
 	off := start & (1<<lps - 1)
 	npages := (off + length + 1<<lps - 1) >> lps
 	if uint64(2*octs) < npages || uint64(2*ifc.CreateMkeyInTranslationsOctwordActualSize.Get(in)) < npages {
@@ -312,8 +316,8 @@ func (d *Device) destroyMkey(in, _ []byte) result {
 	return ok
 }
 
-// Region implements mr.Table: the mkey of an index (the data path checks
-// the whole key against it, mr.Lookup).
+// Region implements mr.Table (lock held): the mkey of an index (the data
+// path checks the whole key against it, mr.Lookup).
 func (d *Device) Region(h uint32) *mr.Region {
 	if d.fn.obj.mkeys.Limit() == 0 {
 		return nil
