@@ -83,11 +83,11 @@ func (d *Device) destroyCQ(in, _ []byte) result {
 	const op = ifc.OpDestroyCQ
 	h := ifc.ObjIn.Get(in)
 	c := d.fn.obj.cqs.Get(h)
-	switch {
-	case c == nil:
+	if c == nil {
 		return d.unknown(op, "destroy_cq_in.cqn", h, "CQ")
-	case c.refs > 0:
-		return d.busy(op, "destroy_cq_in.cqn", h, c.refs, "QPs or XRC SRQs")
+	}
+	if r := d.destroyable(op, "destroy_cq_in.cqn", h, true, c.refs, "CQ", "QPs or XRC SRQs"); r != ok {
+		return r
 	}
 	if e := d.fn.eqs[c.eqn]; e != nil {
 		e.refs--

@@ -51,6 +51,31 @@ func (m *verbsModel) pick(b byte, live []uint32) uint32 {
 	return 0xf00000 | uint32(b)
 }
 
+// domains are the objects without a context, PDs and XRCDs, as the
+// fuzzer allocates and deallocates them.
+var domains = [2]struct {
+	name    string
+	objs    func(m *verbsModel) map[uint32]int
+	alloc   func(drv *mlx5test.Driver) (uint32, error)
+	dealloc func(drv *mlx5test.Driver, h uint32) error
+}{
+	{"PD", func(m *verbsModel) map[uint32]int { return m.pds }, (*mlx5test.Driver).AllocPD, (*mlx5test.Driver).DeallocPD},
+	{"XRCD", func(m *verbsModel) map[uint32]int { return m.xrcds }, (*mlx5test.Driver).AllocXRCD, (*mlx5test.Driver).DeallocXRCD},
+}
+
+// destroyWant is the status the model predicts for destroying h of objs
+// (handle -> references): BAD_RES for none, RES_BUSY while named.
+func destroyWant(objs map[uint32]int, h uint32) ifc.Status {
+	refs, live := objs[h]
+	switch {
+	case !live:
+		return ifc.StatBadResErr
+	case refs > 0:
+		return ifc.StatResBusy
+	}
+	return ifc.StatOK
+}
+
 // keys are a map's keys, sorted: the program's choices must not depend
 // on map order.
 func keys[V any](m map[uint32]V) []uint32 { return slices.Sorted(maps.Keys(m)) }
@@ -132,40 +157,21 @@ func FuzzVerbs(f *testing.F) {
 				return b
 			}
 			switch op {
-			case 0: // ALLOC_PD
-				h, err := drv.AllocPD()
-				if expect("ALLOC_PD", err, ifc.StatOK) {
-					_, live := m.pds[h]
-					fresh("ALLOC_PD", h, live)
-					m.pds[h] = 0
+			case 0, 1, 2, 3: // ALLOC_PD, DEALLOC_PD, ALLOC_XRCD, DEALLOC_XRCD
+				dom := domains[op/2]
+				objs := dom.objs(m)
+				if op%2 == 0 {
+					h, err := dom.alloc(drv)
+					if expect("ALLOC_"+dom.name, err, ifc.StatOK) {
+						_, live := objs[h]
+						fresh("ALLOC_"+dom.name, h, live)
+						objs[h] = 0
+					}
+					continue
 				}
-			case 1: // DEALLOC_PD
-				h := m.pick(a, keys(m.pds))
-				refs, live := m.pds[h]
-				want := map[bool]ifc.Status{true: ifc.StatOK, false: ifc.StatBadResErr}[live]
-				if live && refs > 0 {
-					want = ifc.StatResBusy
-				}
-				if expect("DEALLOC_PD", drv.DeallocPD(h), want) {
-					delete(m.pds, h)
-					m.gone = append(m.gone, h)
-				}
-			case 2: // ALLOC_XRCD
-				h, err := drv.AllocXRCD()
-				if expect("ALLOC_XRCD", err, ifc.StatOK) {
-					_, live := m.xrcds[h]
-					fresh("ALLOC_XRCD", h, live)
-					m.xrcds[h] = 0
-				}
-			case 3: // DEALLOC_XRCD
-				h := m.pick(a, keys(m.xrcds))
-				refs, live := m.xrcds[h]
-				want := map[bool]ifc.Status{true: ifc.StatOK, false: ifc.StatBadResErr}[live]
-				if live && refs > 0 {
-					want = ifc.StatResBusy
-				}
-				if expect("DEALLOC_XRCD", drv.DeallocXRCD(h), want) {
-					delete(m.xrcds, h)
+				h := m.pick(a, keys(objs))
+				if expect("DEALLOC_"+dom.name, dom.dealloc(drv, h), destroyWant(objs, h)) {
+					delete(objs, h)
 					m.gone = append(m.gone, h)
 				}
 			case 4: // CREATE_MKEY: PA or a one-page MTT
@@ -219,12 +225,7 @@ func FuzzVerbs(f *testing.F) {
 				}
 			case 7: // DESTROY_CQ
 				h := m.pick(a, keys(m.cqs))
-				refs, live := m.cqs[h]
-				want := map[bool]ifc.Status{true: ifc.StatOK, false: ifc.StatBadResErr}[live]
-				if live && refs > 0 {
-					want = ifc.StatResBusy
-				}
-				if expect("DESTROY_CQ", drv.DestroyCQ(&mlx5test.CQ{CQN: h}), want) {
+				if expect("DESTROY_CQ", drv.DestroyCQ(&mlx5test.CQ{CQN: h}), destroyWant(m.cqs, h)) {
 					delete(m.cqs, h)
 					m.gone = append(m.gone, h)
 				}

@@ -139,15 +139,15 @@ func (d *Device) destroyXRCSRQ(in, _ []byte) result {
 
 func (d *Device) destroySRQ(op ifc.Opcode, field string, xrc bool, h uint32) result {
 	s := d.fn.obj.srqs.Get(h)
-	switch {
-	case s == nil || s.xrc != xrc:
-		what := "RMP"
-		if xrc {
-			what = "XRC SRQ"
-		}
+	what := "RMP"
+	if xrc {
+		what = "XRC SRQ"
+	}
+	if s == nil || s.xrc != xrc {
 		return d.unknown(op, field, h, what)
-	case s.refs > 0:
-		return d.busy(op, field, h, s.refs, "QPs")
+	}
+	if r := d.destroyable(op, field, h, true, s.refs, what, "QPs"); r != ok {
+		return r
 	}
 	if p := d.fn.obj.pds.Get(s.pd); p != nil {
 		p.refs--

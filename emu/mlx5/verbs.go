@@ -36,8 +36,8 @@ const (
 // objects are the function's verbs objects (from INIT_HCA; TEARDOWN_HCA
 // and DISABLE_HCA forget them).
 type objects struct {
-	pds   hca.Table[pd]
-	xrcds hca.Table[xrcd]
+	pds   hca.Table[refd]
+	xrcds hca.Table[refd]
 	mkeys hca.Table[mr.Region]
 	cqs   hca.Table[cq]
 	qps   hca.Table[qp]
@@ -63,8 +63,8 @@ func (d *Device) newObjects() objects {
 	}
 	qpLimit := uint32(1) << min(logMaxQP, 16)
 	return objects{
-		pds:     hca.NewTable[pd]("PD", 1, 1<<min(capMax(ifc.CmdHCACapLogMaxPD), 24)),
-		xrcds:   hca.NewTable[xrcd]("XRCD", 1, 1<<min(capMax(ifc.CmdHCACapLogMaxXRCD), 24)),
+		pds:     hca.NewTable[refd]("PD", 1, 1<<min(capMax(ifc.CmdHCACapLogMaxPD), 24)),
+		xrcds:   hca.NewTable[refd]("XRCD", 1, 1<<min(capMax(ifc.CmdHCACapLogMaxXRCD), 24)),
 		mkeys:   hca.NewTable[mr.Region]("mkey", FirstMkey, 1<<min(capMax(ifc.CmdHCACapLogMaxMkey), 24)),
 		cqs:     hca.NewTable[cq]("CQ", 1, 1<<min(capMax(ifc.CmdHCACapLogMaxCQ), 24)),
 		qps:     hca.NewTable[qp]("QP", firstQP, max(qpLimit, 4)),
@@ -122,57 +122,58 @@ func (d *Device) badField(op ifc.Opcode, format string, args ...any) result {
 
 // --- PD, XRCD ----------------------------------------------------------------
 
-// pd is a protection domain; refs counts the mkeys, QPs and SRQs in it.
-type pd struct{ refs int }
+// refd is a protection or XRC domain: what names it counts in refs (a
+// PD's mkeys, QPs and SRQs; an XRCD's QPs and XRC SRQs).
+type refd struct{ refs int }
 
-// xrcd is an XRC domain; refs counts the QPs and XRC SRQs in it.
-type xrcd struct{ refs int }
-
-// allocPD: ALLOC_PD (spec §6.3).
-func (d *Device) allocPD(_, out []byte) result {
-	h, r := add(d, &d.fn.obj.pds, &pd{}, ifc.OpAllocPD)
-	if r == ok {
-		ifc.ObjOut.Set(out, h)
-	}
-	return r
-}
-
-// deallocPD: DEALLOC_PD of a PD nothing is in.
-func (d *Device) deallocPD(in, _ []byte) result {
-	const op = ifc.OpDeallocPD
-	h := ifc.ObjIn.Get(in)
-	p := d.fn.obj.pds.Get(h)
+// destroyable checks a destroy of the object a command names: it exists
+// (else BAD_RES) and nothing names it (else RES_BUSY).
+func (d *Device) destroyable(op ifc.Opcode, field string, h uint32, exists bool, refs int, what, by string) result {
 	switch {
-	case p == nil:
-		return d.unknown(op, "dealloc_pd_in.pd", h, "PD")
-	case p.refs > 0:
-		return d.busy(op, "dealloc_pd_in.pd", h, p.refs, "mkeys, QPs or SRQs")
+	case !exists:
+		return d.unknown(op, field, h, what)
+	case refs > 0:
+		return d.busy(op, field, h, refs, by)
 	}
-	d.fn.obj.pds.Del(h)
 	return ok
 }
 
-// allocXRCD: ALLOC_XRCD (spec §6.8; two at mlx5_ib's load).
+// allocPD: ALLOC_PD (spec §6.3); allocXRCD: ALLOC_XRCD (spec §6.8; two
+// at mlx5_ib's load).
+func (d *Device) allocPD(_, out []byte) result { return d.allocRefd(ifc.OpAllocPD, &d.fn.obj.pds, out) }
 func (d *Device) allocXRCD(_, out []byte) result {
-	h, r := add(d, &d.fn.obj.xrcds, &xrcd{}, ifc.OpAllocXRCD)
+	return d.allocRefd(ifc.OpAllocXRCD, &d.fn.obj.xrcds, out)
+}
+
+func (d *Device) allocRefd(op ifc.Opcode, t *hca.Table[refd], out []byte) result {
+	h, r := add(d, t, &refd{}, op)
 	if r == ok {
 		ifc.ObjOut.Set(out, h)
 	}
 	return r
 }
 
-// deallocXRCD: DEALLOC_XRCD of an XRCD no QP or XRC SRQ is in.
+// deallocPD: DEALLOC_PD of a PD nothing is in; deallocXRCD: DEALLOC_XRCD
+// of an XRCD no QP or XRC SRQ is in.
+func (d *Device) deallocPD(in, _ []byte) result {
+	return d.deallocRefd(ifc.OpDeallocPD, "dealloc_pd_in.pd", "PD", "mkeys, QPs or SRQs", &d.fn.obj.pds, in)
+}
+
 func (d *Device) deallocXRCD(in, _ []byte) result {
-	const op = ifc.OpDeallocXRCD
+	return d.deallocRefd(ifc.OpDeallocXRCD, "dealloc_xrcd_in.xrcd", "XRCD", "QPs or XRC SRQs", &d.fn.obj.xrcds, in)
+}
+
+func (d *Device) deallocRefd(op ifc.Opcode, field, what, by string, t *hca.Table[refd], in []byte) result {
 	h := ifc.ObjIn.Get(in)
-	x := d.fn.obj.xrcds.Get(h)
-	switch {
-	case x == nil:
-		return d.unknown(op, "dealloc_xrcd_in.xrcd", h, "XRCD")
-	case x.refs > 0:
-		return d.busy(op, "dealloc_xrcd_in.xrcd", h, x.refs, "QPs or XRC SRQs")
+	x := t.Get(h)
+	var refs int
+	if x != nil {
+		refs = x.refs
 	}
-	d.fn.obj.xrcds.Del(h)
+	if r := d.destroyable(op, field, h, x != nil, refs, what, by); r != ok {
+		return r
+	}
+	t.Del(h)
 	return ok
 }
 

@@ -538,7 +538,7 @@ func TestVerbsValidation(t *testing.T) {
 func TestVerbsLimits(t *testing.T) {
 	d, drv, _, _ := ibProbed(t, Config{})
 	d.core.Lock()
-	small := hca.NewTable[xrcd]("XRCD", 1, 4) // 3 handles: the probe's 2 and one more
+	small := hca.NewTable[refd]("XRCD", 1, 4) // 3 handles: the probe's 2 and one more
 	for _, h := range d.fn.obj.xrcds.Handles() {
 		if err := small.Put(h, d.fn.obj.xrcds.Get(h)); err != nil {
 			t.Fatal(err)

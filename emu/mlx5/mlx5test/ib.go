@@ -27,11 +27,7 @@ func (d *Driver) Obj(op ifc.Opcode, h uint32, outLen uint32) ([]byte, error) {
 // alloc runs an alloc command (ALLOC_PD, ALLOC_XRCD) and returns the
 // object's number.
 func (d *Driver) alloc(op ifc.Opcode) (uint32, error) {
-	out, err := d.Exec(cmdIn(op, 0, ifc.Linux612CmdSize), ifc.Linux612CmdSize)
-	if err != nil {
-		return 0, err
-	}
-	return ifc.ObjOut.Get(out), nil
+	return d.create(cmdIn(op, 0, ifc.Linux612CmdSize))
 }
 
 // AllocPD is mlx5_cmd_alloc_pd; DeallocPD mlx5_cmd_dealloc_pd.
@@ -115,12 +111,11 @@ func (d *Driver) CreateMkeyIn(a MkeyArgs) []byte {
 // CreateMkey runs CREATE_MKEY and forms the key as the driver does:
 // mkey_index << 8 | mkey_7_0.
 func (d *Driver) CreateMkey(in []byte) (Mkey, error) {
-	out, err := d.Exec(in, ifc.Linux612CmdSize)
+	n, err := d.create(in)
 	if err != nil {
 		return Mkey{}, err
 	}
-	mkc := ifc.CreateMkeyInMkc.Bytes(in)
-	return Mkey{Key: ifc.ObjOut.Get(out)<<8 | ifc.MkcMkey70.Get(mkc)}, nil
+	return Mkey{Key: n<<8 | ifc.MkcMkey70.Get(ifc.CreateMkeyInMkc.Bytes(in))}, nil
 }
 
 // DMAMkey is mlx5_ib_get_dma_mr: PA mode over all of memory, local write
@@ -188,13 +183,22 @@ func (d *Driver) CreateCQIn(nent int, eqn uint8, uar uint32) ([]byte, *CQ) {
 	return putPAS(in, c.Pages), c
 }
 
+// create runs a create command and returns the object's number.
+func (d *Driver) create(in []byte) (uint32, error) {
+	out, err := d.Exec(in, ifc.Linux612CmdSize)
+	if err != nil {
+		return 0, err
+	}
+	return ifc.ObjOut.Get(out), nil
+}
+
 // CreateCQ runs a CREATE_CQ built by CreateCQIn.
 func (d *Driver) CreateCQ(in []byte, c *CQ) (*CQ, error) {
-	out, err := d.Exec(in, ifc.Linux612CmdSize)
+	n, err := d.create(in)
 	if err != nil {
 		return nil, err
 	}
-	c.CQN = ifc.ObjOut.Get(out)
+	c.CQN = n
 	return c, nil
 }
 
@@ -255,11 +259,11 @@ func (d *Driver) CreateXRCSRQIn(pdn, xrcd, cqn uint32, logSize, logStride uint8,
 
 // CreateSRQ runs a CREATE_RMP or CREATE_XRC_SRQ built above.
 func (d *Driver) CreateSRQ(in []byte, s *SRQ) (*SRQ, error) {
-	out, err := d.Exec(in, ifc.Linux612CmdSize)
+	n, err := d.create(in)
 	if err != nil {
 		return nil, err
 	}
-	s.N = ifc.ObjOut.Get(out)
+	s.N = n
 	return s, nil
 }
 
@@ -342,11 +346,11 @@ func (d *Driver) CreateQPIn(a QPArgs) ([]byte, *QP) {
 
 // CreateQP runs a CREATE_QP built by CreateQPIn.
 func (d *Driver) CreateQP(in []byte, q *QP) (*QP, error) {
-	out, err := d.Exec(in, ifc.Linux612CmdSize)
+	n, err := d.create(in)
 	if err != nil {
 		return nil, err
 	}
-	q.QPN = ifc.ObjOut.Get(out)
+	q.QPN = n
 	return q, nil
 }
 
