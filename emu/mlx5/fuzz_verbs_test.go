@@ -80,9 +80,9 @@ func destroyWant(objs map[uint32]int, h uint32) ifc.Status {
 // on map order.
 func keys[V any](m map[uint32]V) []uint32 { return slices.Sorted(maps.Keys(m)) }
 
-// fuzzVerbsRAM holds a probe, a completion EQ and a program's objects and
-// command chains.
-const fuzzVerbsRAM = 8 << 20
+// fuzzVerbsRAM holds a probe (1.1 MiB), a completion EQ and a program's
+// objects and command chains (at most 128 commands and their teardown).
+const fuzzVerbsRAM = 4 << 20
 
 // FuzzVerbs: a program of verbs object commands (alloc/dealloc PD and
 // XRCD, create/destroy mkey, CQ, RMP, XRC SRQ and QP, the QP transitions,

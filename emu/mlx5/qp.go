@@ -144,7 +144,9 @@ func (d *Device) createQP(in, out []byte) result {
 // qpRefs counts (by +1) or uncounts (by -1) what QP q names.
 func (d *Device) qpRefs(q *qp, by int) {
 	o := &d.fn.obj
-	o.pds.Get(q.PD).refs += by
+	if p := o.pds.Get(q.PD); p != nil {
+		p.refs += by
+	}
 	if c := o.cqs.Get(q.sndCQ); c != nil {
 		c.refs += by
 	}
