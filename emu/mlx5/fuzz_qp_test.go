@@ -3,7 +3,6 @@ package mlx5
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"slices"
 	"testing"
 
@@ -149,16 +148,7 @@ func FuzzCreateQP(f *testing.F) {
 		refs := refSnapshot(&d.fn.obj)
 		d.core.Unlock()
 		out, err := drv.Exec(in, ifc.Linux612CmdSize)
-		got := ifc.StatOK
-		var ce *mlx5test.CmdError
-		if errors.As(err, &ce) {
-			got = ce.Status
-		} else if err != nil {
-			t.Fatalf("CREATE_QP: %v", err)
-		}
-		if got != want {
-			t.Fatalf("status %v (%#x), want %v (%#x): %v", got, uint8(got), want, uint8(want), err)
-		}
+		expectStatus(t, "CREATE_QP", err, want)
 		if want == ifc.StatOK {
 			qpn := ifc.ObjOut.Get(out)
 			q := &mlx5test.QP{QPN: qpn}

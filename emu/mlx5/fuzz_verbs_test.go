@@ -63,6 +63,22 @@ var domains = [2]struct {
 	{"XRCD", func(m *verbsModel) map[uint32]int { return m.xrcds }, (*mlx5test.Driver).AllocXRCD, (*mlx5test.Driver).DeallocXRCD},
 }
 
+// expectStatus fails t unless the command that returned err ended with
+// status want (OK: no error at all).
+func expectStatus(t *testing.T, what string, err error, want ifc.Status) {
+	t.Helper()
+	got := ifc.StatOK
+	var ce *mlx5test.CmdError
+	if errors.As(err, &ce) {
+		got = ce.Status
+	} else if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if got != want {
+		t.Fatalf("%s: status %v (%#x), want %v (%#x): %v", what, got, uint8(got), want, uint8(want), err)
+	}
+}
+
 // destroyWant is the status the model predicts for destroying h of objs
 // (handle -> references): BAD_RES for none, RES_BUSY while named.
 func destroyWant(objs map[uint32]int, h uint32) ifc.Status {
@@ -120,21 +136,9 @@ func FuzzVerbs(f *testing.F) {
 		drv.CompEQ = comp
 		m := &verbsModel{pds: map[uint32]int{}, xrcds: map[uint32]int{}, cqs: map[uint32]int{},
 			srqs: map[uint32]*mSRQ{}, mkeys: map[uint32]mMkey{}, qps: map[uint32]*mQP{}}
-		status := func(err error) ifc.Status {
-			var ce *mlx5test.CmdError
-			if errors.As(err, &ce) {
-				return ce.Status
-			}
-			if err != nil {
-				t.Fatalf("command not answered: %v", err)
-			}
-			return ifc.StatOK
-		}
 		expect := func(what string, err error, want ifc.Status) bool {
 			t.Helper()
-			if got := status(err); got != want {
-				t.Fatalf("%s: status %v (%#x), the model says %v (%#x): %v", what, got, uint8(got), want, uint8(want), err)
-			}
+			expectStatus(t, what, err, want)
 			return want == ifc.StatOK
 		}
 		fresh := func(what string, h uint32, live ...bool) {
