@@ -595,3 +595,98 @@ func TestTransportState(t *testing.T) {
 		}
 	}
 }
+
+// TestKernelQPKinds: the QPs mlx5_ib creates besides QP0 and QP1, as it
+// creates them: an XRC target QP (no SQ, the XRC SRQ s0, no buffer, no
+// doorbell record, no UAR), the REG_UMR QP (a zero-length RQ) taken to
+// RTS with no path (UD-like transitions), a UD QP with the P_Key and
+// Q_Key optional at INIT2RTR; then the objects they name are busy until
+// they go.
+func TestKernelQPKinds(t *testing.T) {
+	d, drv, ib, _ := ibProbed(t, Config{})
+	xrcd, err := drv.AllocXRCD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, tgt := drv.CreateQPIn(mlx5test.QPArgs{St: ifc.QPStXRC, PD: ib.P0, SndCQ: ib.C0.CQN, RcvCQ: ib.C0.CQN,
+		RQType: ifc.RQTypeSRQ, SRQ: ib.S0.N, XRCD: xrcd, NoSQ: true})
+	if len(in) != ifc.Linux612CreateQPInSize {
+		t.Fatalf("XRC TGT create_qp_in of %d bytes: a page list", len(in))
+	}
+	if tgt, err = drv.CreateQP(in, tgt); err != nil {
+		t.Fatal(err)
+	}
+	umrCQ, err := drv.KernelCQ(128)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, umr := drv.CreateQPIn(mlx5test.QPArgs{St: ifc.QPStRegUMR, PD: ib.UMRPD, SndCQ: umrCQ.CQN, RcvCQ: umrCQ.CQN,
+		RQType: ifc.RQTypeZeroLen, LogSQ: 9, UAR: drv.UAR})
+	if umr, err = drv.CreateQP(in, umr); err != nil {
+		t.Fatal(err)
+	}
+	in, ud := drv.CreateQPIn(mlx5test.QPArgs{St: ifc.QPStUD, PD: ib.MADPD, SndCQ: umrCQ.CQN, RcvCQ: ib.MADCQ.CQN,
+		SRQ: ib.S1.N, XRCD: ib.XRCD1, LogRQ: 8, LogRQStride: 1, LogSQ: 8, UAR: drv.UAR})
+	if ud, err = drv.CreateQP(in, ud); err != nil {
+		t.Fatal(err)
+	}
+	// mlx5r_umr_qp_rst2rts: INIT with P_Key index 0 and port 1, then RTR
+	// and RTS with nothing but the always-written fields.
+	if err := drv.ModifyQP(ifc.OpRst2InitQP, umr, 0, func(qpc []byte) { ifc.PriPath(ifc.ADSVhcaPortNum).Set(qpc, 1) }); err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range []ifc.Opcode{ifc.OpInit2RTRQP, ifc.OpRTR2RTSQP} {
+		if err := drv.ModifyQP(op, umr, 0, func(qpc []byte) {
+			ifc.QPCMTU.Set(qpc, 5)
+			ifc.QPCLogMsgMax.Set(qpc, 30)
+		}); err != nil {
+			t.Fatalf("UMR QP %v: %v", op, err)
+		}
+	}
+	// IPoIB's UD QP: the Q_Key at RST2INIT, then changed at INIT2RTR with
+	// its optional bit, the P_Key index left.
+	if err := drv.ModifyQP(ifc.OpRst2InitQP, ud, 0, func(qpc []byte) {
+		ifc.PriPath(ifc.ADSPKeyIndex).Set(qpc, 2)
+		ifc.PriPath(ifc.ADSVhcaPortNum).Set(qpc, 1)
+		ifc.QPCQKey.Set(qpc, 0x0b1b)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.ModifyQP(ifc.OpInit2RTRQP, ud, ifc.OptQKey, func(qpc []byte) {
+		ifc.QPCMTU.Set(qpc, 5)
+		ifc.QPCLogMsgMax.Set(qpc, 12)
+		ifc.QPCQKey.Set(qpc, 0x1234)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	qpc, err := drv.QueryQP(ud)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k, p := ifc.QPCQKey.Get(qpc), ifc.PriPath(ifc.ADSPKeyIndex).Get(qpc); k != 0x1234 || p != 2 || ifc.QPCState.Get(qpc) != ifc.QPStateRTR {
+		t.Errorf("UD QP after INIT2RTR: q_key %#x pkey_index %d state %d", k, p, ifc.QPCState.Get(qpc))
+	}
+	if err := drv.DeallocXRCD(xrcd); !isStatus(err, ifc.StatResBusy) {
+		t.Errorf("DEALLOC_XRCD of the XRC TGT QP's domain: %v", err)
+	}
+	if err := drv.DestroySRQ(ib.S0); !isStatus(err, ifc.StatResBusy) {
+		t.Errorf("DESTROY_XRC_SRQ of s0 under the XRC TGT QP: %v", err)
+	}
+	if err := drv.DestroyCQ(umrCQ); !isStatus(err, ifc.StatResBusy) {
+		t.Errorf("DESTROY_CQ of the UMR QP's CQ: %v", err)
+	}
+	for _, q := range []*mlx5test.QP{tgt, umr, ud} {
+		if err := drv.DestroyQP(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := drv.DeallocXRCD(xrcd); err != nil {
+		t.Error(err)
+	}
+	if err := drv.DestroyCQ(umrCQ); err != nil {
+		t.Error(err)
+	}
+	if f := d.Findings(); f[hca.FindingHandle] != 3 || f[hca.FindingCommand] != 0 || f[hca.FindingQPState] != 0 {
+		t.Errorf("findings %v, want the 3 busy destroys", f)
+	}
+}
