@@ -194,7 +194,7 @@ func FuzzVerbs(f *testing.F) {
 					m.mkeys[k.Key>>8] = mMkey{k.Key, pd}
 					m.pds[pd]++
 					d.core.Lock()
-					r, wrong := mr.Lookup(d, k.Key, false), mr.Lookup(d, k.Key+1, false)
+					r, wrong := mr.Lookup(&d.fn.obj, k.Key, false), mr.Lookup(&d.fn.obj, k.Key+1, false)
 					d.core.Unlock()
 					if r == nil || wrong != nil || r.PD != pd {
 						t.Fatalf("key %#x: region %+v, key+1 %+v", k.Key, r, wrong)

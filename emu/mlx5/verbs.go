@@ -318,12 +318,13 @@ func (d *Device) destroyMkey(in, _ []byte) result {
 }
 
 // Region implements mr.Table (lock held): the mkey of an index (the data
-// path checks the whole key against it, mr.Lookup).
-func (d *Device) Region(h uint32) *mr.Region {
-	if d.fn.obj.mkeys.Limit() == 0 {
+// path checks the whole key against it, mr.Lookup), as pvrdma's
+// resources do.
+func (o *objects) Region(h uint32) *mr.Region {
+	if o.mkeys.Limit() == 0 {
 		return nil
 	}
-	return d.fn.obj.mkeys.Get(h)
+	return o.mkeys.Get(h)
 }
 
 // --- HCA vport context -------------------------------------------------------

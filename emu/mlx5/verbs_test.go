@@ -272,9 +272,9 @@ func TestMkeyRegion(t *testing.T) {
 	orig := append([]uint64(nil), pages...)
 	copy(in[ifc.PASOffset:], make([]byte, 8)) // read once: the device keeps its copy
 	d.core.Lock()
-	r := mr.Lookup(d, k.Key, false)
-	wrong := mr.Lookup(d, k.Key+1, false)
-	dmaR := mr.Lookup(d, ib.MADKey.Key, false)
+	r := mr.Lookup(&d.fn.obj, k.Key, false)
+	wrong := mr.Lookup(&d.fn.obj, k.Key+1, false)
+	dmaR := mr.Lookup(&d.fn.obj, ib.MADKey.Key, false)
 	d.core.Unlock()
 	switch {
 	case r == nil || wrong != nil || k.Key&0xff != 0x5c:
