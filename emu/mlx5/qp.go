@@ -362,6 +362,14 @@ func (d *Device) modifyQP(op ifc.Opcode, in []byte) result {
 	if r := d.checkQPAttrs(op, t, q, qpc, mask); r != ok {
 		return r
 	}
+	rstDBR := uint64(0)
+	if op == ifc.OpRst2InitQP {
+		if rstDBR = ifc.QPCDBRAddr.Get64(qpc); rstDBR != 0 {
+			if r := d.checkDBR(op, t.name+".qpc.dbr_addr", rstDBR, 8, 8); r != ok {
+				return r
+			}
+		}
+	}
 	merge := func(fs []ifc.Field) {
 		for _, f := range fs {
 			copyField(q.ctx[:], qpc, f)
@@ -378,9 +386,9 @@ func (d *Device) modifyQP(op ifc.Opcode, in []byte) result {
 		if ifc.PriPath(ifc.ADSVhcaPortNum).Get(qpc) != 0 {
 			merge(fPort)
 		}
-		if dbr := ifc.QPCDBRAddr.Get64(qpc); dbr != 0 {
-			q.dbr = dbr
-			ifc.QPCDBRAddr.Set64(q.ctx[:], dbr)
+		if rstDBR != 0 {
+			q.dbr = rstDBR
+			ifc.QPCDBRAddr.Set64(q.ctx[:], rstDBR)
 		}
 	}
 	q.state = t.to

@@ -479,6 +479,59 @@ func TestVerbsValidation(t *testing.T) {
 			ifc.ObjIn.Set(in, e.ib.QP1.QPN)
 			return in
 		}, 16, ifc.StatBadQPStateErr, SyndQPState, "in RTS: RST2INIT_QP leaves RST only"},
+		{"rst2init dbr_addr outside guest memory", func(e env) []byte {
+			in := qpIn(e, func(*mlx5test.QPArgs) {})()
+			q, err := e.drv.CreateQP(in, &mlx5test.QP{St: ifc.QPStRC})
+			if err != nil {
+				panic(err)
+			}
+			in = mboxIn(ifc.OpRst2InitQP, 0, ifc.Linux612ModifyQPInSize)
+			ifc.ObjIn.Set(in, q.QPN)
+			ifc.QPCDBRAddr.Set64(ifc.QPInQPC.Bytes(in), 1<<43)
+			return in
+		}, 16, ifc.StatBadParamErr, SyndDBR, "rst2init_qp_in.qpc.dbr_addr=0x80000000000"},
+		{"init2rtr of a QP in RTS", func(e env) []byte {
+			in := mboxIn(ifc.OpInit2RTRQP, 0, ifc.Linux612ModifyQPInSize)
+			ifc.ObjIn.Set(in, e.ib.QP1.QPN)
+			return in
+		}, 16, ifc.StatBadQPStateErr, SyndQPState, "INIT2RTR_QP leaves INIT only"},
+		{"init2rtr mtu and port", func(e env) []byte {
+			q, err := e.drv.CreateQP(qpIn(e, func(*mlx5test.QPArgs) {})(), &mlx5test.QP{St: ifc.QPStRC})
+			if err == nil {
+				err = e.drv.ModifyQP(ifc.OpRst2InitQP, q, 0, nil)
+			}
+			if err != nil {
+				panic(err)
+			}
+			in := mboxIn(ifc.OpInit2RTRQP, 0, ifc.Linux612ModifyQPInSize)
+			ifc.ObjIn.Set(in, q.QPN)
+			ifc.QPCMTU.Set(ifc.QPInQPC.Bytes(in), 6)
+			ifc.PriPath(ifc.ADSVhcaPortNum).Set(ifc.QPInQPC.Bytes(in), 1)
+			return in
+		}, 16, ifc.StatBadParamErr, SyndContext, "init2rtr_qp_in.qpc.mtu=6: IB MTU 256 (1) to 4096 (5)"},
+		{"init2rtr RC without a port", func(e env) []byte {
+			q, err := e.drv.CreateQP(qpIn(e, func(*mlx5test.QPArgs) {})(), &mlx5test.QP{St: ifc.QPStRC})
+			if err == nil {
+				err = e.drv.ModifyQP(ifc.OpRst2InitQP, q, 0, nil)
+			}
+			if err != nil {
+				panic(err)
+			}
+			in := mboxIn(ifc.OpInit2RTRQP, 0, ifc.Linux612ModifyQPInSize)
+			ifc.ObjIn.Set(in, q.QPN)
+			ifc.QPCMTU.Set(ifc.QPInQPC.Bytes(in), 5)
+			return in
+		}, 16, ifc.StatBadParamErr, SyndContext, "init2rtr_qp_in.qpc.primary_address_path.vhca_port_num=0: port 1 only"},
+		{"rst2init pkey_index", func(e env) []byte {
+			q, err := e.drv.CreateQP(qpIn(e, func(*mlx5test.QPArgs) {})(), &mlx5test.QP{St: ifc.QPStRC})
+			if err != nil {
+				panic(err)
+			}
+			in := mboxIn(ifc.OpRst2InitQP, 0, ifc.Linux612ModifyQPInSize)
+			ifc.ObjIn.Set(in, q.QPN)
+			ifc.PriPath(ifc.ADSPKeyIndex).Set(ifc.QPInQPC.Bytes(in), 128)
+			return in
+		}, 16, ifc.StatBadParamErr, SyndContext, "rst2init_qp_in.qpc.primary_address_path.pkey_index=128 >= 128 P_Keys"},
 		{"query_hca_vport_context other vport", func(e env) []byte {
 			in := mboxIn(ifc.OpQueryHCAVportContext, 0, 16)
 			ifc.QueryHCAVportContextInOtherVport.Set(in, 1)
