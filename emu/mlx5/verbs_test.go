@@ -320,6 +320,21 @@ func TestVerbsValidation(t *testing.T) {
 		}
 	}
 	editQPC := func(in []byte, edit func(qpc []byte)) []byte { edit(ifc.QPInQPC.Bytes(in)); return in }
+	// modIn is a transition op's input for a new RC QP taken to state
+	// (RST or INIT), its qpc built by set.
+	modIn := func(e env, op ifc.Opcode, state uint32, set func(qpc []byte)) []byte {
+		q, err := e.drv.CreateQP(qpIn(e, func(*mlx5test.QPArgs) {})(), &mlx5test.QP{St: ifc.QPStRC})
+		if err == nil && state == ifc.QPStateINIT {
+			err = e.drv.ModifyQP(ifc.OpRst2InitQP, q, 0, nil)
+		}
+		if err != nil {
+			panic(err)
+		}
+		in := mboxIn(op, 0, ifc.Linux612ModifyQPInSize)
+		ifc.ObjIn.Set(in, q.QPN)
+		set(ifc.QPInQPC.Bytes(in))
+		return in
+	}
 	obj := func(op ifc.Opcode, h uint32) []byte {
 		in := mboxIn(op, 0, ifc.Linux612CmdSize)
 		ifc.ObjIn.Set(in, h)
@@ -480,57 +495,24 @@ func TestVerbsValidation(t *testing.T) {
 			return in
 		}, 16, ifc.StatBadQPStateErr, SyndQPState, "in RTS: RST2INIT_QP leaves RST only"},
 		{"rst2init dbr_addr outside guest memory", func(e env) []byte {
-			in := qpIn(e, func(*mlx5test.QPArgs) {})()
-			q, err := e.drv.CreateQP(in, &mlx5test.QP{St: ifc.QPStRC})
-			if err != nil {
-				panic(err)
-			}
-			in = mboxIn(ifc.OpRst2InitQP, 0, ifc.Linux612ModifyQPInSize)
-			ifc.ObjIn.Set(in, q.QPN)
-			ifc.QPCDBRAddr.Set64(ifc.QPInQPC.Bytes(in), 1<<43)
-			return in
+			return modIn(e, ifc.OpRst2InitQP, ifc.QPStateRST, func(qpc []byte) { ifc.QPCDBRAddr.Set64(qpc, 1<<43) })
 		}, 16, ifc.StatBadParamErr, SyndDBR, "rst2init_qp_in.qpc.dbr_addr=0x80000000000"},
 		{"init2rtr of a QP in RTS", func(e env) []byte {
 			in := mboxIn(ifc.OpInit2RTRQP, 0, ifc.Linux612ModifyQPInSize)
 			ifc.ObjIn.Set(in, e.ib.QP1.QPN)
 			return in
 		}, 16, ifc.StatBadQPStateErr, SyndQPState, "INIT2RTR_QP leaves INIT only"},
-		{"init2rtr mtu and port", func(e env) []byte {
-			q, err := e.drv.CreateQP(qpIn(e, func(*mlx5test.QPArgs) {})(), &mlx5test.QP{St: ifc.QPStRC})
-			if err == nil {
-				err = e.drv.ModifyQP(ifc.OpRst2InitQP, q, 0, nil)
-			}
-			if err != nil {
-				panic(err)
-			}
-			in := mboxIn(ifc.OpInit2RTRQP, 0, ifc.Linux612ModifyQPInSize)
-			ifc.ObjIn.Set(in, q.QPN)
-			ifc.QPCMTU.Set(ifc.QPInQPC.Bytes(in), 6)
-			ifc.PriPath(ifc.ADSVhcaPortNum).Set(ifc.QPInQPC.Bytes(in), 1)
-			return in
+		{"init2rtr mtu", func(e env) []byte {
+			return modIn(e, ifc.OpInit2RTRQP, ifc.QPStateINIT, func(qpc []byte) {
+				ifc.QPCMTU.Set(qpc, 6)
+				ifc.PriPath(ifc.ADSVhcaPortNum).Set(qpc, 1)
+			})
 		}, 16, ifc.StatBadParamErr, SyndContext, "init2rtr_qp_in.qpc.mtu=6: IB MTU 256 (1) to 4096 (5)"},
 		{"init2rtr RC without a port", func(e env) []byte {
-			q, err := e.drv.CreateQP(qpIn(e, func(*mlx5test.QPArgs) {})(), &mlx5test.QP{St: ifc.QPStRC})
-			if err == nil {
-				err = e.drv.ModifyQP(ifc.OpRst2InitQP, q, 0, nil)
-			}
-			if err != nil {
-				panic(err)
-			}
-			in := mboxIn(ifc.OpInit2RTRQP, 0, ifc.Linux612ModifyQPInSize)
-			ifc.ObjIn.Set(in, q.QPN)
-			ifc.QPCMTU.Set(ifc.QPInQPC.Bytes(in), 5)
-			return in
+			return modIn(e, ifc.OpInit2RTRQP, ifc.QPStateINIT, func(qpc []byte) { ifc.QPCMTU.Set(qpc, 5) })
 		}, 16, ifc.StatBadParamErr, SyndContext, "init2rtr_qp_in.qpc.primary_address_path.vhca_port_num=0: port 1 only"},
 		{"rst2init pkey_index", func(e env) []byte {
-			q, err := e.drv.CreateQP(qpIn(e, func(*mlx5test.QPArgs) {})(), &mlx5test.QP{St: ifc.QPStRC})
-			if err != nil {
-				panic(err)
-			}
-			in := mboxIn(ifc.OpRst2InitQP, 0, ifc.Linux612ModifyQPInSize)
-			ifc.ObjIn.Set(in, q.QPN)
-			ifc.PriPath(ifc.ADSPKeyIndex).Set(ifc.QPInQPC.Bytes(in), 128)
-			return in
+			return modIn(e, ifc.OpRst2InitQP, ifc.QPStateRST, func(qpc []byte) { ifc.PriPath(ifc.ADSPKeyIndex).Set(qpc, 128) })
 		}, 16, ifc.StatBadParamErr, SyndContext, "rst2init_qp_in.qpc.primary_address_path.pkey_index=128 >= 128 P_Keys"},
 		{"query_hca_vport_context other vport", func(e env) []byte {
 			in := mboxIn(ifc.OpQueryHCAVportContext, 0, 16)
