@@ -9,7 +9,7 @@
 // and the command engine that takes commands off the command queue in guest
 // memory: descriptors, mailbox chains, delivery status and ownership.
 //
-// The first half of Stage 1 of the spec's build plan
+// Stage 1 of the spec's build plan
 // (../shared/spec/mlx5.md §11): the commands that bring the function up
 // and down as mlx5_core's probe and unload issue them (ENABLE_HCA, the
 // ISSI, the page demands, the capabilities, INIT_HCA, QUERY_ADAPTER,
@@ -17,9 +17,14 @@
 // contexts and their page lists, EQEs with their ownership bit, the EQ
 // doorbells in the UAR pages, MSI-X, and the command interface's switch
 // from polling to event mode (a CMD EQE per completed command once the
-// command EQ exists). Every other opcode is BAD_OP. The layouts it
-// exchanges with the driver are package emu/mlx5/ifc; this package decides
-// what they mean. It runs on the HCA core (emu/hca: the device lock, the
+// command EQ exists). Then the verbs half of Stage 1, the objects mlx5_ib
+// and its users create (verbs.go, cq.go, srq.go, qp.go): protection and
+// XRC domains, memory keys, CQs, RMPs and XRC SRQs, QPs with their state
+// transitions and QUERY_QP, and the HCA vport context; their data path
+// (doorbells, WQEs, CQEs) is Stage 2's. Every other opcode is BAD_OP,
+// MAD_IFC among them until the SMA of package emu/ib answers it. The
+// layouts it exchanges with the driver are package emu/mlx5/ifc; this
+// package decides what they mean. It runs on the HCA core (emu/hca: the device lock, the
 // interrupts sent after unlock, the engine) as every model does.
 //
 // The device knows nothing of sockets: it sees guest memory as a
@@ -110,6 +115,9 @@ type Config struct {
 	// NodeGUID is the node's GUID (the port's is the next one); 0: a
 	// default.
 	NodeGUID uint64
+	// SequentialQPNs makes every QPN its handle (recording and replaying)
+	// instead of random high bits (hca.QPNs).
+	SequentialQPNs bool
 }
 
 // Device is one emulated ConnectX function.
@@ -146,6 +154,11 @@ type Device struct {
 	// strict is strict mode's bookkeeping: counts are atomic, the latch
 	// is under the lock and survives resets.
 	strict hca.Strict
+	// qpns makes the QPNs; mrKeys the mkeys' registration generations
+	// (never reset: a key kept past a reset does not name a later
+	// registration).
+	qpns   hca.QPNs
+	mrKeys hca.MRKeys
 }
 
 // Stats counts what the command engine did.
@@ -176,6 +189,7 @@ func New(cfg Config) *Device {
 		mem:     cfg.Mem,
 		initN:   cfg.InitializingReads,
 		strict:  hca.Strict{Mode: cfg.Strict, Report: cfg.OnFinding},
+		qpns:    hca.NewQPNs(cfg.SequentialQPNs),
 		pci: mmio.NewExpressConfig(mmio.Identity{
 			Vendor: VendorMellanox, Device: DeviceConnectX4,
 			SubVendor: VendorMellanox, SubDevice: DeviceConnectX4,

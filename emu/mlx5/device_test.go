@@ -74,12 +74,12 @@ func TestProbe(t *testing.T) {
 	}
 	// An opcode the device does not implement: BAD_OP with its syndrome,
 	// read as the driver reads it.
-	out, err := drv.Exec(mboxIn(ifc.OpCreateQP, 0, 16), 16)
+	out, err := drv.Exec(mboxIn(ifc.OpCreateTIS, 0, 16), 16)
 	var ce *mlx5test.CmdError
 	if !errors.As(err, &ce) {
-		t.Fatalf("CREATE_QP: %v, want a command error", err)
+		t.Fatalf("CREATE_TIS: %v, want a command error", err)
 	}
-	if want := "CREATE_QP(0x500) op_mod(0x0) failed, status bad operation(0x2), syndrome (0x4d580002)"; err.Error() != want {
+	if want := "CREATE_TIS(0x912) op_mod(0x0) failed, status bad operation(0x2), syndrome (0x4d580002)"; err.Error() != want {
 		t.Errorf("dmesg line %q, want %q", err, want)
 	}
 	if !bytes.Equal(out[8:], make([]byte, 8)) {
@@ -226,7 +226,7 @@ func newChainCmd(drv *mlx5test.Driver, inLen, outLen uint32) *chainCmd {
 	inHead, c.inBlocks = drv.Msg(inLen, tok)
 	outHead, c.outBlocks = drv.Msg(outLen, tok)
 	c.lay = ifc.CmdLayout{Type: ifc.PCICmdXport, InLen: inLen, InPtr: inHead, OutLen: outLen, OutPtr: outHead, Token: tok}
-	drv.Scatter(c.lay.In[:], c.inBlocks, mboxIn(ifc.OpCreateQP, 0, int(inLen)))
+	drv.Scatter(c.lay.In[:], c.inBlocks, mboxIn(ifc.OpCreateTIS, 0, int(inLen)))
 	return c
 }
 

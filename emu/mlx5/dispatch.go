@@ -80,7 +80,8 @@ type cmdSpec struct {
 	run           func(d *Device, in, out []byte) result
 }
 
-// commands are the implemented opcodes (the core half of Stage 1).
+// commands are the implemented opcodes: Stage 1's but MAD_IFC (BAD_OP
+// until the SMA of package emu/ib answers it), and Stage 2's QUERY_QP.
 var commands map[ifc.Opcode]cmdSpec
 
 func init() {
@@ -101,7 +102,28 @@ func init() {
 		ifc.OpDeallocUAR:       {ifc.DeallocUARInSize, ifc.DeallocUAROutSize, stateInitialized, (*Device).deallocUAR},
 		ifc.OpCreateEQ:         {ifc.CreateEQInSize, ifc.CreateEQOutSize, stateInitialized, (*Device).createEQ},
 		ifc.OpDestroyEQ:        {ifc.DestroyEQInSize, ifc.DestroyEQOutSize, stateInitialized, (*Device).destroyEQ},
-		ifc.OpMADIfc:           {ifc.MadIfcInSize, ifc.MadIfcOutSize, stateInitialized, (*Device).madIfc},
+		// The verbs half (verbs.go, cq.go, qp.go, srq.go).
+		ifc.OpAllocPD:              {ifc.AllocPDInSize, ifc.AllocPDOutSize, stateInitialized, (*Device).allocPD},
+		ifc.OpDeallocPD:            {ifc.DeallocPDInSize, ifc.DeallocPDOutSize, stateInitialized, (*Device).deallocPD},
+		ifc.OpAllocXRCD:            {ifc.AllocXRCDInSize, ifc.AllocXRCDOutSize, stateInitialized, (*Device).allocXRCD},
+		ifc.OpDeallocXRCD:          {ifc.DeallocXRCDInSize, ifc.DeallocXRCDOutSize, stateInitialized, (*Device).deallocXRCD},
+		ifc.OpCreateMkey:           {ifc.CreateMkeyInSize, ifc.CreateMkeyOutSize, stateInitialized, (*Device).createMkey},
+		ifc.OpDestroyMkey:          {ifc.DestroyMkeyInSize, ifc.DestroyMkeyOutSize, stateInitialized, (*Device).destroyMkey},
+		ifc.OpCreateCQ:             {ifc.CreateCQInSize, ifc.CreateCQOutSize, stateInitialized, (*Device).createCQ},
+		ifc.OpDestroyCQ:            {ifc.DestroyCQInSize, ifc.DestroyCQOutSize, stateInitialized, (*Device).destroyCQ},
+		ifc.OpCreateQP:             {ifc.CreateQPInSize, ifc.CreateQPOutSize, stateInitialized, (*Device).createQP},
+		ifc.OpDestroyQP:            {ifc.DestroyQPInSize, ifc.DestroyQPOutSize, stateInitialized, (*Device).destroyQP},
+		ifc.OpRst2InitQP:           {ifc.ModifyQPInSize, ifc.ModifyQPOutSize, stateInitialized, (*Device).rst2initQP},
+		ifc.OpInit2RTRQP:           {ifc.ModifyQPInSize, ifc.ModifyQPOutSize, stateInitialized, (*Device).init2rtrQP},
+		ifc.OpRTR2RTSQP:            {ifc.ModifyQPInSize, ifc.ModifyQPOutSize, stateInitialized, (*Device).rtr2rtsQP},
+		ifc.Op2RstQP:               {ifc.QP2RstInSize, ifc.QP2RstOutSize, stateInitialized, (*Device).qp2rst},
+		ifc.OpQueryQP:              {ifc.QueryQPInSize, ifc.QueryQPOutSize, stateInitialized, (*Device).queryQP},
+		ifc.OpCreateRMP:            {ifc.CreateRMPInSize, ifc.CreateRMPOutSize, stateInitialized, (*Device).createRMP},
+		ifc.OpDestroyRMP:           {ifc.DestroyRMPInSize, ifc.DestroyRMPOutSize, stateInitialized, (*Device).destroyRMP},
+		ifc.OpCreateXRCSRQ:         {ifc.CreateXRCSRQInSize, ifc.CreateXRCSRQOutSize, stateInitialized, (*Device).createXRCSRQ},
+		ifc.OpDestroyXRCSRQ:        {ifc.DestroyXRCSRQInSize, ifc.DestroyXRCSRQOutSize, stateInitialized, (*Device).destroyXRCSRQ},
+		ifc.OpQueryHCAVportContext: {ifc.QueryHCAVportContextInSize, ifc.QueryHCAVportContextOutSize, stateInitialized, (*Device).queryHCAVportContext},
+		ifc.OpMADIfc:               {ifc.MadIfcInSize, ifc.MadIfcOutSize, stateInitialized, (*Device).madIfc},
 	}
 }
 

@@ -30,6 +30,8 @@ type eq struct {
 	// wrote to a doorbell (24 bits); armed: the next EQE raises intr.
 	pi, ci uint32
 	armed  bool
+	// refs counts the CQs whose c_eqn names the EQ.
+	refs int
 }
 
 func (e *eq) size() uint32 { return 1 << e.logSize }
@@ -78,30 +80,18 @@ func (d *Device) createEQ(in, out []byte) result {
 	}
 	// The ring: 64 B << log_eq_size (at most 2 MiB) over pages of 4 KiB <<
 	// log_page_size: at most 512 PAS entries, every one needed.
-	ringBytes := uint64(ifc.EQESize) << logSize
-	pageShift := ifc.AdapterPageShift + lps
-	pageSize := uint64(1) << pageShift
-	npages := (ringBytes + pageSize - 1) >> pageShift
-	if need := uint64(ifc.CreateEQInPAS) + 8*npages; uint64(len(in)) < need {
-		return d.refuse(ifc.StatBadInpLenErr, SyndEQPASLen, hca.FindingPageDir, op, "create_eq_in: inlen=%d < %d for the %d pas[] entries of %d EQEs in %d-byte pages", len(in), need, npages, ringBytes/ifc.EQESize, pageSize)
-	}
-	pas := make([]uint64, npages)
-	for i := range pas {
-		addr := binary.BigEndian.Uint64(in[ifc.CreateEQInPAS+8*i:])
-		used := min(pageSize, ringBytes-uint64(i)*pageSize)
-		if addr&(pageSize-1) != 0 {
-			return d.refuse(ifc.StatBadParamErr, SyndEQPAS, hca.FindingPageDir, op, "create_eq_in.pas[%d]=%#x: not aligned to the %d-byte page", i, addr, pageSize)
-		}
-		if err := d.guestRange(addr, used); err != nil {
-			return d.refuse(ifc.StatBadParamErr, SyndEQPAS, hca.FindingPageDir, op, "create_eq_in.pas[%d]=%#x: %v", i, addr, err)
-		}
-		pas[i] = addr
+	pas, r := d.readPAS(op, in, pasList{st: "create_eq_in", at: ifc.CreateEQInPAS,
+		shift: uint8(ifc.AdapterPageShift + lps), n: uint64(ifc.EQESize) << logSize,
+		synd: SyndEQPAS, lenSynd: SyndEQPASLen})
+	if r != ok {
+		return r
 	}
 	eqn, free := d.freeEQN()
 	if !free {
+		d.fn.pins.Unpin(len(pas))
 		return d.refuse(ifc.StatLimErr, SyndEQNoEQN, hca.FindingCommand, op, "CREATE_EQ beyond 1<<log_max_eq=%d EQs", 1<<LogMaxEQ)
 	}
-	e := &eq{eqn: eqn, logSize: uint8(logSize), pageShift: uint8(pageShift), pas: pas,
+	e := &eq{eqn: eqn, logSize: uint8(logSize), pageShift: uint8(ifc.AdapterPageShift + lps), pas: pas,
 		uar: uar, intr: int(intr), mask: mask, oi: ifc.EQCOI.Get(eqc) != 0}
 	d.fn.eqs[eqn] = e
 	if cmd {
@@ -142,6 +132,10 @@ func (d *Device) destroyEQ(in, _ []byte) result {
 	if !exists {
 		return d.refuse(ifc.StatBadResErr, SyndEQUnknown, hca.FindingHandle, ifc.OpDestroyEQ, "destroy_eq_in.eq_number=%d: no such EQ", eqn)
 	}
+	if e.refs > 0 {
+		return d.refuse(ifc.StatResBusy, SyndBusy, hca.FindingHandle, ifc.OpDestroyEQ, "destroy_eq_in.eq_number=%d: %d CQs still complete to it", eqn, e.refs)
+	}
+	d.fn.pins.Unpin(len(e.pas))
 	delete(d.fn.eqs, eqn)
 	if d.fn.cmdEQ == e {
 		d.fn.cmdEQ = nil

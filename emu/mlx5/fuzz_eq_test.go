@@ -2,7 +2,6 @@ package mlx5
 
 import (
 	"encoding/binary"
-	"errors"
 	"testing"
 
 	"github.com/hcaemu/hcaemu/dma"
@@ -107,16 +106,7 @@ func FuzzCreateEQ(f *testing.F) {
 				t.Fatalf("write at [%#x,+%d): outside the command, its chains and its CMD EQE", w.gpa, w.n)
 			}
 		}
-		got := ifc.StatOK
-		var ce *mlx5test.CmdError
-		if errors.As(err, &ce) {
-			got = ce.Status
-		} else if err != nil {
-			t.Fatalf("CREATE_EQ: %v", err)
-		}
-		if got != want {
-			t.Fatalf("status %v (%#x), want %v (%#x): %v", got, uint8(got), want, uint8(want), err)
-		}
+		expectStatus(t, "CREATE_EQ", err, want)
 		destroy := mboxIn(ifc.OpDestroyEQ, 0, 16)
 		ifc.DestroyEQInEQNumber.Set(destroy, 2)
 		if want == ifc.StatOK {

@@ -138,7 +138,7 @@ func FuzzCommand(f *testing.F) {
 		desc, img := fuzzSeed(c.in, c.out, 0x5a)
 		f.Add(uint8(0), desc, img)
 	}
-	for _, op := range []ifc.Opcode{ifc.OpCreateQP, ifc.OpEnableHCA, ifc.OpCreateEQ} {
+	for _, op := range []ifc.Opcode{ifc.OpCreateTIS, ifc.OpEnableHCA, ifc.OpCreateEQ} {
 		desc, img := fuzzSeedOp(op, 0x120, 16, 3)
 		f.Add(uint8(1), desc, img)
 	}

@@ -3,7 +3,28 @@ package mlx5
 import (
 	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/mlx5/ifc"
+	"github.com/hcaemu/hcaemu/emu/transport"
 )
+
+// transportStates maps mlx5 QP states (enum mlx5_qp_state) to the
+// transport's: an explicit table, never a cast (mlx5 puts SQER before
+// SQD, the transport SQD before SQE). SQ_DRAINING is the SQD state while
+// the SQ drains.
+var transportStates = [ifc.NumQPStates]transport.State{
+	ifc.QPStateRST: transport.StateReset, ifc.QPStateINIT: transport.StateInit,
+	ifc.QPStateRTR: transport.StateRTR, ifc.QPStateRTS: transport.StateRTS,
+	ifc.QPStateSQER: transport.StateSQE, ifc.QPStateSQD: transport.StateSQD,
+	ifc.QPStateERR: transport.StateErr, ifc.QPStateSQDraining: transport.StateSQD,
+}
+
+// transportState is the transport's state for mlx5 QP state s (a state
+// the device keeps, so always one of mlx5_qp_state; anything else is ERR).
+func transportState(s uint8) transport.State {
+	if int(s) >= len(transportStates) {
+		return transport.StateErr
+	}
+	return transportStates[s]
+}
 
 // command is an mlx5 command as the core names it (MLX5_CMD_OP_CREATE_QP
 // is the core's CREATE_QP, as PVRDMA_CMD_CREATE_QP is).

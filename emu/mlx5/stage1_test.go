@@ -146,8 +146,8 @@ func TestEventMode(t *testing.T) {
 		}
 	}
 	// A failed command completes too.
-	if _, err := drv.Exec(mboxIn(ifc.OpCreateQP, 0, 16), 16); !isStatus(err, ifc.StatBadOpErr) {
-		t.Fatalf("CREATE_QP: %v", err)
+	if _, err := drv.Exec(mboxIn(ifc.OpCreateTIS, 0, 16), 16); !isStatus(err, ifc.StatBadOpErr) {
+		t.Fatalf("CREATE_TIS: %v", err)
 	}
 	if got := d.Stats().CmdEQEs - base; got != n+1 {
 		t.Errorf("%d CMD EQEs for %d commands", got, n+1)

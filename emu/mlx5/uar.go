@@ -42,7 +42,11 @@ func (d *Device) deallocUAR(in, _ []byte) result {
 			return d.refuse(ifc.StatResBusy, SyndUARBusy, hca.FindingHandle, op, "dealloc_uar_in.uar=%d: EQ %d still rings through it", uar, e.eqn)
 		}
 	}
+	if n := d.fn.uarRefs[uar]; n > 0 {
+		return d.refuse(ifc.StatResBusy, SyndUARBusy, hca.FindingHandle, op, "dealloc_uar_in.uar=%d: %d CQs and QPs still name it", uar, n)
+	}
 	delete(d.fn.uars, uar)
+	delete(d.fn.uarRefs, uar)
 	return ok
 }
 

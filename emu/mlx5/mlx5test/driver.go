@@ -41,6 +41,8 @@ type Driver struct {
 
 	next  uint64 // bump allocator in Mem
 	token uint8
+	// mkeyVariant is the last mkey variant handed out (assign_mkey_variant).
+	mkeyVariant uint8
 
 	// What the probe learned and set up (probe.go).
 	Probed

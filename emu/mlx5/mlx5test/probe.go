@@ -26,6 +26,8 @@ type Probed struct {
 	// The async EQs (core/eq.c: create_async_eqs); PagesEQ is nil when
 	// page_request_disable skips it.
 	CmdEQ, AsyncEQ, PagesEQ *EQ
+	// CompEQ is the completion EQ, created on first use (IBProbe).
+	CompEQ *EQ
 	// Events: commands complete by CMD EQEs (mlx5_cmd_use_events).
 	Events bool
 }
@@ -458,6 +460,12 @@ func (d *Driver) AccessReg(id uint16, arg uint32, data []byte, write bool) ([]by
 // pages and async EQs destroyed in event mode, back to polling, the
 // command EQ destroyed, the UAR freed, TEARDOWN_HCA and DISABLE_HCA.
 func (d *Driver) Unload() error {
+	if d.CompEQ != nil {
+		if err := d.DestroyEQ(d.CompEQ); err != nil {
+			return fmt.Errorf("failed to destroy comp eq: %w", err)
+		}
+		d.CompEQ = nil
+	}
 	if d.PagesEQ != nil {
 		if err := d.DestroyEQ(d.PagesEQ); err != nil {
 			return fmt.Errorf("failed to destroy pages eq: %w", err)
