@@ -30,7 +30,7 @@ func TestGuestModule(t *testing.T) {
 		}
 	}
 	// init.sh and the builder rely on these.
-	for _, c := range []string{"init", "gosh", "insmod", "ip", "shutdown", "cat", "sleep"} {
+	for _, c := range []string{"init", "gosh", "insmod", "rmmod", "ip", "shutdown", "cat", "sleep"} {
 		if !slices.Contains(guestCommands, "github.com/u-root/u-root/cmds/core/"+c) {
 			t.Errorf("guest commands lack %s", c)
 		}

@@ -3,28 +3,22 @@ package tests
 import (
 	"os"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/hcaemu/hcaemu/emu/mlx5"
-	"github.com/hcaemu/hcaemu/emu/mlx5/ifc"
 )
 
-// TestE2EMLX5Probe boots a guest with --device mlx5 and checks how far the
-// unmodified mlx5_core and mlx5_ib get on the emulated ConnectX today
-// (issue 25; the stages of ../shared/spec/mlx5.md §11): mlx5_core binds the
-// 15b3:1013 function, reads the initialization segment (the firmware
-// version), brings the function up through the command queue (ENABLE_HCA
-// to the event queues, commands completed by EQE) and its probe succeeds;
-// mlx5_ib asks the port's SMA through MAD_IFC (the LID from the subnet's
-// SM) and goes on until the first command the device does not implement
-// yet, answered "bad operation" with the device's syndrome: its probe
-// fails cleanly, no hang, no IOMMU fault, no command timeout, and the
-// guest's init says so at once. Every command the driver sent before that
-// one succeeded (the first failure is the unimplemented one). When mlx5_0
-// comes up, this test moves to the next stage's milestone.
+// TestE2EMLX5Probe boots a guest with --device mlx5: stage 1 of
+// ../shared/spec/mlx5.md §11 as the guest sees it (issue 25). The
+// unmodified mlx5_core probes the emulated ConnectX-4 through its command
+// queue (ENABLE_HCA to the event queues, commands completed by EQE),
+// mlx5_ib asks the port's SMA through MAD_IFC and makes mlx5_0 with
+// ib_mad's QP0 and QP1, ib_ipoib makes ib0 and the init gives it its
+// address: ibv_devinfo -v shows the ConnectX's identity, the port ACTIVE
+// on the InfiniBand link layer with the LID the subnet's SM assigned and
+// the SM's LID; rdma link says ACTIVE/LINK_UP. No driver error, no
+// command timeout. (Unloading mlx5_ib is not checked yet: ib_mad waits for
+// the completion of the MADs it posted on QP1, which needs the data path
+// and flush completions of stage 2; rmmod hangs until then.)
 //
 // The same boot runs with --pcap and a fault plan: the run makes its
 // InfiniBand subnet with the plan's subnet decorator and a capture in
@@ -39,37 +33,39 @@ func TestE2EMLX5Probe(t *testing.T) {
 		t.Fatal(err)
 	}
 	pcap := filepath.Join(dir, "probe.pcap")
+	script := `
+echo "RDMA_DEV=$HCAEMU_RDMA_DEV"
+ibv_devinfo -v
+rdma link
+ip addr show ib0
+echo "DMESG BEGIN"
+dmesg | grep -i -e mlx5 -e ipoib
+echo "DMESG END"
+`
 	out, code := hcaemuRun(t, "--device", "mlx5", "--timeout", "5m", "--pcap", pcap, "--faults", plan,
-		"--faults-log", filepath.Join(dir, "faults.log"), "--", "echo COMMAND-RAN")
+		"--faults-log", filepath.Join(dir, "faults.log"), "--", script)
+	if code != 0 {
+		t.Errorf("hcaemu run exited %d", code)
+	}
+	mustContain(t, out, 0,
+		`RDMA_DEV=mlx5_0`,
+		`hca_id:\s+mlx5_0`, `transport:\s+InfiniBand \(0\)`, `fw_ver:\s+16\.35\.1010`,
+		`vendor_id:\s+0x02c9`, `vendor_part_id:\s+4115`, `phys_port_cnt:\s+1`,
+		`state:\s+PORT_ACTIVE \(4\)`, `link_layer:\s+InfiniBand`, `port_lid:\s+[2-9]`, `sm_lid:\s+1\n`,
+		`phys_state:\s+LINK_UP \(5\)`, `active_mtu:\s+4096 \(5\)`, `GID\[\s*0\]:\s+fe80:0000:0000:0000:0002:c903:`,
+		`link mlx5_0/1 subnet_prefix fe80:0000:0000:0000 lid [2-9] sm_lid 1 lmc 0 state ACTIVE physical_state LINK_UP`,
+		`inet 10\.0\.1\.1/24`)
+	g0 := strings.Join(guestLines(out, 0), "\n")
+	if i, j := strings.Index(g0, "DMESG BEGIN"), strings.Index(g0, "DMESG END"); i >= 0 && j > i {
+		for _, l := range strings.Split(g0[i:j], "\n") {
+			low := strings.ToLower(l)
+			if (strings.Contains(low, "fail") || strings.Contains(low, "error") || strings.Contains(low, "timeout")) &&
+				!strings.Contains(l, "Failed to get valid vendor specific ID") { // no VSC capability: spec §1.5
+				t.Errorf("driver error: %s", l)
+			}
+		}
+	} else {
+		t.Errorf("no kernel log in the output")
+	}
 	checkMLX5Capture(t, out, dir, pcap)
-	if code == 0 {
-		t.Errorf("hcaemu run exited 0: the guest's init found an mlx5_0")
-	}
-	for _, p := range []string{
-		`mlx5_core 0000:00:[0-9a-f]{2}\.1: firmware version: 16\.35\.1010`,
-		`probe with driver mlx5_ib\.rdma failed`,
-		`HCAEMU-FAIL no mlx5_0: mlx5_ib has not bound mlx5_core\.rdma\.0`,
-	} {
-		if !regexp.MustCompile(p).MatchString(out) {
-			t.Errorf("output lacks %q", p)
-		}
-	}
-	if regexp.MustCompile(`probe with driver mlx5_core failed`).MatchString(out) {
-		t.Errorf("mlx5_core's probe failed")
-	}
-	// The driver's first failed command: BAD_OP of one not implemented.
-	m := regexp.MustCompile(`mlx5_cmd_out_err:[0-9]+:\(pid [0-9]+\): ([A-Z0-9_]+)\(0x([0-9a-f]+)\) op_mod\(0x[0-9a-f]+\) failed, status ([a-z ]+)\(0x([0-9a-f]+)\), syndrome \(0x([0-9a-f]+)\)`).FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("no failed command in the guest's kernel log")
-	}
-	op, _ := strconv.ParseUint(m[2], 16, 16)
-	if m[3] != "bad operation" || m[5] != "4d580002" || mlx5.Implemented(ifc.Opcode(op)) {
-		t.Errorf("the first failed command is %s (%#x): %s, syndrome %s; want BAD_OP of a command the device does not implement", m[1], op, m[3], m[5])
-	}
-	t.Logf("mlx5_ib stops at %s (%#x), the first command the device does not implement", m[1], op)
-	for _, bad := range []string{"COMMAND-RAN", "timeout", "DMAR", "IOMMU", "Oops", "BUG:", "call trace"} {
-		if strings.Contains(strings.ToLower(out), strings.ToLower(bad)) {
-			t.Errorf("output has %q", bad)
-		}
-	}
 }
