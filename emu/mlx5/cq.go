@@ -21,6 +21,10 @@ type cq struct {
 	pas        []uint64
 	// refs counts the QPs (send or receive CQ) and XRC SRQs that name it.
 	refs int
+	// pi counts the CQEs written; armed (armSol: for a solicited or
+	// error CQE) says the next CQE posts a COMP EQE.
+	pi            uint32
+	armed, armSol bool
 }
 
 // createCQ: CREATE_CQ. The cq context: log_cq_size within log_max_cq_sz,

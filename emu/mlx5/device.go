@@ -171,6 +171,12 @@ type Stats struct {
 	EQEs       uint64 // EQEs written
 	CmdEQEs    uint64 // of which command completions (event mode)
 	EQOverruns uint64 // EQEs dropped: their EQ was full
+	// The data path.
+	SendDoorbells uint64 // send doorbells that kicked a QP
+	CQArms        uint64 // CQ arm doorbells taken
+	CQEs          uint64 // CQEs written
+	CQOverruns    uint64 // CQEs dropped: their CQ was full
+	RxDropped     uint64 // IB packets the device took and dropped
 }
 
 // New creates a device in its power-on state.
@@ -357,14 +363,22 @@ func (d *Device) busOK(gpa uint64, n int) error {
 	return nil
 }
 
-// coreModel is the device as the core's engine sees it. Stage 0 has no
-// queues, frames or timers: the engine never has work for it.
+// coreModel is the device as the core's engine sees it: kicked QPs
+// (doorbells, their transports' timers and responses) and the IB packets
+// the port delivered (datapath.go).
 type coreModel struct{ d *Device }
 
-func (coreModel) Service(hca.Target, uint32, hca.Work, uint64, bool) {}
-func (coreModel) ReceiveFrame([]byte)                                {}
-func (coreModel) ReceiveBatch(*fabric.Batch)                         {}
-func (coreModel) BeforeUnlock()                                      {}
+func (m coreModel) Service(target hca.Target, h uint32, work hca.Work, gen uint64, expired bool) {
+	if target == hca.TargetQP {
+		m.d.serviceQP(h, work, gen, expired)
+	}
+}
+func (m coreModel) ReceiveFrame(frame []byte) { m.d.receiveFrame(frame) }
+
+// ReceiveBatch: the IB port delivers packets one at a time (no direct
+// path between mlx5 devices yet): a batch never comes.
+func (coreModel) ReceiveBatch(*fabric.Batch) {}
+func (coreModel) BeforeUnlock()              {}
 
 // DeviceFatal is what firmware does when it dies: a syndrome in the health
 // buffer, which the driver's health poll reports and recovers from.

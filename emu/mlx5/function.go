@@ -1,6 +1,7 @@
 package mlx5
 
 import (
+	doorbell "github.com/hcaemu/hcaemu/doorbell/mlx5"
 	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/mlx5/ifc"
 )
@@ -30,6 +31,8 @@ type function struct {
 	// entries the function's EQs, CQs, QPs, SRQs and mkeys hold.
 	obj  objects
 	pins hca.PinBudget
+	// latches pair the halves of the 64-bit doorbells of each UAR page.
+	latches map[uint32]*doorbell.Latch
 }
 
 // SupportedISSI is the ISSIs the device supports (bit n: ISSI n): 0 and 1,

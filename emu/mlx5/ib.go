@@ -1,7 +1,6 @@
 package mlx5
 
 import (
-	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/ib/mad"
 	"github.com/hcaemu/hcaemu/emu/mlx5/ifc"
@@ -22,15 +21,18 @@ const (
 const defaultNodeGUID = 0x0002c90300000001
 
 // attach joins the port to the subnet of cfg (if any): its SM assigns the
-// LID. Packets arriving for the port are dropped and counted until the
-// device has QPs to take them (the data path, stage 2).
+// LID. Packets arriving for the port are queued to the core's engine
+// (Core.Receive), which hands them to the device under its lock
+// (receiveFrame); a full queue drops them and counts them in rxDropped.
 func (d *Device) attach(cfg Config) {
 	if cfg.Subnet == nil {
 		return
 	}
 	p, err := cfg.Subnet.Attach(d.name, d.nodeGUID+1, func(pkt []byte) bool {
-		d.rxDropped.Add(1)
-		fabric.Release(pkt)
+		if !d.core.Receive(pkt) {
+			d.rxDropped.Add(1)
+			return false
+		}
 		return true
 	})
 	if err != nil {

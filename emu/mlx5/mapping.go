@@ -4,6 +4,7 @@ import (
 	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/mlx5/ifc"
 	"github.com/hcaemu/hcaemu/emu/transport"
+	uverbs "github.com/hcaemu/hcaemu/uverbs/mlx5"
 )
 
 // transportStates maps mlx5 QP states (enum mlx5_qp_state) to the
@@ -38,4 +39,30 @@ func init() {
 		set.Names = append(set.Names, command(op).Name)
 	}
 	hca.RegisterCommands(set)
+}
+
+// syndromes maps the transport's completion statuses (the verbs
+// numbering) to the error CQE's syndrome (MLX5_CQE_SYNDROME_*, mlx5dv.h),
+// the one the provider's mlx5_handle_error_cqe turns back into that
+// ibv_wc_status.
+var syndromes = map[transport.Status]uint8{
+	transport.StatusLocLenErr:   uverbs.SyndromeLocalLengthErr,
+	transport.StatusLocQPOpErr:  uverbs.SyndromeLocalQPOpErr,
+	transport.StatusLocProtErr:  uverbs.SyndromeLocalProtErr,
+	transport.StatusWRFlushErr:  uverbs.SyndromeWRFlushErr,
+	transport.StatusBadRespErr:  uverbs.SyndromeBadRespErr,
+	transport.StatusRemInvReq:   uverbs.SyndromeRemoteInvalReqErr,
+	transport.StatusRemAccess:   uverbs.SyndromeRemoteAccessErr,
+	transport.StatusRemOpErr:    uverbs.SyndromeRemoteOpErr,
+	transport.StatusRetryExc:    uverbs.SyndromeTransportRetryExcErr,
+	transport.StatusRNRRetryExc: uverbs.SyndromeRNRRetryExcErr,
+}
+
+// syndromeOf is the error CQE syndrome of status s (a status without one
+// reports a local QP operation error).
+func syndromeOf(s transport.Status) uint8 {
+	if v, ok := syndromes[s]; ok {
+		return v
+	}
+	return uverbs.SyndromeLocalQPOpErr
 }

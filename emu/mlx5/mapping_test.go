@@ -5,6 +5,8 @@ import (
 
 	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/mlx5/ifc"
+	"github.com/hcaemu/hcaemu/emu/transport"
+	uverbs "github.com/hcaemu/hcaemu/uverbs/mlx5"
 )
 
 // TestCommandNames: a fault plan names mlx5 commands as the driver does,
@@ -21,5 +23,25 @@ func TestCommandNames(t *testing.T) {
 	ops := ifc.Opcodes()
 	if len(ops) < 36 || ops[0] != ifc.OpQueryHCACap {
 		t.Errorf("Opcodes: %d, first %v", len(ops), ops[0])
+	}
+}
+
+// TestSyndromes: each transport status maps to the error CQE syndrome
+// mlx5dv.h gives it (MLX5_CQE_SYNDROME_*), which the provider turns back
+// into the same ibv_wc_status (verbs.h: IBV_WC_LOC_LEN_ERR 1 ...).
+func TestSyndromes(t *testing.T) {
+	for _, c := range []struct {
+		status uint32 // enum ibv_wc_status
+		synd   uint8  // MLX5_CQE_SYNDROME_*
+	}{
+		{1, 0x01}, {2, 0x02}, {4, 0x04}, {5, 0x05}, {7, 0x10},
+		{9, 0x12}, {10, 0x13}, {11, 0x14}, {12, 0x15}, {13, 0x16},
+	} {
+		if got := syndromeOf(transport.Status(c.status)); got != c.synd {
+			t.Errorf("status %d: syndrome %#x, want %#x", c.status, got, c.synd)
+		}
+		if back := uverbs.WCStatus(c.synd); back != c.status {
+			t.Errorf("syndrome %#x: the provider reports %d, want %d", c.synd, back, c.status)
+		}
 	}
 }

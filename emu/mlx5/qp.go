@@ -27,6 +27,9 @@ type qp struct {
 	pageOffset                uint64
 	pas                       []uint64
 	rqBytes, sqBytes          uint64
+	// env is the RC transport's environment (datapath.go), from the
+	// first transition out of RST.
+	env *qpEnv
 }
 
 // stNames names the service types the device takes.
@@ -181,6 +184,10 @@ func (d *Device) destroyQP(in, _ []byte) result {
 	q, r := d.lookupQP(ifc.OpDestroyQP, "destroy_qp_in.qpn", in)
 	if r != ok {
 		return r
+	}
+	if q.RC != nil {
+		q.RC.Reset()
+		d.core.StopTimer(&q.QP)
 	}
 	d.qpRefs(q, -1)
 	d.fn.pins.Unpin(len(q.pas))
@@ -343,6 +350,7 @@ func (d *Device) modifyQP(op ifc.Opcode, in []byte) result {
 	}
 	if t.from < 0 {
 		q.state = t.to
+		d.qpTransition(q)
 		for _, f := range []ifc.Field{ifc.QPCHWSQCounter, ifc.QPCSWSQCounter, ifc.QPCHWRQCounter, ifc.QPCSWRQCounter} {
 			f.Set(q.ctx[:], 0)
 		}
@@ -392,6 +400,7 @@ func (d *Device) modifyQP(op ifc.Opcode, in []byte) result {
 		}
 	}
 	q.state = t.to
+	d.qpTransition(q)
 	return ok
 }
 

@@ -47,13 +47,13 @@ func (d *Device) deallocUAR(in, _ []byte) result {
 	}
 	delete(d.fn.uars, uar)
 	delete(d.fn.uarRefs, uar)
+	delete(d.fn.latches, uar)
 	return ok
 }
 
 // writeUAR is a write to a UAR page (lock held): off is BAR0's offset,
 // past the init segment. The EQ doorbells are 32-bit writes (eq_update_ci);
-// the page's other registers (CQ arm, send doorbells) are Stage 2's and
-// only counted.
+// the CQ arm and send doorbells go through the page's latch (datapath.go).
 func (d *Device) writeUAR(off uint64, p []byte) {
 	d.stats.UARWrites++
 	uar := uint32(off >> 12)
@@ -63,10 +63,11 @@ func (d *Device) writeUAR(off uint64, p []byte) {
 		return
 	}
 	switch {
-	case len(p) != 4:
-	case reg == ifc.UAREQDoorbellArm:
+	case len(p) == 4 && reg == ifc.UAREQDoorbellArm:
 		d.eqDoorbell(uar, binary.BigEndian.Uint32(p), true)
-	case reg == ifc.UAREQDoorbellNoArm:
+	case len(p) == 4 && reg == ifc.UAREQDoorbellNoArm:
 		d.eqDoorbell(uar, binary.BigEndian.Uint32(p), false)
+	default:
+		d.uarDoorbell(uar, reg, p)
 	}
 }

@@ -1,0 +1,622 @@
+package mlx5
+
+import (
+	"encoding/binary"
+	"errors"
+	"time"
+
+	doorbell "github.com/hcaemu/hcaemu/doorbell/mlx5"
+	"github.com/hcaemu/hcaemu/emu/fabric"
+	"github.com/hcaemu/hcaemu/emu/hca"
+	"github.com/hcaemu/hcaemu/emu/ib"
+	"github.com/hcaemu/hcaemu/emu/mlx5/ifc"
+	"github.com/hcaemu/hcaemu/emu/mr"
+	"github.com/hcaemu/hcaemu/emu/roce"
+	"github.com/hcaemu/hcaemu/emu/transport"
+	"github.com/hcaemu/hcaemu/emu/transport/rc"
+	uverbs "github.com/hcaemu/hcaemu/uverbs/mlx5"
+)
+
+// The data path of Stage 2 (spec §7): send doorbells through the UAR
+// pages (latched per page: a 64-bit doorbell may come as two 32-bit
+// writes) kick the QP through the core's engine; the engine's Service
+// lets the QP's RC transport take the WQEs, which the device copies once
+// out of the QP's buffer up to the producer its doorbell record names;
+// completions become CQEs in the CQ's buffer, and an armed CQ posts a
+// COMP EQE. RC packets go LRH/BTH over the IB subnet through the device's
+// port (no RoCE wire): the IB path (remote LID, SL) is the model's, kept
+// in the QP's env from its context's primary address path, and
+// transport.Path stays the core's RoCE path, empty here.
+
+// EventComp is the completion event's EQE type (MLX5_EVENT_TYPE_COMP).
+const EventComp = 0x00
+
+// eqeCompCQN is the CQN's offset in a COMP EQE (struct mlx5_eqe_comp:
+// six reserved words then the CQN, in the EQE's data).
+const eqeCompCQN = ifc.EQEData + 24
+
+// uarDoorbell is a write to a UAR page register other than the EQ
+// doorbells: the page's latch pairs 32-bit halves; a whole send doorbell
+// kicks its QP (the WQEs are read by the engine, not here), a whole CQ
+// arm doorbell arms its CQ.
+func (d *Device) uarDoorbell(uar uint32, reg uint64, p []byte) {
+	if d.fn.latches == nil {
+		d.fn.latches = map[uint32]*doorbell.Latch{}
+	}
+	l := d.fn.latches[uar] // uar is held: the map is bounded by NumUARs
+	if l == nil {
+		l = &doorbell.Latch{}
+		d.fn.latches[uar] = l
+	}
+	db, whole := l.Write(reg, p)
+	if !whole {
+		return
+	}
+	switch db.Kind {
+	case doorbell.KindSend:
+		s := db.Send()
+		q := d.qpByQPN(s.QPN)
+		if q == nil || !q.hasSQ || q.uar != uar {
+			d.find(hca.FindingDoorbell, "ignored", "UAR %d send doorbell for qpn %#x: no QP with an SQ on this UAR", uar, s.QPN)
+			return
+		}
+		d.stats.SendDoorbells++
+		d.core.Kick(hca.TargetQP, q.Handle, hca.WorkSend)
+	case doorbell.KindCQArm:
+		d.armCQ(uar, db.CQArm())
+	}
+}
+
+// qpByQPN is the QP whose number is qpn, nil for none.
+func (d *Device) qpByQPN(qpn uint32) *qp {
+	o := &d.fn.obj
+	if o.qps.Limit() == 0 {
+		return nil
+	}
+	q := o.qps.Get(hca.Handle(qpn, o.qpnBits))
+	if q == nil || q.QPN != qpn {
+		return nil
+	}
+	return q
+}
+
+// armCQ is a CQ arm doorbell: the next CQE (solicited: the next
+// solicited or error CQE) posts a COMP EQE; if CQEs past the consumer
+// index the doorbell names are already written, the event goes at once.
+func (d *Device) armCQ(uar uint32, a doorbell.CQArm) {
+	o := &d.fn.obj
+	if o.cqs.Limit() == 0 {
+		return
+	}
+	c := o.cqs.Get(a.CQN)
+	if c == nil || c.uar != uar {
+		d.find(hca.FindingDoorbell, "ignored", "UAR %d CQ arm doorbell for cqn %#x: no CQ on this UAR", uar, a.CQN)
+		return
+	}
+	d.stats.CQArms++
+	if (c.pi-a.CI)&0xffffff != 0 {
+		c.armed = false
+		d.compEvent(c)
+		return
+	}
+	c.armed, c.armSol = true, a.Solicited()
+}
+
+// compEvent posts a COMP EQE for CQ c to its EQ.
+func (d *Device) compEvent(c *cq) {
+	e := d.fn.eqs[c.eqn]
+	if e == nil {
+		return
+	}
+	var eqe [ifc.EQESize]byte
+	eqe[ifc.EQEType] = EventComp
+	binary.BigEndian.PutUint32(eqe[eqeCompCQN:], c.cqn&0xffffff)
+	d.postEQE(e, &eqe)
+}
+
+// bufAddr is the guest address of byte off of a queue buffer (pages of
+// 1<<shift bytes from byte pageOffset of the first), and how many bytes
+// follow it in its page; false beyond the pages.
+func bufAddr(pas []uint64, shift uint8, pageOffset, off uint64) (uint64, uint64, bool) {
+	at := pageOffset + off
+	i := at >> shift
+	if at < off || i >= uint64(len(pas)) {
+		return 0, 0, false
+	}
+	in := at & (1<<shift - 1)
+	return pas[i] + in, 1<<shift - in, true
+}
+
+// readBuf copies len(p) bytes at byte off of a queue buffer.
+func (d *Device) readBuf(pas []uint64, shift uint8, pageOffset, off uint64, p []byte) error {
+	for len(p) > 0 {
+		gpa, n, ok := bufAddr(pas, shift, pageOffset, off)
+		if !ok {
+			return errBuffer
+		}
+		n = min(n, uint64(len(p)))
+		if err := d.readGuest(p[:n], gpa); err != nil {
+			return err
+		}
+		p, off = p[n:], off+n
+	}
+	return nil
+}
+
+// writeBuf writes p at byte off of a queue buffer.
+func (d *Device) writeBuf(pas []uint64, shift uint8, pageOffset, off uint64, p []byte) error {
+	for len(p) > 0 {
+		gpa, n, ok := bufAddr(pas, shift, pageOffset, off)
+		if !ok {
+			return errBuffer
+		}
+		n = min(n, uint64(len(p)))
+		if err := d.writeGuest(p[:n], gpa); err != nil {
+			return err
+		}
+		p, off = p[n:], off+n
+	}
+	return nil
+}
+
+var errBuffer = errors.New("beyond the queue buffer")
+
+// --- Binding the RC transport -----------------------------------------------
+
+// qpEnv is an mlx5 QP's transport.Env.
+type qpEnv struct {
+	d   *Device
+	q   *qp
+	mem mr.Space
+	// The IB path: the remote LID and SL of the primary address path.
+	dlid uint16
+	sl   uint8
+	// The SQ: its WQEBBs copied once into sq (the ring's image) from
+	// sqCons up to sqStaged; sqCons is the counter of the next WQE.
+	sq               []byte
+	sqCons, sqStaged uint16
+	wqe              []byte
+	sw               uverbs.SendWQE
+	sges             []mr.SGE
+	// The RQ: the WQE at rqCons, copied once when peeked.
+	rqCons   uint16
+	rqPeeked bool
+	rwqe     []byte
+	rw       uverbs.RecvWQE
+	recv     transport.RecvWR
+	recvSt   transport.Status
+	recvSegs []mr.Seg
+	payload  []byte
+}
+
+// space is the memory the device's transports reach.
+func (d *Device) space() mr.Space {
+	return mr.Space{Mem: d.mem, Regions: &d.fn.obj}
+}
+
+// qpTransition gives an RC QP its transport when it leaves RST and hands
+// it the merged context at every transition; 2RST forgets its state.
+func (d *Device) qpTransition(q *qp) {
+	if q.st != ifc.QPStRC {
+		return
+	}
+	if q.state == ifc.QPStateRST {
+		if q.RC != nil {
+			q.RC.Reset()
+			q.RC.SetState(transport.StateReset)
+		}
+		if q.env != nil {
+			q.env.sqCons, q.env.sqStaged, q.env.rqCons, q.env.rqPeeked = 0, 0, 0, false
+		}
+		return
+	}
+	if q.env == nil {
+		q.env = &qpEnv{d: d, q: q, mem: d.space(), sq: make([]byte, q.sqBytes)}
+		q.RC = rc.New(q.env, q.env.mem, d.log.With("qpn", q.QPN))
+	}
+	ctx := q.ctx[:]
+	var access uint32
+	if ifc.QPCRRE.Get(ctx) != 0 {
+		access |= mr.RemoteRead
+	}
+	if ifc.QPCRWE.Get(ctx) != 0 {
+		access |= mr.RemoteWrite
+	}
+	if ifc.QPCRAE.Get(ctx) != 0 {
+		access |= mr.RemoteAtomic
+	}
+	q.env.dlid = uint16(ifc.PriPath(ifc.ADSRLID).Get(ctx))
+	q.env.sl = uint8(ifc.PriPath(ifc.ADSSL).Get(ctx) & 0xf)
+	q.RC.Configure(rc.Config{
+		PD: q.PD, DestQPN: ifc.QPCRemoteQPN.Get(ctx), PMTU: transport.PMTU(ifc.QPCMTU.Get(ctx)),
+		SQPSN: ifc.QPCNextSendPSN.Get(ctx), RQPSN: ifc.QPCNextRcvPSN.Get(ctx),
+		SQDepth:  uint32(q.sqBytes / uverbs.SendWQEBB),
+		RetryCnt: uint8(ifc.QPCRetryCount.Get(ctx)), RNRRetry: uint8(ifc.QPCRNRRetry.Get(ctx)),
+		Timeout: uint8(ifc.PriPath(ifc.ADSAckTimeout).Get(ctx)), MinRNRTimer: uint8(ifc.QPCMinRNRNak.Get(ctx)),
+		MaxRdAtomic: logCount(ifc.QPCLogSRAMax.Get(ctx)), MaxDestRdAtomic: logCount(ifc.QPCLogRRAMax.Get(ctx)),
+		Access: access,
+	})
+	q.RC.SetState(transportState(q.state))
+}
+
+// logCount is 1<<v bounded to a uint8.
+func logCount(v uint32) uint8 { return uint8(min(uint32(1)<<min(v, 7), 255)) }
+
+// serviceQP does what a kicked QP asked for.
+func (d *Device) serviceQP(h uint32, work hca.Work, gen uint64, expired bool) {
+	o := &d.fn.obj
+	if o.qps.Limit() == 0 {
+		return
+	}
+	q := o.qps.Get(h)
+	if q == nil || q.RC == nil || q.state == ifc.QPStateRST {
+		return
+	}
+	if expired && d.core.TimerExpired(&q.QP, gen) {
+		q.RC.Timeout()
+	}
+	if work&hca.WorkResp != 0 {
+		q.RC.FlushResponses()
+	}
+	if work&(hca.WorkSend|hca.WorkTimer) != 0 {
+		q.RC.Pump()
+	}
+}
+
+// receiveFrame is an IB packet the port delivered (lock held): it goes to
+// the RC QP its BTH names if it came from that QP's remote LID to this
+// port's LID with the default P_Key.
+func (d *Device) receiveFrame(frame []byte) {
+	defer fabric.Release(frame)
+	pkt, err := ib.Parse(frame)
+	if err != nil || d.ibPort == nil {
+		d.stats.RxDropped++
+		return
+	}
+	q := d.qpByQPN(pkt.Transport.BTH.DestQP())
+	switch {
+	case q == nil || q.RC == nil || q.env == nil,
+		pkt.LRH.DLID() != d.ibPort.LID(),
+		pkt.LRH.SLID() != q.env.dlid,
+		pkt.Transport.BTH.PKey()&0x7fff != 0x7fff:
+		d.stats.RxDropped++
+		return
+	}
+	q.CountRx(&pkt.Transport, 1, len(pkt.Transport.Payload))
+	q.RC.Receive(&pkt.Transport)
+}
+
+// --- transport.Env ------------------------------------------------------------
+
+// qpFatal moves a QP whose queue the device could not read to ERR.
+func (env *qpEnv) qpFatal(format string, args ...any) {
+	env.d.find(hca.FindingRingIndex, "QP to ERR", format, args...)
+	env.Error(transport.EventQPFatal)
+}
+
+// stage copies the SQ's WQEBBs the doorbell record's send counter adds,
+// once each.
+func (env *qpEnv) stage() bool {
+	d, q := env.d, env.q
+	var rec [doorbell.RecordSize]byte
+	if err := d.readGuest(rec[:], q.dbr); err != nil {
+		env.qpFatal("qp %#x doorbell record: %v", q.QPN, err)
+		return false
+	}
+	pi := doorbell.DecodeQPRecord(rec[:]).Send
+	n := uint64(len(env.sq) / uverbs.SendWQEBB)
+	if uint64(pi-env.sqCons) > n {
+		env.qpFatal("qp %#x send counter %#x: %d WQEBBs past the consumer %#x, SQ of %d", q.QPN, pi, pi-env.sqCons, env.sqCons, n)
+		return false
+	}
+	if pi-env.sqCons < env.sqStaged-env.sqCons {
+		return true // the counter went back: nothing new
+	}
+	for ; env.sqStaged != pi; env.sqStaged++ {
+		off := uint64(env.sqStaged) & (n - 1) * uverbs.SendWQEBB
+		if err := d.readBuf(q.pas, q.pageShift, q.pageOffset, q.rqBytes+off, env.sq[off:off+uverbs.SendWQEBB]); err != nil {
+			env.qpFatal("qp %#x SQ WQEBB %#x: %v", q.QPN, env.sqStaged, err)
+			return false
+		}
+	}
+	return true
+}
+
+func (env *qpEnv) PendingSends() (uint32, bool) {
+	if len(env.sq) == 0 || !env.stage() {
+		return 0, len(env.sq) == 0
+	}
+	n := uint16(len(env.sq) / uverbs.SendWQEBB)
+	var count uint32
+	for c := env.sqCons; c != env.sqStaged; {
+		off := uint64(c&(n-1)) * uverbs.SendWQEBB
+		ctrl, _ := uverbs.DecodeCtrlSeg(env.sq[off:])
+		bbs := max(ctrl.WQEBBs(), 1) // a bad ds fails in TakeSend
+		if bbs > env.sqStaged-c {
+			break // not all posted yet
+		}
+		c += bbs
+		count++
+	}
+	return count, true
+}
+
+func (env *qpEnv) TakeSend(wr *transport.SendWR) bool {
+	n := uint16(len(env.sq) / uverbs.SendWQEBB)
+	start := env.sqCons
+	off := uint64(start&(n-1)) * uverbs.SendWQEBB
+	ctrl, _ := uverbs.DecodeCtrlSeg(env.sq[off:])
+	bbs := min(max(ctrl.WQEBBs(), 1), env.sqStaged-start)
+	env.wqe = env.wqe[:0]
+	for i := uint16(0); i < bbs; i++ {
+		o := uint64((start+i)&(n-1)) * uverbs.SendWQEBB
+		env.wqe = append(env.wqe, env.sq[o:o+uverbs.SendWQEBB]...)
+	}
+	env.sqCons = start + bbs
+	err := env.sw.Decode(env.wqe, uverbs.STRC, len(env.wqe)/16)
+	w := &env.sw
+	wr.ID = uint64(w.Ctrl.Opcode)<<16 | uint64(start)
+	wr.Opcode = sendOpcode(w.Ctrl.Opcode)
+	wr.Signaled, wr.Solicited, wr.Fence = w.Ctrl.Signaled(), w.Ctrl.Solicited(), w.Ctrl.FenceMode() != 0
+	switch {
+	case err != nil:
+		env.d.find(hca.FindingWQE, "completed with LOC_LEN_ERR", "qp %#x SQ WQE %#x: %v", env.q.QPN, start, err)
+		wr.Opcode, wr.Status = transport.OpSend, transport.StatusLocLenErr
+		return true
+	case wr.Opcode == transport.OpUnsupported || w.Inline != nil:
+		wr.Opcode, wr.Status = transport.OpSend, transport.StatusLocQPOpErr
+		return true
+	}
+	switch wr.Opcode {
+	case transport.OpSendImm, transport.OpWriteImm:
+		wr.Imm = w.Ctrl.Imm
+	case transport.OpSendInv:
+		wr.InvalidateKey = w.Ctrl.Imm
+	}
+	switch wr.Opcode {
+	case transport.OpWrite, transport.OpWriteImm, transport.OpRead:
+		wr.RemoteAddr, wr.RKey = w.RAddr.RAddr, w.RAddr.RKey
+	case transport.OpCompSwap, transport.OpFetchAdd:
+		wr.RemoteAddr, wr.RKey = w.RAddr.RAddr, w.RAddr.RKey
+		wr.CompareAdd, wr.Swap = w.Atomic.SwapAdd, 0
+		if wr.Opcode == transport.OpCompSwap {
+			wr.CompareAdd, wr.Swap = w.Atomic.Compare, w.Atomic.SwapAdd
+		}
+	}
+	wr.Segs, wr.Length, wr.Status = env.segs(w.Data, wr.Opcode.WritesLocal(), wr.Segs[:0])
+	return true
+}
+
+// sendOpcode is the transport's opcode of a send WQE's.
+func sendOpcode(op uint8) transport.Opcode {
+	switch op {
+	case uverbs.OpcodeSend:
+		return transport.OpSend
+	case uverbs.OpcodeSendImm:
+		return transport.OpSendImm
+	case uverbs.OpcodeSendInval:
+		return transport.OpSendInv
+	case uverbs.OpcodeRDMAWrite:
+		return transport.OpWrite
+	case uverbs.OpcodeRDMAWriteImm:
+		return transport.OpWriteImm
+	case uverbs.OpcodeRDMARead:
+		return transport.OpRead
+	case uverbs.OpcodeAtomicCS:
+		return transport.OpCompSwap
+	case uverbs.OpcodeAtomicFA:
+		return transport.OpFetchAdd
+	}
+	return transport.OpUnsupported
+}
+
+// segs validates data segments against the QP's PD (write: the device
+// writes into them): every key is checked as the whole 32-bit mkey.
+func (env *qpEnv) segs(data []uverbs.DataSeg, write bool, dst []mr.Seg) ([]mr.Seg, uint32, transport.Status) {
+	env.sges = env.sges[:0]
+	for _, s := range data {
+		env.sges = append(env.sges, mr.SGE{Addr: s.Addr, Length: s.ByteCount, LKey: s.LKey})
+	}
+	segs, n, err := env.mem.SegsInto(dst, env.q.PD, env.sges, write)
+	switch {
+	case errors.Is(err, mr.ErrLength):
+		return nil, 0, transport.StatusLocLenErr
+	case err != nil:
+		return nil, 0, transport.StatusLocProtErr
+	}
+	return segs, n, transport.StatusSuccess
+}
+
+func (env *qpEnv) PeekRecv() (transport.RecvWR, transport.Status, bool) {
+	d, q := env.d, env.q
+	if env.rqPeeked {
+		return env.recv, env.recvSt, true
+	}
+	if q.rqBytes == 0 {
+		return transport.RecvWR{}, 0, false
+	}
+	var rec [doorbell.RecordSize]byte
+	if err := d.readGuest(rec[:], q.dbr); err != nil {
+		return transport.RecvWR{}, 0, false
+	}
+	pi := doorbell.DecodeQPRecord(rec[:]).Recv
+	stride := uint64(16) << ifc.QPCLogRQStride.Get(q.ctx[:])
+	n := q.rqBytes / stride
+	if pi == env.rqCons || uint64(pi-env.rqCons) > n {
+		return transport.RecvWR{}, 0, false
+	}
+	if uint64(cap(env.rwqe)) < stride {
+		env.rwqe = make([]byte, stride)
+	}
+	b := env.rwqe[:stride]
+	off := uint64(env.rqCons) & (n - 1) * stride
+	env.recv, env.recvSt = transport.RecvWR{ID: uint64(env.rqCons)}, transport.StatusSuccess
+	if err := d.readBuf(q.pas, q.pageShift, q.pageOffset, off, b); err != nil {
+		env.recvSt = transport.StatusLocProtErr
+	} else if err := env.rw.Decode(b, false); err != nil {
+		env.recvSt = transport.StatusLocLenErr
+	} else {
+		env.recvSegs, env.recv.Cap, env.recvSt = env.segs(env.rw.Data, true, env.recvSegs[:0])
+		env.recv.Segs = env.recvSegs
+	}
+	env.rqPeeked = true
+	return env.recv, env.recvSt, true
+}
+
+func (env *qpEnv) PopRecv() {
+	env.rqCons++
+	env.rqPeeked = false
+}
+
+func (env *qpEnv) Complete(c transport.Completion) {
+	d, q := env.d, env.q
+	if !c.Recv && !c.Signaled && c.Status == transport.StatusSuccess {
+		return
+	}
+	cqn := q.sndCQ
+	if c.Recv {
+		cqn = q.rcvCQ
+	}
+	cq := d.fn.obj.cqs.Get(cqn)
+	if cq == nil {
+		return
+	}
+	var b [uverbs.CQESize64]byte
+	geo := uverbs.CQ{LogSize: cq.logSize, CQESize: int(cq.cqeSize)}
+	owner := geo.Owner(cq.pi)
+	counter := uint16(c.WRID)
+	if c.Status != transport.StatusSuccess {
+		e := uverbs.ErrCQE{SRQN: q.userIndex & 0xffffff, Syndrome: syndromeOf(c.Status), VendorErrSynd: uint8(c.Status),
+			QPN: q.QPN, WQECounter: counter, Opcode: uverbs.CQEReqErr, Owner: owner}
+		if c.Recv {
+			e.Opcode = uverbs.CQERespErr
+		} else {
+			e.SWQEOpcode = uint8(c.WRID >> 16)
+		}
+		e.Encode(b[:])
+	} else {
+		cqe := uverbs.CQE{SRQNUIdx: q.userIndex & 0xffffff, ByteCnt: c.ByteLen, QPN: q.QPN,
+			WQECounter: counter, Opcode: uverbs.CQEReq, Owner: owner}
+		if c.Recv {
+			cqe.Opcode = uverbs.RespOpcode(c.Opcode == transport.WCRecvWriteImm, c.HasImm, c.Invalidated)
+			// RC: the connected QP (flags_rqpn, as ibv_wc.src_qp).
+			cqe.SrcQPN, cqe.Solicited, cqe.SLID = ifc.QPCRemoteQPN.Get(q.ctx[:])&0xffffff, c.Solicited, env.dlid
+			if c.HasImm {
+				cqe.ImmInvalPkey = binary.BigEndian.Uint32(c.Imm[:])
+			} else if c.Invalidated {
+				cqe.ImmInvalPkey = binary.LittleEndian.Uint32(c.Imm[:])
+			}
+		} else {
+			cqe.SOpcode = uint8(c.WRID >> 16)
+		}
+		cqe.Encode(b[:])
+	}
+	d.writeCQE(cq, &b, c.Solicited || c.Status != transport.StatusSuccess)
+}
+
+// writeCQE writes a CQE at the CQ's producer (the 64-byte structure last
+// in a 128-byte CQE, its op_own byte last) and posts the completion event
+// the CQ's arming asks for. A full CQ (by the consumer index of its
+// doorbell record) drops the CQE.
+func (d *Device) writeCQE(c *cq, b *[uverbs.CQESize64]byte, solicited bool) {
+	var rec [doorbell.RecordSize]byte
+	if err := d.readGuest(rec[:], c.dbr); err != nil {
+		return
+	}
+	ci := doorbell.DecodeCQRecord(rec[:]).CI
+	if (c.pi-ci)&0xffffff >= uint32(1)<<c.logSize {
+		d.stats.CQOverruns++
+		d.find(hca.FindingCQOverrun, "the CQE is dropped", "cq %#x overrun: producer %#x, consumer %#x", c.cqn, c.pi, ci)
+		return
+	}
+	geo := uverbs.CQ{LogSize: c.logSize, CQESize: int(c.cqeSize)}
+	off := geo.Offset(c.pi) + uint64(c.cqeSize) - uverbs.CQESize64
+	if d.writeBuf(c.pas, c.pageShift, c.pageOffset, off, b[:uverbs.OpOwnOffset]) != nil ||
+		d.writeBuf(c.pas, c.pageShift, c.pageOffset, off+uverbs.OpOwnOffset, b[uverbs.OpOwnOffset:]) != nil {
+		return
+	}
+	c.pi++
+	d.stats.CQEs++
+	if c.armed && (!c.armSol || solicited) {
+		c.armed = false
+		d.compEvent(c)
+	}
+}
+
+func (env *qpEnv) LocalOp(*transport.SendWR) transport.Status { return transport.StatusLocQPOpErr }
+
+func (env *qpEnv) Error(transport.Event) {
+	q := env.q
+	q.state = ifc.QPStateERR
+	if q.RC != nil {
+		q.RC.SetState(transport.StateErr)
+	}
+}
+
+func (env *qpEnv) Drained() {}
+func (env *qpEnv) Publish() {}
+
+// Path: the RoCE path is unused on IB (Transmit takes the LIDs from the
+// env); a QP without a remote LID sends nothing.
+func (env *qpEnv) Path() (transport.Path, bool) { return transport.Path{}, env.dlid != 0 }
+
+func (env *qpEnv) PathTo(*transport.AddressHandle) (transport.Path, bool) {
+	return transport.Path{}, false
+}
+
+// Transmit builds an IB packet (LRH, BTH..., ICRC, VCRC) and sends it
+// through the device's port.
+func (env *qpEnv) Transmit(_ transport.Path, f roce.PacketFields, payload transport.Payload) error {
+	d := env.d
+	if d.ibPort == nil {
+		return nil // no subnet: the packet is lost
+	}
+	if cap(env.payload) < payload.Len {
+		env.payload = make([]byte, payload.Len)
+	}
+	f.Payload = env.payload[:payload.Len]
+	if payload.Len > 0 {
+		if err := payload.Gather(env.mem, f.Payload); err != nil {
+			return err
+		}
+	}
+	frame := fabric.NewFrame()
+	pkt, err := ib.Build(frame, &ib.PacketFields{
+		LRH:       ib.LRHFields{SL: env.sl, DLID: env.dlid, SLID: d.ibPort.LID()},
+		Transport: f,
+	})
+	if err != nil {
+		fabric.Release(frame)
+		return err
+	}
+	if !d.ibPort.Send(pkt) {
+		return transport.ErrPeerBusy
+	}
+	env.q.CountTx(&f, payload.Len)
+	return nil
+}
+
+// TransmitRun: no runs on the IB port; packets go one at a time.
+func (env *qpEnv) TransmitRun(transport.Path, roce.PacketFields, transport.Payload, int) (int, error) {
+	return 0, nil
+}
+
+func (env *qpEnv) ArmTimer(dur time.Duration) { env.d.core.ArmTimer(&env.q.QP, dur) }
+func (env *qpEnv) StopTimer()                 { env.d.core.StopTimer(&env.q.QP) }
+
+func (env *qpEnv) Kick(work transport.Work, later bool) {
+	flags := hca.WorkSend
+	if work == transport.WorkRespond {
+		flags = hca.WorkResp
+	}
+	if later {
+		env.d.core.KickLater(env.q.Handle, flags)
+	} else {
+		env.d.core.Kick(hca.TargetQP, env.q.Handle, flags)
+	}
+}
+
+// Sync waits until every doorbell written and every packet received
+// before the call has been processed (tests and fake drivers use it
+// instead of sleeping).
+func (d *Device) Sync() { d.core.Sync() }
