@@ -255,6 +255,13 @@ func (d *Device) serviceQP(h uint32, work hca.Work, gen uint64, expired bool) {
 	if expired && d.core.TimerExpired(&q.QP, gen) {
 		q.RC.Timeout()
 	}
+	if q.state == ifc.QPStateERR {
+		if work&hca.WorkResp != 0 {
+			q.RC.FlushResponses()
+		}
+		q.env.flush()
+		return
+	}
 	if work&hca.WorkResp != 0 {
 		q.RC.FlushResponses()
 	}
@@ -545,11 +552,42 @@ func (d *Device) writeCQE(c *cq, b *[uverbs.CQESize64]byte, solicited bool) {
 
 func (env *qpEnv) LocalOp(*transport.SendWR) transport.Status { return transport.StatusLocQPOpErr }
 
+// Error moves the QP to ERR; the engine then flushes its queues. (The
+// affiliated async event, a QP EQE, is not posted yet.)
 func (env *qpEnv) Error(transport.Event) {
 	q := env.q
+	if q.state == ifc.QPStateERR {
+		return // flushing already (a queue unreadable while flushing)
+	}
 	q.state = ifc.QPStateERR
 	if q.RC != nil {
 		q.RC.SetState(transport.StateErr)
+	}
+	env.Kick(transport.WorkSend, false)
+}
+
+// flushBatch bounds the WQEs one service of a QP in ERR flushes: the
+// queues are bounded, and a flooding guest waits for the next kick.
+const flushBatch = 1 << 16
+
+// flush completes every WQE posted to a QP in ERR with WR_FLUSH_ERR
+// (error CQEs, signaled or not, as the hardware does).
+func (env *qpEnv) flush() {
+	q := env.q
+	n, ok := env.PendingSends()
+	var wr transport.SendWR
+	for i := uint32(0); ok && i < min(n, flushBatch); i++ {
+		wr = transport.SendWR{Segs: wr.Segs[:0]}
+		env.TakeSend(&wr)
+		env.Complete(transport.Completion{WRID: wr.ID, Status: transport.StatusWRFlushErr, Signaled: true})
+	}
+	for i := 0; q.rqBytes != 0 && i < flushBatch; i++ {
+		rwr, _, posted := env.PeekRecv()
+		if !posted {
+			break
+		}
+		env.PopRecv()
+		env.Complete(transport.Completion{WRID: rwr.ID, Status: transport.StatusWRFlushErr, Recv: true})
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/hcaemu/hcaemu/emu/ib/subnet"
 	"github.com/hcaemu/hcaemu/emu/mlx5/ifc"
 	"github.com/hcaemu/hcaemu/emu/mlx5/mlx5test"
+	"github.com/hcaemu/hcaemu/emu/transport"
 	uverbs "github.com/hcaemu/hcaemu/uverbs/mlx5"
 )
 
@@ -228,4 +229,127 @@ func TestRCLoopback(t *testing.T) {
 	b.connect(t, a.lid, a.wq.Q.QPN)
 	exchange(t, a, b)
 	exchange(t, b, a)
+}
+
+// TestRCBadLKey: a SEND whose data segment names a key that is not the
+// QP's (another 32-bit key of the same index: a wrong variant) completes
+// with an error CQE (LOCAL_PROT_ERR, the WQE's counter and opcode, the
+// user index); the QP goes to ERR and the WQE posted after it is flushed
+// (WR_FLUSH_ERR) though unsignaled; no packet reaches the peer.
+func TestRCBadLKey(t *testing.T) {
+	a, b := rcPair(t)
+	b.drv.PostRecv(b.wq, b.seg(0, 4096))
+	bad := a.seg(0, 64)
+	bad.LKey ^= 0x01 // the variant byte: same index, another key
+	idx := a.drv.PostSend(a.wq, &uverbs.SendWQE{Ctrl: uverbs.CtrlSeg{Opcode: uverbs.OpcodeSend, FMCESE: signaled},
+		Data: []uverbs.DataSeg{bad}})
+	e := uverbs.DecodeErrCQE(a.poll(t))
+	if e.Opcode != uverbs.CQEReqErr || e.Syndrome != uverbs.SyndromeLocalProtErr || e.WQECounter != idx ||
+		e.SWQEOpcode != uverbs.OpcodeSend || e.QPN != a.wq.Q.QPN || e.SRQN != 0x77 {
+		t.Fatalf("error CQE %+v", e)
+	}
+	if _, st, _ := a.d.QPState(a.wq.Q.QPN); st != transport.StateErr {
+		t.Fatalf("QP state %v, want ERR", st)
+	}
+	idx = a.drv.PostSend(a.wq, &uverbs.SendWQE{Ctrl: uverbs.CtrlSeg{Opcode: uverbs.OpcodeSend},
+		Data: []uverbs.DataSeg{a.seg(0, 64)}})
+	if e := uverbs.DecodeErrCQE(a.poll(t)); e.Syndrome != uverbs.SyndromeWRFlushErr || e.WQECounter != idx {
+		t.Fatalf("flush CQE %+v", e)
+	}
+	b.noCQE(t)
+}
+
+// TestRCSplitDoorbell: a send doorbell written as two 32-bit halves (a
+// 32-bit guest's mmio_write64_be) is latched and acted on once whole.
+func TestRCSplitDoorbell(t *testing.T) {
+	a, b := rcPair(t)
+	a.wq.SplitDoorbell = true
+	exchange(t, a, b)
+	if n := a.d.Stats().SendDoorbells; n != 3 {
+		t.Fatalf("%d send doorbells, want 3", n)
+	}
+}
+
+// TestRCCopyOnce: the device copies a WQE out of the SQ once: a WQE the
+// guest rewrites after PendingSends staged it is taken as it was.
+func TestRCCopyOnce(t *testing.T) {
+	a, _ := rcPair(t)
+	q := a.d.qpByQPN(a.wq.Q.QPN)
+	a.d.core.Lock()
+	defer a.d.core.Unlock()
+	// Write the WQE and the record without a doorbell: the test plays
+	// the engine.
+	w := uverbs.SendWQE{Ctrl: uverbs.CtrlSeg{Opcode: uverbs.OpcodeRDMAWrite, QPN: a.wq.Q.QPN, DS: 3},
+		Segs: uverbs.HasRAddr, RAddr: uverbs.RAddrSeg{RAddr: 0x1000, RKey: 0x99}, Data: []uverbs.DataSeg{a.seg(0, 100)}}
+	buf := make([]byte, 64)
+	w.Encode(buf)
+	off := a.wq.SQOffset(0)
+	copy(a.drv.Bytes(a.wq.Q.Pages[off>>12]+off&4095, 64), buf)
+	copy(a.drv.Bytes(a.wq.Q.DBR, 8), []byte{0, 0, 0, 0, 0, 0, 0, 1})
+	if n, ok := q.env.PendingSends(); !ok || n != 1 {
+		t.Fatalf("PendingSends %d %v", n, ok)
+	}
+	w.RAddr.RAddr, w.Data[0].ByteCount = 0xbad000, 4000
+	w.Encode(buf)
+	copy(a.drv.Bytes(a.wq.Q.Pages[off>>12]+off&4095, 64), buf)
+	var wr transport.SendWR
+	q.env.TakeSend(&wr)
+	if wr.Opcode != transport.OpWrite || wr.RemoteAddr != 0x1000 || wr.RKey != 0x99 || wr.Length != 100 || wr.Status != transport.StatusSuccess {
+		t.Fatalf("taken %+v", wr)
+	}
+	if n, _ := q.env.PendingSends(); n != 0 {
+		t.Fatalf("%d pending after the take", n)
+	}
+}
+
+// TestCQArm: an armed CQ posts one COMP EQE naming it to its EQ, with
+// the EQ's vector, at its next CQE; arming while a CQE is unpolled posts
+// at once; an unarmed CQ posts none.
+func TestCQArm(t *testing.T) {
+	a, b := rcPair(t)
+	eq := b.drv.CompEQ
+	b.drv.UpdateCI(eq, true)
+	comp := func() int {
+		t.Helper()
+		b.d.Sync()
+		b.d.core.Lock()
+		defer b.d.core.Unlock()
+		n := 0
+		for e := b.drv.NextEQE(eq); e != nil; e = b.drv.NextEQE(eq) {
+			if e[ifc.EQEType] != EventComp || be32(e[eqeCompCQN:])&0xffffff != b.cq.CQN {
+				t.Fatalf("EQE % x", e)
+			}
+			n++
+		}
+		return n
+	}
+	send := func() {
+		t.Helper()
+		b.drv.PostRecv(b.wq, b.seg(0, 64))
+		a.drv.PostSend(a.wq, &uverbs.SendWQE{Ctrl: uverbs.CtrlSeg{Opcode: uverbs.OpcodeSend, FMCESE: signaled},
+			Data: []uverbs.DataSeg{a.seg(0, 64)}})
+		a.poll(t)
+	}
+	send()
+	if n := comp(); n != 0 {
+		t.Fatalf("unarmed CQ: %d EQEs", n)
+	}
+	// A CQE unpolled (the consumer index 0 the arm names): at once.
+	b.drv.ArmCQ(b.cq, b.drv.UAR, b.ci, 0, false)
+	if n := comp(); n != 1 {
+		t.Fatalf("arm with a CQE pending: %d EQEs", n)
+	}
+	b.poll(t)
+	b.drv.ArmCQ(b.cq, b.drv.UAR, b.ci, 1, false)
+	if n := comp(); n != 0 {
+		t.Fatalf("armed, no CQE: %d EQEs", n)
+	}
+	send()
+	if n := comp(); n != 1 {
+		t.Fatalf("armed, one CQE: %d EQEs", n)
+	}
+	send()
+	if n := comp(); n != 0 {
+		t.Fatalf("disarmed after the event: %d EQEs", n)
+	}
 }
