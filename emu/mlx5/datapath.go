@@ -39,7 +39,22 @@ const eqeCompCQN = ifc.EQEData + 24
 // doorbells: the page's latch pairs 32-bit halves; a whole send doorbell
 // kicks its QP (the WQEs are read by the engine, not here), a whole CQ
 // arm doorbell arms its CQ.
+//
+// The send doorbell registers are the BlueFlame registers' first 8 bytes
+// (log_bf_reg_size): a BlueFlame copy (the whole WQE written to the
+// register, the provider's mlx5_bf_copy, in 8-byte stores or one long
+// write) rings with its first 8 bytes, the control segment's, which are
+// the doorbell; the rest is the WQE the buffer holds too, ignored.
 func (d *Device) uarDoorbell(uar uint32, reg uint64, p []byte) {
+	if reg >= doorbell.SendDoorbellStart && reg < doorbell.SendDoorbellEnd {
+		bf := uint64(1) << capMax(ifc.CmdHCACapLogBFRegSize)
+		if (reg-doorbell.SendDoorbellStart)%bf >= 8 {
+			return
+		}
+		if len(p) > 8 && reg%8 == 0 {
+			p = p[:8]
+		}
+	}
 	if d.fn.latches == nil {
 		d.fn.latches = map[uint32]*doorbell.Latch{}
 	}
@@ -349,6 +364,10 @@ func (env *qpEnv) PendingSends() (uint32, bool) {
 }
 
 func (env *qpEnv) TakeSend(wr *transport.SendWR) bool {
+	if len(env.sq) == 0 {
+		wr.Status = transport.StatusLocQPOpErr // no SQ (PendingSends says none)
+		return true
+	}
 	n := uint16(len(env.sq) / uverbs.SendWQEBB)
 	start := env.sqCons
 	off := uint64(start&(n-1)) * uverbs.SendWQEBB

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/ib/subnet"
 	"github.com/hcaemu/hcaemu/emu/mlx5/ifc"
 	"github.com/hcaemu/hcaemu/emu/mlx5/mlx5test"
@@ -351,5 +352,40 @@ func TestCQArm(t *testing.T) {
 	send()
 	if n := comp(); n != 0 {
 		t.Fatalf("disarmed after the event: %d EQEs", n)
+	}
+}
+
+// TestRCBlueFlame: a send rung by a BlueFlame copy — the WQE written to
+// the BlueFlame register in 8-byte stores, or in one 64-byte write —
+// kicks the QP once, with no finding for the WQE's other bytes.
+func TestRCBlueFlame(t *testing.T) {
+	a, b := rcPair(t)
+	for _, whole := range []bool{false, true} {
+		b.drv.PostRecv(b.wq, b.seg(0, 64))
+		w := uverbs.SendWQE{Ctrl: uverbs.CtrlSeg{Opcode: uverbs.OpcodeSend, FMCESE: signaled, QPN: a.wq.Q.QPN,
+			WQEIndex: a.wq.SQPI, DS: 2}, Data: []uverbs.DataSeg{a.seg(0, 64)}}
+		buf := make([]byte, 64)
+		w.Encode(buf)
+		off := a.wq.SQOffset(a.wq.SQPI)
+		copy(a.drv.Bytes(a.wq.Q.Pages[off>>12]+off&4095, 64), buf)
+		a.wq.SQPI++
+		copy(a.drv.Bytes(a.wq.Q.DBR+4, 4), []byte{0, 0, byte(a.wq.SQPI >> 8), byte(a.wq.SQPI)})
+		reg := uint64(a.wq.UAR)*4096 + 0xa00
+		if whole {
+			if err := a.d.WriteRegion(0, reg, buf); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			for i := 0; i < 64; i += 8 {
+				if err := a.d.WriteRegion(0, reg+uint64(i), buf[i:i+8]); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		checkReq(t, a.poll(t), a.wq.Q.QPN, w.Ctrl.WQEIndex, uverbs.OpcodeSend, 0)
+		b.poll(t)
+	}
+	if f := a.d.Findings(); f != [hca.NumFindingKinds]uint64{} {
+		t.Fatalf("findings: %v", f)
 	}
 }
