@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/hcaemu/hcaemu/emu/fabric"
+	"github.com/hcaemu/hcaemu/emu/transport"
 )
 
 // Model is what the core asks of the device model it runs: the work it
@@ -117,6 +118,20 @@ func (c *Core) Kick(target Target, handle uint32, work Work) { c.eng.kick(target
 
 // KickLater kicks QP h again after a short back-off (a busy receiver).
 func (c *Core) KickLater(h uint32, work Work) { c.eng.kickLater(h, work) }
+
+// KickQP is a QP's transport.Env Kick: QP h has sends to take or
+// (WorkRespond) responses to send, now or (later) after the back-off.
+func (c *Core) KickQP(h uint32, work transport.Work, later bool) {
+	flags := WorkSend
+	if work == transport.WorkRespond {
+		flags = WorkResp
+	}
+	if later {
+		c.KickLater(h, flags)
+	} else {
+		c.Kick(TargetQP, h, flags)
+	}
+}
 
 // KickTimer reports that QP h's timer of generation gen expired (timer
 // goroutine).

@@ -142,31 +142,25 @@ func bufAddr(pas []uint64, shift uint8, pageOffset, off uint64) (uint64, uint64,
 	return pas[i] + in, 1<<shift - in, true
 }
 
-// readBuf copies len(p) bytes at byte off of a queue buffer.
+// readBuf copies len(p) bytes at byte off of a queue buffer; writeBuf
+// writes p there.
 func (d *Device) readBuf(pas []uint64, shift uint8, pageOffset, off uint64, p []byte) error {
-	for len(p) > 0 {
-		gpa, n, ok := bufAddr(pas, shift, pageOffset, off)
-		if !ok {
-			return errBuffer
-		}
-		n = min(n, uint64(len(p)))
-		if err := d.readGuest(p[:n], gpa); err != nil {
-			return err
-		}
-		p, off = p[n:], off+n
-	}
-	return nil
+	return d.bufIO(pas, shift, pageOffset, off, p, d.readGuest)
 }
 
-// writeBuf writes p at byte off of a queue buffer.
 func (d *Device) writeBuf(pas []uint64, shift uint8, pageOffset, off uint64, p []byte) error {
+	return d.bufIO(pas, shift, pageOffset, off, p, d.writeGuest)
+}
+
+// bufIO does io on p at byte off of a queue buffer, page by page.
+func (d *Device) bufIO(pas []uint64, shift uint8, pageOffset, off uint64, p []byte, io func([]byte, uint64) error) error {
 	for len(p) > 0 {
 		gpa, n, ok := bufAddr(pas, shift, pageOffset, off)
 		if !ok {
 			return errBuffer
 		}
 		n = min(n, uint64(len(p)))
-		if err := d.writeGuest(p[:n], gpa); err != nil {
+		if err := io(p[:n], gpa); err != nil {
 			return err
 		}
 		p, off = p[n:], off+n
@@ -413,29 +407,6 @@ func (env *qpEnv) TakeSend(wr *transport.SendWR) bool {
 	return true
 }
 
-// sendOpcode is the transport's opcode of a send WQE's.
-func sendOpcode(op uint8) transport.Opcode {
-	switch op {
-	case uverbs.OpcodeSend:
-		return transport.OpSend
-	case uverbs.OpcodeSendImm:
-		return transport.OpSendImm
-	case uverbs.OpcodeSendInval:
-		return transport.OpSendInv
-	case uverbs.OpcodeRDMAWrite:
-		return transport.OpWrite
-	case uverbs.OpcodeRDMAWriteImm:
-		return transport.OpWriteImm
-	case uverbs.OpcodeRDMARead:
-		return transport.OpRead
-	case uverbs.OpcodeAtomicCS:
-		return transport.OpCompSwap
-	case uverbs.OpcodeAtomicFA:
-		return transport.OpFetchAdd
-	}
-	return transport.OpUnsupported
-}
-
 // segs validates data segments against the QP's PD (write: the device
 // writes into them): every key is checked as the whole 32-bit mkey.
 func (env *qpEnv) segs(data []uverbs.DataSeg, write bool, dst []mr.Seg) ([]mr.Seg, uint32, transport.Status) {
@@ -444,11 +415,8 @@ func (env *qpEnv) segs(data []uverbs.DataSeg, write bool, dst []mr.Seg) ([]mr.Se
 		env.sges = append(env.sges, mr.SGE{Addr: s.Addr, Length: s.ByteCount, LKey: s.LKey})
 	}
 	segs, n, err := env.mem.SegsInto(dst, env.q.PD, env.sges, write)
-	switch {
-	case errors.Is(err, mr.ErrLength):
-		return nil, 0, transport.StatusLocLenErr
-	case err != nil:
-		return nil, 0, transport.StatusLocProtErr
+	if st := transport.SegsStatus(err); st != transport.StatusSuccess {
+		return nil, 0, st
 	}
 	return segs, n, transport.StatusSuccess
 }
@@ -661,17 +629,7 @@ func (env *qpEnv) TransmitRun(transport.Path, roce.PacketFields, transport.Paylo
 func (env *qpEnv) ArmTimer(dur time.Duration) { env.d.core.ArmTimer(&env.q.QP, dur) }
 func (env *qpEnv) StopTimer()                 { env.d.core.StopTimer(&env.q.QP) }
 
-func (env *qpEnv) Kick(work transport.Work, later bool) {
-	flags := hca.WorkSend
-	if work == transport.WorkRespond {
-		flags = hca.WorkResp
-	}
-	if later {
-		env.d.core.KickLater(env.q.Handle, flags)
-	} else {
-		env.d.core.Kick(hca.TargetQP, env.q.Handle, flags)
-	}
-}
+func (env *qpEnv) Kick(work transport.Work, later bool) { env.d.core.KickQP(env.q.Handle, work, later) }
 
 // Sync waits until every doorbell written and every packet received
 // before the call has been processed (tests and fake drivers use it

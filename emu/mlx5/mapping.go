@@ -66,3 +66,16 @@ func syndromeOf(s transport.Status) uint8 {
 	}
 	return uverbs.SyndromeLocalQPOpErr
 }
+
+// sendOpcodes maps the send WQE opcodes of an RC QP (MLX5_OPCODE_*,
+// mlx5dv.h) to the transport's.
+var sendOpcodes = map[uint8]transport.Opcode{
+	uverbs.OpcodeSend: transport.OpSend, uverbs.OpcodeSendImm: transport.OpSendImm,
+	uverbs.OpcodeSendInval: transport.OpSendInv, uverbs.OpcodeRDMAWrite: transport.OpWrite,
+	uverbs.OpcodeRDMAWriteImm: transport.OpWriteImm, uverbs.OpcodeRDMARead: transport.OpRead,
+	uverbs.OpcodeAtomicCS: transport.OpCompSwap, uverbs.OpcodeAtomicFA: transport.OpFetchAdd,
+}
+
+// sendOpcode is the transport's opcode of a send WQE's (OpUnsupported for
+// one the device does not carry out: NOP, UMR, masked atomics, ...).
+func sendOpcode(op uint8) transport.Opcode { return sendOpcodes[op] }

@@ -45,3 +45,19 @@ func TestSyndromes(t *testing.T) {
 		}
 	}
 }
+
+// TestSendOpcodes: the send WQE opcodes as mlx5dv.h numbers them
+// (MLX5_OPCODE_SEND 0x0a ...) map to the transport's; the rest are not
+// carried out.
+func TestSendOpcodes(t *testing.T) {
+	for op, want := range map[uint8]transport.Opcode{
+		0x0a: transport.OpSend, 0x0b: transport.OpSendImm, 0x01: transport.OpSendInv,
+		0x08: transport.OpWrite, 0x09: transport.OpWriteImm, 0x10: transport.OpRead,
+		0x11: transport.OpCompSwap, 0x12: transport.OpFetchAdd,
+		0x00: transport.OpUnsupported, 0x14: transport.OpUnsupported, 0x25: transport.OpUnsupported,
+	} {
+		if got := sendOpcode(op); got != want {
+			t.Errorf("opcode %#x: %v, want %v", op, got, want)
+		}
+	}
+}

@@ -1,7 +1,6 @@
 package pvrdma
 
 import (
-	"errors"
 	"time"
 
 	"github.com/hcaemu/hcaemu/dma"
@@ -185,11 +184,8 @@ func (env *qpEnv) segs(sges []uverbs.SGE, write bool, dst []mr.Seg) ([]mr.Seg, u
 		env.sges = append(env.sges, mr.SGE(sge))
 	}
 	segs, n, err := env.mem.SegsInto(dst, env.qp.PD, env.sges, write)
-	switch {
-	case errors.Is(err, mr.ErrLength):
-		return nil, 0, transport.StatusLocLenErr
-	case err != nil:
-		return nil, 0, transport.StatusLocProtErr
+	if st := transport.SegsStatus(err); st != transport.StatusSuccess {
+		return nil, 0, st
 	}
 	return segs, n, transport.StatusSuccess
 }
@@ -312,15 +308,7 @@ func (env *qpEnv) ArmTimer(dur time.Duration) { env.d.core.ArmTimer(&env.qp.QP, 
 func (env *qpEnv) StopTimer() { env.d.core.StopTimer(&env.qp.QP) }
 
 func (env *qpEnv) Kick(work transport.Work, later bool) {
-	flags := hca.WorkSend
-	if work == transport.WorkRespond {
-		flags = hca.WorkResp
-	}
-	if later {
-		env.d.core.KickLater(env.qp.Handle, flags)
-	} else {
-		env.d.core.Kick(hca.TargetQP, env.qp.Handle, flags)
-	}
+	env.d.core.KickQP(env.qp.Handle, work, later)
 }
 
 // localOp executes LOCAL_INV and FAST_REG_MR.

@@ -328,3 +328,16 @@ func (op Opcode) HasSGEs() bool {
 	}
 	return false
 }
+
+// SegsStatus is the completion status of a local SGE list's validation
+// (mr.Space.Segs's error): LOC_LEN_ERR for a length error, LOC_PROT_ERR
+// for any other, success for none.
+func SegsStatus(err error) Status {
+	switch {
+	case err == nil:
+		return StatusSuccess
+	case errors.Is(err, mr.ErrLength):
+		return StatusLocLenErr
+	}
+	return StatusLocProtErr
+}
