@@ -28,12 +28,44 @@ import (
 // in the QP's env from its context's primary address path, and
 // transport.Path stays the core's RoCE path, empty here.
 
-// EventComp is the completion event's EQE type (MLX5_EVENT_TYPE_COMP).
-const EventComp = 0x00
-
 // eqeCompCQN is the CQN's offset in a COMP EQE (struct mlx5_eqe_comp:
-// six reserved words then the CQN, in the EQE's data).
-const eqeCompCQN = ifc.EQEData + 24
+// six reserved words then the CQN, in the EQE's data); a QP event's
+// (struct mlx5_eqe_qp_srq: five reserved words, the queue type, 0 for a
+// QP, and the QPN) has the QPN at the same place.
+const (
+	eqeCompCQN  = ifc.EQEData + 24
+	eqeQPType   = ifc.EQEData + 20
+	eqeQPNumber = ifc.EQEData + 24
+)
+
+// qpEvents are the EQE types of a QP's affiliated errors (the events
+// mlx5_ib's mlx5_ib_qp_event turns back into these).
+var qpEvents = map[transport.Event]uint8{
+	transport.EventQPFatal:       ifc.EventWQCatasError,
+	transport.EventQPRequestErr:  ifc.EventWQInvalReqError,
+	transport.EventQPAccessError: ifc.EventWQAccessError,
+}
+
+// qpEvent posts QP q's affiliated error event to the EQ that asked for
+// events of its type (the lowest numbered), if any.
+func (d *Device) qpEvent(q *qp, ev transport.Event) {
+	typ, known := qpEvents[ev]
+	if !known {
+		typ = ifc.EventWQCatasError
+	}
+	for n := range 1 << LogMaxEQ {
+		e := d.fn.eqs[uint8(n)]
+		if e == nil || e.mask[typ/64]&(1<<(typ%64)) == 0 {
+			continue
+		}
+		var eqe [ifc.EQESize]byte
+		eqe[ifc.EQEType] = typ
+		eqe[eqeQPType] = 0 // MLX5_EVENT_QUEUE_TYPE_QP
+		binary.BigEndian.PutUint32(eqe[eqeQPNumber:], q.QPN&0xffffff)
+		d.postEQE(e, &eqe)
+		return
+	}
+}
 
 // uarDoorbell is a write to a UAR page register other than the EQ
 // doorbells: the page's latch pairs 32-bit halves; a whole send doorbell
@@ -124,7 +156,7 @@ func (d *Device) compEvent(c *cq) {
 		return
 	}
 	var eqe [ifc.EQESize]byte
-	eqe[ifc.EQEType] = EventComp
+	eqe[ifc.EQEType] = ifc.EventComp
 	binary.BigEndian.PutUint32(eqe[eqeCompCQN:], c.cqn&0xffffff)
 	d.postEQE(e, &eqe)
 }
@@ -539,9 +571,9 @@ func (d *Device) writeCQE(c *cq, b *[uverbs.CQESize64]byte, solicited bool) {
 
 func (env *qpEnv) LocalOp(*transport.SendWR) transport.Status { return transport.StatusLocQPOpErr }
 
-// Error moves the QP to ERR; the engine then flushes its queues. (The
-// affiliated async event, a QP EQE, is not posted yet.)
-func (env *qpEnv) Error(transport.Event) {
+// Error moves the QP to ERR with its affiliated event (an EQE to the
+// async EQ); the engine then flushes its queues.
+func (env *qpEnv) Error(ev transport.Event) {
 	q := env.q
 	if q.state == ifc.QPStateERR {
 		return // flushing already (a queue unreadable while flushing)
@@ -550,6 +582,7 @@ func (env *qpEnv) Error(transport.Event) {
 	if q.RC != nil {
 		q.RC.SetState(transport.StateErr)
 	}
+	env.d.qpEvent(q, ev)
 	env.Kick(transport.WorkSend, false)
 }
 

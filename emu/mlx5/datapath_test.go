@@ -235,7 +235,8 @@ func TestRCLoopback(t *testing.T) {
 // TestRCBadLKey: a SEND whose data segment names a key that is not the
 // QP's (another 32-bit key of the same index: a wrong variant) completes
 // with an error CQE (LOCAL_PROT_ERR, the WQE's counter and opcode, the
-// user index); the QP goes to ERR and the WQE posted after it is flushed
+// user index); the QP goes to ERR with a QP event on the async EQ, and
+// the WQE posted after it is flushed
 // (WR_FLUSH_ERR) though unsignaled; no packet reaches the peer.
 func TestRCBadLKey(t *testing.T) {
 	a, b := rcPair(t)
@@ -251,6 +252,18 @@ func TestRCBadLKey(t *testing.T) {
 	}
 	if _, st, _ := a.d.QPState(a.wq.Q.QPN); st != transport.StateErr {
 		t.Fatalf("QP state %v, want ERR", st)
+	}
+	// The affiliated error went to the async EQ as a QP event.
+	var event []byte
+	a.d.core.Lock()
+	for e := a.drv.NextEQE(a.drv.AsyncEQ); e != nil; e = a.drv.NextEQE(a.drv.AsyncEQ) {
+		if typ := e[ifc.EQEType]; typ == ifc.EventWQCatasError || typ == ifc.EventWQInvalReqError || typ == ifc.EventWQAccessError {
+			event = append([]byte(nil), e...)
+		}
+	}
+	a.d.core.Unlock()
+	if event == nil || event[eqeQPType] != 0 || be32(event[eqeQPNumber:])&0xffffff != a.wq.Q.QPN {
+		t.Fatalf("QP event EQE % x", event)
 	}
 	idx = a.drv.PostSend(a.wq, &uverbs.SendWQE{Ctrl: uverbs.CtrlSeg{Opcode: uverbs.OpcodeSend},
 		Data: []uverbs.DataSeg{a.seg(0, 64)}})
@@ -317,7 +330,7 @@ func TestCQArm(t *testing.T) {
 		defer b.d.core.Unlock()
 		n := 0
 		for e := b.drv.NextEQE(eq); e != nil; e = b.drv.NextEQE(eq) {
-			if e[ifc.EQEType] != EventComp || be32(e[eqeCompCQN:])&0xffffff != b.cq.CQN {
+			if e[ifc.EQEType] != ifc.EventComp || be32(e[eqeCompCQN:])&0xffffff != b.cq.CQN {
 				t.Fatalf("EQE % x", e)
 			}
 			n++

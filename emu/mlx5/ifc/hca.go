@@ -292,11 +292,14 @@ const EQCSize = 0x40
 // Event types (enum mlx5_event): the EQE's type and the bit of
 // event_bitmask that subscribes an EQ to it.
 const (
-	EventComp        = 0x00
-	EventPortChange  = 0x09
-	EventCmd         = 0x0a
-	EventPageRequest = 0x0b
-	EventTypeMax     = 0x100
+	EventComp            = 0x00
+	EventWQCatasError    = 0x05 // a QP's work queue unreadable (IB_EVENT_QP_FATAL)
+	EventPortChange      = 0x09
+	EventCmd             = 0x0a
+	EventPageRequest     = 0x0b
+	EventWQInvalReqError = 0x10 // IB_EVENT_QP_REQ_ERR
+	EventWQAccessError   = 0x11 // IB_EVENT_QP_ACCESS_ERR
+	EventTypeMax         = 0x100
 )
 
 // The EQE (struct mlx5_eqe, 64 bytes): byte offsets.
