@@ -2,13 +2,17 @@ package mlx5
 
 import (
 	"bytes"
+	"encoding/binary"
 	"testing"
 	"time"
 
+	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/hca"
+	"github.com/hcaemu/hcaemu/emu/ib"
 	"github.com/hcaemu/hcaemu/emu/ib/subnet"
 	"github.com/hcaemu/hcaemu/emu/mlx5/ifc"
 	"github.com/hcaemu/hcaemu/emu/mlx5/mlx5test"
+	"github.com/hcaemu/hcaemu/emu/roce"
 	"github.com/hcaemu/hcaemu/emu/transport"
 	uverbs "github.com/hcaemu/hcaemu/uverbs/mlx5"
 )
@@ -402,3 +406,105 @@ func TestRCBlueFlame(t *testing.T) {
 		t.Fatalf("findings: %v", f)
 	}
 }
+
+// TestRCImmAtomicsRNR: SEND with immediate and RDMA WRITE with immediate
+// (receive CQEs with their opcodes, the immediate and the byte count),
+// FETCH_ADD and COMPARE_SWAP (the original value returned, the remote
+// value changed), and a SEND posted before its receive (RNR NAK, retried
+// until the receive comes).
+func TestRCImmAtomicsRNR(t *testing.T) {
+	a, b := rcPair(t)
+	recv := func(op uint8, n, imm uint32) {
+		t.Helper()
+		rc := b.poll(t)
+		c := uverbs.DecodeCQE(rc)
+		if rc[uverbs.OpOwnOffset]>>4 != op || c.ByteCnt != n || c.ImmInvalPkey != imm {
+			t.Fatalf("receive CQE op %#x %+v, want op %#x %d bytes imm %#x", rc[uverbs.OpOwnOffset]>>4, c, op, n, imm)
+		}
+	}
+	b.drv.PostRecv(b.wq, b.seg(0, 4096))
+	b.drv.PostRecv(b.wq, b.seg(4096, 4096))
+	idx := a.drv.PostSend(a.wq, &uverbs.SendWQE{Ctrl: uverbs.CtrlSeg{Opcode: uverbs.OpcodeSendImm, FMCESE: signaled, Imm: 0x12345678},
+		Data: []uverbs.DataSeg{a.seg(0, 100)}})
+	checkReq(t, a.poll(t), a.wq.Q.QPN, idx, uverbs.OpcodeSendImm, 0)
+	recv(uverbs.CQERespSendImm, 100, 0x12345678)
+	idx = a.drv.PostSend(a.wq, &uverbs.SendWQE{Ctrl: uverbs.CtrlSeg{Opcode: uverbs.OpcodeRDMAWriteImm, FMCESE: signaled, Imm: 0xcafe},
+		Segs: uverbs.HasRAddr, RAddr: uverbs.RAddrSeg{RAddr: b.data + 12288, RKey: b.key}, Data: []uverbs.DataSeg{a.seg(0, 1500)}})
+	checkReq(t, a.poll(t), a.wq.Q.QPN, idx, uverbs.OpcodeRDMAWriteImm, 0)
+	recv(uverbs.CQERespWRImm, 1500, 0xcafe)
+	if !bytes.Equal(b.mem(12288, 1500), a.mem(0, 1500)) {
+		t.Fatal("WRITE_IMM data differ")
+	}
+
+	// Atomics on b's 8 bytes at 40960 (0), results into a's at 40960.
+	atomic := func(op uint8, seg uverbs.AtomicSeg) []byte {
+		t.Helper()
+		idx := a.drv.PostSend(a.wq, &uverbs.SendWQE{Ctrl: uverbs.CtrlSeg{Opcode: op, FMCESE: signaled},
+			Segs: uverbs.HasRAddr | uverbs.HasAtomic, RAddr: uverbs.RAddrSeg{RAddr: b.data + 40960, RKey: b.key},
+			Atomic: seg, Data: []uverbs.DataSeg{a.seg(40960, 8)}})
+		checkReq(t, a.poll(t), a.wq.Q.QPN, idx, op, 8)
+		return append([]byte(nil), a.mem(40960, 8)...)
+	}
+	if got := atomic(uverbs.OpcodeAtomicFA, uverbs.AtomicSeg{SwapAdd: 5}); !bytes.Equal(got, make([]byte, 8)) {
+		t.Fatalf("FETCH_ADD returned % x", got)
+	}
+	five := append([]byte(nil), b.mem(40960, 8)...)
+	if le.Uint64(five) != 5 && be.Uint64(five) != 5 {
+		t.Fatalf("after FETCH_ADD: % x", five)
+	}
+	if got := atomic(uverbs.OpcodeAtomicCS, uverbs.AtomicSeg{Compare: 5, SwapAdd: 9}); le.Uint64(got) != 5 && be.Uint64(got) != 5 {
+		t.Fatalf("COMPARE_SWAP returned % x", got)
+	}
+	if nine := b.mem(40960, 8); le.Uint64(nine) != 9 && be.Uint64(nine) != 9 {
+		t.Fatalf("after COMPARE_SWAP: % x", nine)
+	}
+	b.noCQE(t)
+
+	// RNR: the SEND comes before its receive.
+	idx = a.drv.PostSend(a.wq, &uverbs.SendWQE{Ctrl: uverbs.CtrlSeg{Opcode: uverbs.OpcodeSend, FMCESE: signaled},
+		Data: []uverbs.DataSeg{a.seg(0, 10)}})
+	time.Sleep(5 * time.Millisecond)
+	a.noCQE(t)
+	// Under b's lock: b's engine reads the record as it answers the
+	// retries (a guest races it the same way, harmlessly).
+	b.d.core.Lock()
+	b.drv.PostRecv(b.wq, b.seg(0, 64))
+	b.d.core.Unlock()
+	checkReq(t, a.poll(t), a.wq.Q.QPN, idx, uverbs.OpcodeSend, 0)
+	recv(uverbs.CQERespSend, 10, 0)
+}
+
+// TestRCForeignPackets: a packet for a connected QP from another port's
+// LID than its remote one, or from that LID with another P_Key, is
+// dropped and counted; the QP still works.
+func TestRCForeignPackets(t *testing.T) {
+	sub := subnet.New(subnet.Config{})
+	a := newRCEnd(t, "hca0", sub, 0x0002c90300000100)
+	b := newRCEnd(t, "hca1", sub, 0x0002c90300000200)
+	a.connect(t, b.lid, b.wq.Q.QPN)
+	b.connect(t, a.lid, a.wq.Q.QPN)
+	rogue, err := sub.Attach("rogue", 0x0002c90300000301, func(pkt []byte) bool { fabric.Release(pkt); return true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.drv.PostRecv(b.wq, b.seg(8192, 4096))
+	for _, c := range []struct {
+		from       *subnet.Port
+		slid, pkey uint16
+	}{{rogue, rogue.LID(), 0xffff}, {a.d.ibPort, a.lid, 0x8001}} {
+		f := ib.PacketFields{LRH: ib.LRHFields{DLID: b.lid, SLID: c.slid}, Transport: roce.PacketFields{
+			BTH: roce.BTHFields{Opcode: roce.RCSendOnly, PKey: c.pkey, DestQP: b.wq.Q.QPN, PSN: 0x100}, Payload: []byte("forged")}}
+		pkt, err := ib.Build(fabric.NewFrame(), &f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.from.Send(pkt)
+	}
+	b.noCQE(t)
+	if n := b.d.Stats().RxDropped; n != 2 {
+		t.Fatalf("%d packets dropped, want 2", n)
+	}
+	exchange(t, a, b) // (its SEND takes the receive posted above)
+}
+
+var le = binary.LittleEndian
