@@ -3,6 +3,7 @@ package mlx5
 import (
 	"bytes"
 	"encoding/binary"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -508,3 +509,73 @@ func TestRCForeignPackets(t *testing.T) {
 }
 
 var le = binary.LittleEndian
+
+// TestRCGarbage: a guest scribbling over its SQ, RQ, doorbell records and
+// CQ record, ringing doorbells with any bytes, never panics the device
+// (which would make it device-fatal) nor makes it write outside the
+// queues: each round leaves the device alive.
+func TestRCGarbage(t *testing.T) {
+	a, b := rcPair(t)
+	rng := rand.New(rand.NewPCG(25, 2))
+	fill := func(p []byte) {
+		for i := range p {
+			p[i] = byte(rng.Uint32())
+		}
+	}
+	for round := range 300 {
+		e := []*rcEnd{a, b}[round%2]
+		e.d.core.Lock()
+		for _, pg := range e.wq.Q.Pages {
+			if rng.IntN(2) == 0 {
+				fill(e.drv.Bytes(pg, 4096))
+				if rng.IntN(2) == 0 { // mostly well-formed control segments
+					for o := 0; o < 4096; o += 64 {
+						e.drv.Bytes(pg, 4096)[o+3] = []byte{uverbs.OpcodeSend, uverbs.OpcodeRDMAWrite, uverbs.OpcodeRDMARead, uverbs.OpcodeAtomicFA}[rng.IntN(4)]
+						e.drv.Bytes(pg, 4096)[o+7] = byte(rng.IntN(5))
+					}
+				}
+			}
+		}
+		if rng.IntN(40) == 0 {
+			fill(e.drv.Bytes(e.wq.Q.DBR, 8))
+		} else {
+			e.wq.SQPI += uint16(rng.IntN(8))
+			e.wq.RQPI += uint16(rng.IntN(4))
+			copy(e.drv.Bytes(e.wq.Q.DBR, 8), []byte{0, 0, byte(e.wq.RQPI >> 8), byte(e.wq.RQPI), 0, 0, byte(e.wq.SQPI >> 8), byte(e.wq.SQPI)})
+		}
+		if rng.IntN(30) == 0 {
+			fill(e.drv.Bytes(e.cq.DBR, 8))
+		}
+		e.d.core.Unlock()
+		var db [8]byte
+		fill(db[:])
+		if rng.IntN(2) == 0 {
+			db[4], db[5], db[6] = byte(e.wq.Q.QPN>>16), byte(e.wq.Q.QPN>>8), byte(e.wq.Q.QPN)
+		}
+		reg := uint64(e.wq.UAR)*4096 + []uint64{0x800, 0xa00, 0x20, 0x804, 0x808}[rng.IntN(5)]
+		n := []int{8, 4, 64}[rng.IntN(3)]
+		p := make([]byte, n)
+		copy(p, db[:])
+		if err := e.d.WriteRegion(0, reg, p); err != nil {
+			t.Fatal(err)
+		}
+		e.d.Sync()
+		e.d.core.Lock()
+		fatal := e.d.seg.synd != 0
+		for range 1 << e.cq.LogSize { // the consumer keeps up, mostly
+			if _, ok := e.drv.PollCQ(e.cq, &e.ci); !ok {
+				break
+			}
+		}
+		if rng.IntN(2) == 0 { // and mends its CQ record, sometimes
+			binary.BigEndian.PutUint32(e.drv.Bytes(e.cq.DBR, 4), e.ci&0xffffff)
+		}
+		e.d.core.Unlock()
+		if fatal {
+			t.Fatalf("round %d: the device died", round)
+		}
+	}
+	if st := a.d.Stats(); st.SendDoorbells == 0 || st.CQEs == 0 {
+		t.Fatalf("the garbage reached no queue: %+v", st)
+	}
+}
