@@ -222,12 +222,15 @@ type qpEnv struct {
 	// The RQ: the WQE at rqCons, copied once when peeked.
 	rqCons   uint16
 	rqPeeked bool
-	rwqe     []byte
-	rw       uverbs.RecvWQE
-	recv     transport.RecvWR
-	recvSt   transport.Status
-	recvSegs []mr.Seg
-	payload  []byte
+	// inline are the payloads of the inline WQEs taken, by SQ counter.
+	inline    map[uint16]inlineData
+	inlineGen uint32
+	rwqe      []byte
+	rw        uverbs.RecvWQE
+	recv      transport.RecvWR
+	recvSt    transport.Status
+	recvSegs  []mr.Seg
+	payload   []byte
 }
 
 // space is the memory the device's transports reach.
@@ -248,6 +251,7 @@ func (d *Device) qpTransition(q *qp) {
 		}
 		if q.env != nil {
 			q.env.sqCons, q.env.sqStaged, q.env.rqCons, q.env.rqPeeked = 0, 0, 0, false
+			clear(q.env.inline)
 		}
 		return
 	}
@@ -415,7 +419,7 @@ func (env *qpEnv) TakeSend(wr *transport.SendWR) bool {
 		env.d.find(hca.FindingWQE, "completed with LOC_LEN_ERR", "qp %#x SQ WQE %#x: %v", env.q.QPN, start, err)
 		wr.Opcode, wr.Status = transport.OpSend, transport.StatusLocLenErr
 		return true
-	case wr.Opcode == transport.OpUnsupported || w.Inline != nil:
+	case wr.Opcode == transport.OpUnsupported:
 		wr.Opcode, wr.Status = transport.OpSend, transport.StatusLocQPOpErr
 		return true
 	}
@@ -435,9 +439,59 @@ func (env *qpEnv) TakeSend(wr *transport.SendWR) bool {
 			wr.CompareAdd, wr.Swap = w.Atomic.Compare, w.Atomic.SwapAdd
 		}
 	}
+	if w.Segs&uverbs.HasInline != 0 {
+		wr.Segs, wr.Length, wr.Status = env.takeInline(wr, start, w.Inline)
+		return true
+	}
 	wr.Segs, wr.Length, wr.Status = env.segs(w.Data, wr.Opcode.WritesLocal(), wr.Segs[:0])
 	return true
 }
+
+// inlineHandle is the region handle of an inline payload's segment (no
+// mkey has it): its Addr is the WQE's SQ counter, its Key the take's
+// generation, and the bytes are the env's, copied out of the WQE.
+const inlineHandle = ^uint32(0)
+
+// inlineData is the payload of an inline WQE taken at an SQ counter.
+type inlineData struct {
+	gen  uint32
+	data []byte
+}
+
+// takeInline keeps the inline payload of the WQE taken at SQ counter
+// start (SEND and RDMA WRITE, with or without immediate, only) for its
+// packets and retransmissions, until its completion.
+func (env *qpEnv) takeInline(wr *transport.SendWR, start uint16, data []byte) ([]mr.Seg, uint32, transport.Status) {
+	switch wr.Opcode {
+	case transport.OpSend, transport.OpSendImm, transport.OpSendInv, transport.OpWrite, transport.OpWriteImm:
+	default:
+		return nil, 0, transport.StatusLocQPOpErr
+	}
+	if env.inline == nil {
+		env.inline = map[uint16]inlineData{}
+	}
+	env.inlineGen++
+	env.inline[start] = inlineData{gen: env.inlineGen, data: append([]byte(nil), data...)} // bounded by the SQ's slots
+	seg := mr.Seg{Ref: mr.Ref{Handle: inlineHandle, Key: env.inlineGen}, Addr: uint64(start), Len: uint64(len(data))}
+	return append(wr.Segs[:0], seg), uint32(len(data)), transport.StatusSuccess
+}
+
+// gather copies a packet's payload: an inline WQE's from what takeInline
+// kept, any other from guest memory.
+func (env *qpEnv) gather(p *transport.Payload, dst []byte) error {
+	if len(p.Segs) != 1 || p.Segs[0].Ref.Handle != inlineHandle {
+		return p.Gather(env.mem, dst)
+	}
+	seg := p.Segs[0]
+	in, ok := env.inline[uint16(seg.Addr)]
+	if !ok || in.gen != seg.Ref.Key || p.Off > uint64(len(in.data)) || uint64(len(dst)) > uint64(len(in.data))-p.Off {
+		return errInline
+	}
+	copy(dst, in.data[p.Off:])
+	return nil
+}
+
+var errInline = errors.New("inline payload gone (its SQ slot reused)")
 
 // segs validates data segments against the QP's PD (write: the device
 // writes into them): every key is checked as the whole 32-bit mkey.
@@ -496,8 +550,11 @@ func (env *qpEnv) PopRecv() {
 
 func (env *qpEnv) Complete(c transport.Completion) {
 	d, q := env.d, env.q
-	if !c.Recv && !c.Signaled && c.Status == transport.StatusSuccess {
-		return
+	if !c.Recv {
+		delete(env.inline, uint16(c.WRID)) // an inline WQE's payload
+		if !c.Signaled && c.Status == transport.StatusSuccess {
+			return
+		}
 	}
 	cqn := q.sndCQ
 	if c.Recv {
@@ -634,7 +691,7 @@ func (env *qpEnv) Transmit(_ transport.Path, f roce.PacketFields, payload transp
 	}
 	f.Payload = env.payload[:payload.Len]
 	if payload.Len > 0 {
-		if err := payload.Gather(env.mem, f.Payload); err != nil {
+		if err := env.gather(&payload, f.Payload); err != nil {
 			return err
 		}
 	}

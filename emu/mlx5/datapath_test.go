@@ -71,7 +71,8 @@ func addRCEnd(t *testing.T, d *Device, drv *mlx5test.Driver, ib *mlx5test.IB) *r
 		t.Fatal(err)
 	}
 	return &rcEnd{d: d, drv: drv, ib: ib, lid: ib.LID, key: key.Key, cq: cq,
-		wq:   &mlx5test.WQ{Q: q, UAR: drv.UAR, LogRQ: 4, RQStride: 64, LogSQ: 6},
+		wq: &mlx5test.WQ{Q: q, UAR: drv.UAR, LogRQ: 4, RQStride: 64, LogSQ: 6,
+			Hold: func(fn func()) { d.core.Lock(); defer d.core.Unlock(); fn() }},
 		data: data}
 }
 
@@ -384,10 +385,12 @@ func TestRCBlueFlame(t *testing.T) {
 			WQEIndex: a.wq.SQPI, DS: 2}, Data: []uverbs.DataSeg{a.seg(0, 64)}}
 		buf := make([]byte, 64)
 		w.Encode(buf)
-		off := a.wq.SQOffset(a.wq.SQPI)
-		copy(a.drv.Bytes(a.wq.Q.Pages[off>>12]+off&4095, 64), buf)
-		a.wq.SQPI++
-		copy(a.drv.Bytes(a.wq.Q.DBR+4, 4), []byte{0, 0, byte(a.wq.SQPI >> 8), byte(a.wq.SQPI)})
+		a.wq.Hold(func() {
+			off := a.wq.SQOffset(a.wq.SQPI)
+			copy(a.drv.Bytes(a.wq.Q.Pages[off>>12]+off&4095, 64), buf)
+			a.wq.SQPI++
+			copy(a.drv.Bytes(a.wq.Q.DBR+4, 4), []byte{0, 0, byte(a.wq.SQPI >> 8), byte(a.wq.SQPI)})
+		})
 		reg := uint64(a.wq.UAR)*4096 + 0xa00
 		if whole {
 			if err := a.d.WriteRegion(0, reg, buf); err != nil {
@@ -466,11 +469,7 @@ func TestRCImmAtomicsRNR(t *testing.T) {
 		Data: []uverbs.DataSeg{a.seg(0, 10)}})
 	time.Sleep(5 * time.Millisecond)
 	a.noCQE(t)
-	// Under b's lock: b's engine reads the record as it answers the
-	// retries (a guest races it the same way, harmlessly).
-	b.d.core.Lock()
 	b.drv.PostRecv(b.wq, b.seg(0, 64))
-	b.d.core.Unlock()
 	checkReq(t, a.poll(t), a.wq.Q.QPN, idx, uverbs.OpcodeSend, 0)
 	recv(uverbs.CQERespSend, 10, 0)
 }
@@ -577,5 +576,38 @@ func TestRCGarbage(t *testing.T) {
 	}
 	if st := a.d.Stats(); st.SendDoorbells == 0 || st.CQEs == 0 {
 		t.Fatalf("the garbage reached no queue: %+v", st)
+	}
+}
+
+// TestRCInline: SEND and RDMA WRITE with their data inline in the WQE
+// (IBV_SEND_INLINE, as ibv_rc_pingpong sends small messages): the data
+// is the WQE's as taken; a long inline WRITE too; an inline READ is a malformed WQE (LOCAL_LENGTH_ERR,
+// as every WQE uverbs.DecodeSendWQE refuses).
+func TestRCInline(t *testing.T) {
+	a, b := rcPair(t)
+	msg := []byte("inline hello from the WQE itself!")
+	b.drv.PostRecv(b.wq, b.seg(0, 4096))
+	idx := a.drv.PostSend(a.wq, &uverbs.SendWQE{Ctrl: uverbs.CtrlSeg{Opcode: uverbs.OpcodeSend, FMCESE: signaled},
+		Segs: uverbs.HasInline, Inline: msg})
+	checkReq(t, a.poll(t), a.wq.Q.QPN, idx, uverbs.OpcodeSend, 0)
+	rc := b.poll(t)
+	if c := uverbs.DecodeCQE(rc); rc[uverbs.OpOwnOffset]>>4 != uverbs.CQERespSend || c.ByteCnt != uint32(len(msg)) {
+		t.Fatalf("receive CQE %+v", c)
+	}
+	if !bytes.Equal(b.mem(0, len(msg)), msg) {
+		t.Fatalf("inline SEND data %q", b.mem(0, len(msg)))
+	}
+	// An RDMA WRITE of 800 bytes inline: a WQE of 14 WQEBBs.
+	big := bytes.Repeat([]byte{0x5a, 0xa5, 1, 2}, 200)
+	idx = a.drv.PostSend(a.wq, &uverbs.SendWQE{Ctrl: uverbs.CtrlSeg{Opcode: uverbs.OpcodeRDMAWrite, FMCESE: signaled},
+		Segs: uverbs.HasRAddr | uverbs.HasInline, RAddr: uverbs.RAddrSeg{RAddr: b.data + 8192, RKey: b.key}, Inline: big})
+	checkReq(t, a.poll(t), a.wq.Q.QPN, idx, uverbs.OpcodeRDMAWrite, 0)
+	if !bytes.Equal(b.mem(8192, len(big)), big) {
+		t.Fatal("inline WRITE data differ")
+	}
+	idx = a.drv.PostSend(a.wq, &uverbs.SendWQE{Ctrl: uverbs.CtrlSeg{Opcode: uverbs.OpcodeRDMARead, FMCESE: signaled},
+		Segs: uverbs.HasRAddr | uverbs.HasInline, RAddr: uverbs.RAddrSeg{RAddr: b.data + 8192, RKey: b.key}, Inline: msg})
+	if e := uverbs.DecodeErrCQE(a.poll(t)); e.Syndrome != uverbs.SyndromeLocalLengthErr || e.WQECounter != idx {
+		t.Fatalf("inline READ: %+v", e)
 	}
 }

@@ -23,6 +23,19 @@ type WQ struct {
 	LogSQ         uint8
 	SQPI, RQPI    uint16
 	SplitDoorbell bool // ring send doorbells as two 32-bit writes
+	// Hold, when set, runs the writes to guest memory of a post (WQE and
+	// doorbell record) as the device's lock holder would: the device
+	// reads them concurrently, which a guest does not mind and the race
+	// detector does.
+	Hold func(func())
+}
+
+func (w *WQ) hold(fn func()) {
+	if w.Hold == nil {
+		fn()
+		return
+	}
+	w.Hold(fn)
 }
 
 // bufAt is the guest address of byte off of a fragmented buffer.
@@ -62,11 +75,13 @@ func (d *Driver) PostSend(w *WQ, wqe *uverbs.SendWQE) uint16 {
 		wqe.Ctrl.Encode(b)
 	}
 	bbs := uint16((n + uverbs.SendWQEBB - 1) / uverbs.SendWQEBB)
-	for i := uint16(0); i < bbs; i++ {
-		d.writeBuf(w.Q.Buf, w.SQOffset(idx+i), b[int(i)*uverbs.SendWQEBB:int(i+1)*uverbs.SendWQEBB])
-	}
-	w.SQPI = idx + bbs
-	d.putRecord(w)
+	w.hold(func() {
+		for i := uint16(0); i < bbs; i++ {
+			d.writeBuf(w.Q.Buf, w.SQOffset(idx+i), b[int(i)*uverbs.SendWQEBB:int(i+1)*uverbs.SendWQEBB])
+		}
+		w.SQPI = idx + bbs
+		d.putRecord(w)
+	})
 	var ctrl [8]byte
 	copy(ctrl[:], b[:8])
 	off := uint64(w.UAR)*doorbell.UARPageSize + doorbell.SendDoorbellStart
@@ -91,9 +106,11 @@ func (d *Driver) PostSend(w *WQ, wqe *uverbs.SendWQE) uint16 {
 func (d *Driver) PostRecv(w *WQ, segs ...uverbs.DataSeg) {
 	b := make([]byte, w.RQStride)
 	(&uverbs.RecvWQE{Data: segs}).Encode(b, false)
-	d.writeBuf(w.Q.Buf, uint64(w.RQPI&(1<<w.LogRQ-1))*w.RQStride, b)
-	w.RQPI++
-	d.putRecord(w)
+	w.hold(func() {
+		d.writeBuf(w.Q.Buf, uint64(w.RQPI&(1<<w.LogRQ-1))*w.RQStride, b)
+		w.RQPI++
+		d.putRecord(w)
+	})
 }
 
 func (d *Driver) putRecord(w *WQ) {
