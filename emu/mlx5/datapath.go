@@ -209,6 +209,7 @@ type qpEnv struct {
 	d   *Device
 	q   *qp
 	mem mr.Space
+	st  uverbs.ST // what the SQ's WQEs carry
 	// The IB path: the remote LID and SL of the primary address path.
 	dlid uint16
 	sl   uint8
@@ -241,7 +242,7 @@ func (d *Device) space() mr.Space {
 // qpTransition gives an RC QP its transport when it leaves RST and hands
 // it the merged context at every transition; 2RST forgets its state.
 func (d *Device) qpTransition(q *qp) {
-	if q.st != ifc.QPStRC {
+	if q.st != ifc.QPStRC && q.st != ifc.QPStQP0 && q.st != ifc.QPStQP1 {
 		return
 	}
 	if q.state == ifc.QPStateRST {
@@ -256,8 +257,13 @@ func (d *Device) qpTransition(q *qp) {
 		return
 	}
 	if q.env == nil {
-		q.env = &qpEnv{d: d, q: q, mem: d.space(), sq: make([]byte, q.sqBytes)}
-		q.RC = rc.New(q.env, q.env.mem, d.log.With("qpn", q.QPN))
+		q.env = &qpEnv{d: d, q: q, mem: d.space(), sq: make([]byte, q.sqBytes), st: uverbs.ST(q.st)}
+		if q.st == ifc.QPStRC {
+			q.RC = rc.New(q.env, q.env.mem, d.log.With("qpn", q.QPN))
+		}
+	}
+	if q.RC == nil {
+		return // QP0, QP1: sendSink
 	}
 	ctx := q.ctx[:]
 	var access uint32
@@ -294,7 +300,13 @@ func (d *Device) serviceQP(h uint32, work hca.Work, gen uint64, expired bool) {
 		return
 	}
 	q := o.qps.Get(h)
-	if q == nil || q.RC == nil || q.state == ifc.QPStateRST {
+	if q == nil || q.env == nil || q.state == ifc.QPStateRST {
+		return
+	}
+	if q.RC == nil {
+		if work&hca.WorkSend != 0 && q.state == ifc.QPStateRTS {
+			q.env.sendSink()
+		}
 		return
 	}
 	if expired && d.core.TimerExpired(&q.QP, gen) {
@@ -312,6 +324,21 @@ func (d *Device) serviceQP(h uint32, work hca.Work, gen uint64, expired bool) {
 	}
 	if work&(hca.WorkSend|hca.WorkTimer) != 0 {
 		q.RC.Pump()
+	}
+}
+
+// sendSink completes the send WQEs of QP0 and QP1 (spec §11 Stage 1:
+// ib_mad's QP1 sends completed) without sending them: the subnet's SM
+// and SA do not answer MADs on the wire before Stage 4. The WQEs are
+// taken and validated as any (an error CQE for a bad one).
+func (env *qpEnv) sendSink() {
+	n, ok := env.PendingSends()
+	var wr transport.SendWR
+	for i := uint32(0); ok && i < n; i++ {
+		wr = transport.SendWR{Segs: wr.Segs[:0]}
+		env.TakeSend(&wr)
+		env.Complete(transport.Completion{WRID: wr.ID, Status: wr.Status, Opcode: transport.WCSend,
+			ByteLen: wr.Length, Signaled: wr.Signaled})
 	}
 }
 
@@ -409,7 +436,7 @@ func (env *qpEnv) TakeSend(wr *transport.SendWR) bool {
 		env.wqe = append(env.wqe, env.sq[o:o+uverbs.SendWQEBB]...)
 	}
 	env.sqCons = start + bbs
-	err := env.sw.Decode(env.wqe, uverbs.STRC, len(env.wqe)/16)
+	err := env.sw.Decode(env.wqe, env.st, len(env.wqe)/16)
 	w := &env.sw
 	wr.ID = uint64(w.Ctrl.Opcode)<<16 | uint64(start)
 	wr.Opcode = sendOpcode(w.Ctrl.Opcode)

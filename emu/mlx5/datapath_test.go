@@ -611,3 +611,41 @@ func TestRCInline(t *testing.T) {
 		t.Fatalf("inline READ: %+v", e)
 	}
 }
+
+// TestQP1SendsComplete: ib_mad's QP1 sends (UD WQEs with an address
+// vector) complete with REQ CQEs on its CQ, as Stage 1 wants for the
+// driver's unload; nothing goes on the wire yet.
+func TestQP1SendsComplete(t *testing.T) {
+	d, drv, ib, _ := ibProbed(t, Config{Name: "hca0", Subnet: subnet.New(subnet.Config{})})
+	drv.InitCQ(ib.MADCQ)
+	wq := &mlx5test.WQ{Q: ib.QP1, UAR: drv.UAR, LogRQ: 9, RQStride: 64, LogSQ: 9,
+		Hold: func(fn func()) { d.core.Lock(); defer d.core.Unlock(); fn() }}
+	mad := drv.Alloc(256, 4096)
+	var ci uint32
+	for i := range 3 {
+		idx := drv.PostSend(wq, &uverbs.SendWQE{Ctrl: uverbs.CtrlSeg{Opcode: uverbs.OpcodeSend, FMCESE: signaled},
+			Segs: uverbs.HasAV, AV: uverbs.AV{DQPDCT: 1, QKey: 0x80010000, RLID: 1},
+			Data: []uverbs.DataSeg{{Addr: mad, ByteCount: 256, LKey: ib.MADKey.Key}}})
+		var cqe []byte
+		for range 1000 {
+			d.Sync()
+			d.core.Lock()
+			c, ok := drv.PollCQ(ib.MADCQ, &ci)
+			d.core.Unlock()
+			if ok {
+				cqe = c
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if cqe == nil {
+			t.Fatalf("send %d: no CQE", i)
+		}
+		if cqe[uverbs.OpOwnOffset]>>4 != uverbs.CQEReq {
+			t.Fatalf("send %d: %+v", i, uverbs.DecodeErrCQE(cqe))
+		}
+		if c := uverbs.DecodeCQE(cqe); c.QPN != ib.QP1.QPN || c.WQECounter != idx || c.SOpcode != uverbs.OpcodeSend || c.SRQNUIdx != 0xffffff {
+			t.Fatalf("send %d: CQE %+v", i, c)
+		}
+	}
+}
