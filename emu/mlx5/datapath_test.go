@@ -730,3 +730,48 @@ func TestRCLossRecovery(t *testing.T) {
 		t.Fatalf("no ACK timeout: %+v", st)
 	}
 }
+
+// TestRCResetReconnect: a QP sending to a LID nobody has, its ACK timer
+// running, goes to RST: the timer's late expiry does nothing, the queues
+// start over, and the QP reconnected to its real peer exchanges data;
+// a QP destroyed with a send in flight leaves the device alive.
+func TestRCResetReconnect(t *testing.T) {
+	sub := subnet.New(subnet.Config{})
+	a := newRCEnd(t, "hca0", sub, 0x0002c90300000100)
+	b := newRCEnd(t, "hca1", sub, 0x0002c90300000200)
+	a.connect(t, 0x99, b.wq.Q.QPN)
+	a.drv.PostSend(a.wq, &uverbs.SendWQE{Ctrl: uverbs.CtrlSeg{Opcode: uverbs.OpcodeSend, FMCESE: signaled},
+		Data: []uverbs.DataSeg{a.seg(0, 64)}})
+	a.d.Sync()
+	if err := a.drv.ToRST(a.wq.Q); err != nil {
+		t.Fatal(err)
+	}
+	a.wq.SQPI, a.wq.RQPI = 0, 0
+	a.wq.Hold(func() { clear(a.drv.Bytes(a.wq.Q.DBR, 8)) })
+	time.Sleep(100 * time.Millisecond) // past the ACK timeout the send armed
+	a.noCQE(t)
+	a.connect(t, b.lid, b.wq.Q.QPN)
+	b.connect(t, a.lid, a.wq.Q.QPN)
+	exchange(t, a, b)
+
+	c := a.another(t)
+	c.connect(t, 0x99, 0x1234)
+	c.drv.PostSend(c.wq, &uverbs.SendWQE{Ctrl: uverbs.CtrlSeg{Opcode: uverbs.OpcodeSend, FMCESE: signaled},
+		Data: []uverbs.DataSeg{c.seg(0, 64)}})
+	c.d.Sync()
+	if err := c.drv.ToRST(c.wq.Q); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.drv.DestroyQP(c.wq.Q); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	a.d.Sync()
+	a.d.core.Lock()
+	fatal := a.d.seg.synd != 0
+	a.d.core.Unlock()
+	if fatal {
+		t.Fatal("the device died")
+	}
+	exchange(t, b, a)
+}
