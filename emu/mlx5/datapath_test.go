@@ -344,13 +344,18 @@ func TestCQArm(t *testing.T) {
 		}
 		return n
 	}
-	send := func() {
+	sendSE := func(se bool) {
 		t.Helper()
 		b.drv.PostRecv(b.wq, b.seg(0, 64))
-		a.drv.PostSend(a.wq, &uverbs.SendWQE{Ctrl: uverbs.CtrlSeg{Opcode: uverbs.OpcodeSend, FMCESE: signaled},
+		flags := uint8(signaled)
+		if se {
+			flags |= 0x02 // MLX5_WQE_CTRL_SOLICITED
+		}
+		a.drv.PostSend(a.wq, &uverbs.SendWQE{Ctrl: uverbs.CtrlSeg{Opcode: uverbs.OpcodeSend, FMCESE: flags},
 			Data: []uverbs.DataSeg{a.seg(0, 64)}})
 		a.poll(t)
 	}
+	send := func() { t.Helper(); sendSE(false) }
 	send()
 	if n := comp(); n != 0 {
 		t.Fatalf("unarmed CQ: %d EQEs", n)
@@ -372,6 +377,24 @@ func TestCQArm(t *testing.T) {
 	send()
 	if n := comp(); n != 0 {
 		t.Fatalf("disarmed after the event: %d EQEs", n)
+	}
+	// Armed for a solicited CQE: an ordinary receive does not post, a
+	// solicited one does (the receive CQE says solicited).
+	for range 2 {
+		b.poll(t)
+	}
+	b.drv.ArmCQ(b.cq, b.drv.UAR, b.ci, 2, true)
+	send()
+	if n := comp(); n != 0 {
+		t.Fatalf("armed solicited, unsolicited CQE: %d EQEs", n)
+	}
+	sendSE(true)
+	if n := comp(); n != 1 {
+		t.Fatalf("armed solicited, solicited CQE: %d EQEs", n)
+	}
+	b.poll(t)
+	if c := uverbs.DecodeCQE(b.poll(t)); !c.Solicited {
+		t.Fatalf("solicited receive CQE %+v", c)
 	}
 }
 
@@ -774,4 +797,42 @@ func TestRCResetReconnect(t *testing.T) {
 		t.Fatal("the device died")
 	}
 	exchange(t, b, a)
+}
+
+// TestRCHostilePeer: packets from the connected peer's LID with any
+// opcode, PSN, headers and payload reach the QP's RC transport: the
+// device stays alive, and b's buffers (writable remotely through b.key
+// only, which a random key names with chance 2^-32) stay untouched.
+func TestRCHostilePeer(t *testing.T) {
+	a, b := rcPair(t)
+	rng := rand.New(rand.NewPCG(7, 25))
+	before := append([]byte(nil), b.mem(0, 64<<10)...)
+	sent := 0
+	for range 2000 {
+		f := ib.PacketFields{LRH: ib.LRHFields{DLID: b.lid, SLID: a.lid}, Transport: roce.PacketFields{
+			BTH: roce.BTHFields{Opcode: roce.Opcode(rng.IntN(0x18)), PKey: 0xffff, DestQP: b.wq.Q.QPN,
+				PSN: 0x100 + uint32(rng.IntN(8)), AckReq: rng.IntN(2) == 0},
+			RETH:      roce.RETHFields{VA: rng.Uint64(), RKey: rng.Uint32(), DMALength: uint32(rng.IntN(5000))},
+			AETH:      roce.AETHFields{MSN: rng.Uint32() & 0xffffff},
+			AtomicETH: roce.AtomicETHFields{VA: rng.Uint64(), RKey: rng.Uint32()},
+			Payload:   make([]byte, rng.IntN(3)*256)}}
+		pkt, err := ib.Build(fabric.NewFrame(), &f)
+		if err != nil {
+			continue
+		}
+		a.d.ibPort.Send(pkt)
+		sent++
+	}
+	b.d.Sync()
+	b.d.core.Lock()
+	fatal := b.d.seg.synd != 0
+	same := bytes.Equal(b.mem(0, 64<<10), before)
+	got := b.d.qpByQPN(b.wq.Q.QPN).StatsNow().PacketsReceived
+	b.d.core.Unlock()
+	if fatal || sent < 500 || got < uint64(sent)/2 {
+		t.Fatalf("device dead %v after %d packets, %d reached the QP", fatal, sent, got)
+	}
+	if !same {
+		t.Fatal("a forged request with a random key wrote b's memory")
+	}
 }
