@@ -22,8 +22,9 @@ import (
 // writes) kick the QP through the core's engine; the engine's Service
 // lets the QP's RC transport take the WQEs, which the device copies once
 // out of the QP's buffer up to the producer its doorbell record names;
-// completions become CQEs in the CQ's buffer, and an armed CQ posts a
-// COMP EQE. RC packets go LRH/BTH over the IB subnet through the device's
+// completions become CQEs in the CQ's buffer (error CQEs, and flushes
+// in ERR), an armed CQ posts a COMP EQE, a QP's affiliated error its QP
+// event. Inline payloads are kept from the WQE's copy. RC packets go LRH/BTH over the IB subnet through the device's
 // port (no RoCE wire): the IB path (remote LID, SL) is the model's, kept
 // in the QP's env from its context's primary address path, and
 // transport.Path stays the core's RoCE path, empty here.

@@ -20,9 +20,10 @@
 // command EQ exists). Then the verbs half of Stage 1, the objects mlx5_ib
 // and its users create (verbs.go, cq.go, srq.go, qp.go): protection and
 // XRC domains, memory keys, CQs, RMPs and XRC SRQs, QPs with their state
-// transitions and QUERY_QP, and the HCA vport context; their data path
-// (doorbells, WQEs, CQEs) is Stage 2's. Every other opcode is BAD_OP,
-// MAD_IFC among them until the SMA of package emu/ib answers it. The
+// transitions and QUERY_QP, and the HCA vport context. Stage 2's data
+// path (datapath.go): UAR doorbells, WQEs copied once, RC QPs on the
+// core's transport with their packets on the IB subnet, CQEs, completion
+// and QP events. Every other opcode is BAD_OP. The
 // layouts it exchanges with the driver are package emu/mlx5/ifc; this
 // package decides what they mean. It runs on the HCA core (emu/hca: the device lock, the
 // interrupts sent after unlock, the engine) as every model does.
