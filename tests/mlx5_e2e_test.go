@@ -3,46 +3,66 @@ package tests
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
 
-// TestE2EMLX5Probe boots a guest with --device mlx5: stage 1 of
-// ../shared/spec/mlx5.md §11 as the guest sees it (issue 25). The
+// TestE2EMLX5Probe boots two guests with --device mlx5: stages 1 and 2 of
+// ../shared/spec/mlx5.md §11 as the guests see them (issue 25). The
 // unmodified mlx5_core probes the emulated ConnectX-4 through its command
 // queue (ENABLE_HCA to the event queues, commands completed by EQE),
 // mlx5_ib asks the port's SMA through MAD_IFC and makes mlx5_0 with
-// ib_mad's QP0 and QP1, ib_ipoib makes ib0 and the init gives it its
-// address: ibv_devinfo -v shows the ConnectX's identity, the port ACTIVE
-// on the InfiniBand link layer with the LID the subnet's SM assigned and
-// the SM's LID; rdma link says ACTIVE/LINK_UP. No driver error, no
-// command timeout. (Unloading mlx5_ib is not checked yet: ib_mad waits for
-// the completion of the MADs it posted on QP1, which needs the data path
-// and flush completions of stage 2; rmmod hangs until then.)
+// ib_mad's QP0 and QP1 and the UMR QP, ib_ipoib makes ib0 and the init
+// gives it its address: ibv_devinfo -v shows the ConnectX's identity, the
+// port ACTIVE on the InfiniBand link layer with the LID the subnet's SM
+// assigned and the SM's LID; rdma link says ACTIVE/LINK_UP. Then the
+// stock ibv_rc_pingpong runs between the two HCAs by LID (4 KiB, then
+// 64 KiB with completion events) and on one HCA to itself (loopback by
+// LID), its data checks passing. No driver error, no command timeout.
+// (Unloading mlx5_ib is not checked yet: ib_mad's QP1 receives need UD on
+// the wire, stage 3/4.)
 //
-// The same boot runs with --pcap and a fault plan: the run makes its
-// InfiniBand subnet with the plan's subnet decorator and a capture in
-// PATH's .ib file, which tshark reads as link type 252; PATH stays the
-// Ethernet segment's (the guest's IP traffic); the plan's rules are
-// counted at exit (checkMLX5Capture).
+// The same boot runs with --pcap and a fault plan that drops every 200th
+// RC packet to or from LID 2: RC recovers, the rule fired, and PATH's .ib
+// file holds the subnet's packets as tshark decodes them
+// (checkMLX5Capture).
 func TestE2EMLX5Probe(t *testing.T) {
 	needE2E(t)
 	dir := t.TempDir()
 	plan := filepath.Join(dir, "plan.json")
-	if err := os.WriteFile(plan, []byte(`{"seed":1,"rules":[{"name":"ibloss","match":{"peer":"lid:2"},"action":{"kind":"drop"},"schedule":{"probability":0.5}}]}`), 0o644); err != nil {
+	if err := os.WriteFile(plan, []byte(`{"seed":1,"rules":[{"name":"ibloss","match":{"peer":"lid:2","transport":"rc"},"action":{"kind":"drop"},"schedule":{"every":200}}]}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	pcap := filepath.Join(dir, "probe.pcap")
-	script := `
-echo "RDMA_DEV=$HCAEMU_RDMA_DEV"
-ibv_devinfo -v
-rdma link
-ip addr show ib0
+	script := guestTry + guestWait + `
+if [ -z "$HCAEMU_SERVER_IP" ]; then
+  echo "RDMA_DEV=$HCAEMU_RDMA_DEV"
+  ibv_devinfo -v
+  rdma link
+  ip addr show ib0
+fi
+try 18620 ibv_rc_pingpong -d mlx5_0 -n 100 -s 4096
+try 18621 ibv_rc_pingpong -d mlx5_0 -e -n 100 -s 65536
+if [ -n "$HCAEMU_SERVER_IP" ]; then
+  # One HCA, server and client on the same port (loopback by LID).
+  ibv_rc_pingpong -d mlx5_0 -p 18622 -n 50 -s 1024 > /tmp/lo.srv 2>&1 &
+  i=0
+  while true; do
+    lo=$(ibv_rc_pingpong -d mlx5_0 -p 18622 -n 50 -s 1024 127.0.0.1 2>&1); st=$?
+    case "$lo" in *"Couldn't connect"*) i=$((i+1)); if [ $i -lt 120 ]; then sleep 0.5; continue; fi ;; esac
+    break
+  done
+  echo "$lo"
+  echo "LOOPBACK $st"
+  bounded 'grep -q iters /tmp/lo.srv'
+  cat /tmp/lo.srv
+fi
 echo "DMESG BEGIN"
 dmesg | grep -i -e mlx5 -e ipoib
 echo "DMESG END"
 `
-	out, code := hcaemuRun(t, "--device", "mlx5", "--timeout", "5m", "--pcap", pcap, "--faults", plan,
+	out, code := hcaemuRun(t, "--device", "mlx5", "--guests", "2", "--timeout", "5m", "--pcap", pcap, "--faults", plan,
 		"--faults-log", filepath.Join(dir, "faults.log"), "--", script)
 	if code != 0 {
 		t.Errorf("hcaemu run exited %d", code)
@@ -55,17 +75,31 @@ echo "DMESG END"
 		`phys_state:\s+LINK_UP \(5\)`, `active_mtu:\s+4096 \(5\)`, `GID\[\s*0\]:\s+fe80:0000:0000:0000:0002:c903:`,
 		`link mlx5_0/1 subnet_prefix fe80:0000:0000:0000 lid [2-9] sm_lid 1 lmc 0 state ACTIVE physical_state LINK_UP`,
 		`inet 10\.0\.1\.1/24`)
-	g0 := strings.Join(guestLines(out, 0), "\n")
-	if i, j := strings.Index(g0, "DMESG BEGIN"), strings.Index(g0, "DMESG END"); i >= 0 && j > i {
-		for _, l := range strings.Split(g0[i:j], "\n") {
+	for k := range 2 {
+		// Two HCAs by LID: SEND/RECV with data checks, then with
+		// completion events and 64 KiB messages.
+		mustContain(t, out, k,
+			`remote address: LID 0x000[2-9], QPN 0x[0-9a-f]{6}`,
+			`819200 bytes in [0-9.]+ seconds`, `100 iters in [0-9.]+ seconds`,
+			regexp.QuoteMeta("RESULT 0 ibv_rc_pingpong -d mlx5_0 -n 100 -s 4096"),
+			`13107200 bytes in [0-9.]+ seconds`,
+			regexp.QuoteMeta("RESULT 0 ibv_rc_pingpong -d mlx5_0 -e -n 100 -s 65536"))
+	}
+	mustContain(t, out, 1, `LOOPBACK 0`, `(?s)LOOPBACK 0.*102400 bytes in [0-9.]+ seconds`)
+	for k := range 2 {
+		g := strings.Join(guestLines(out, k), "\n")
+		i, j := strings.Index(g, "DMESG BEGIN"), strings.Index(g, "DMESG END")
+		if i < 0 || j < i {
+			t.Errorf("guest %d: no kernel log in the output", k)
+			continue
+		}
+		for _, l := range strings.Split(g[i:j], "\n") {
 			low := strings.ToLower(l)
 			if (strings.Contains(low, "fail") || strings.Contains(low, "error") || strings.Contains(low, "timeout")) &&
 				!strings.Contains(l, "Failed to get valid vendor specific ID") { // no VSC capability: spec §1.5
-				t.Errorf("driver error: %s", l)
+				t.Errorf("guest %d: driver error: %s", k, l)
 			}
 		}
-	} else {
-		t.Errorf("no kernel log in the output")
 	}
 	checkMLX5Capture(t, out, dir, pcap)
 }

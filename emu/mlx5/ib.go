@@ -73,7 +73,7 @@ func (d *Device) madIfc(in, out []byte) result {
 	if err := d.port.AnswerSMP(req, resp); err != nil {
 		// Not a driver mistake in itself (a tool may send any MAD to the
 		// port): refused without a finding.
-		d.log.Debug("MAD_IFC: no answer", "err", err)
+		d.log.Debug("MAD_IFC: no answer", "err", err, "class", req[1], "method", req[3], "attr", uint16(req[16])<<8|uint16(req[17]))
 		return result{ifc.StatBadParamErr, SyndMAD}
 	}
 	return ok

@@ -86,9 +86,12 @@ func (d *Device) createQP(in, out []byte) result {
 		return d.badField(op, "%s=%d > %d", qpField(st, "log_page_size"), lps, maxLogPageSize)
 	}
 	// The objects it names.
-	p := o.pds.Get(q.PD)
-	if p == nil {
-		return d.badRef(op, qpField(st, "pd"), q.PD, "PD")
+	// The kernel's REG_UMR QP names no PD: mlx5_ib sets latency_sensitive
+	// instead (create_kernel_qp, 6.12); its UMR WQEs name the mkeys.
+	if q.st != ifc.QPStRegUMR || q.PD != 0 {
+		if o.pds.Get(q.PD) == nil {
+			return d.badRef(op, qpField(st, "pd"), q.PD, "PD")
+		}
 	}
 	if (q.hasSQ || q.sndCQ != 0) && o.cqs.Get(q.sndCQ) == nil {
 		return d.badRef(op, qpField(st, "cqn_snd"), q.sndCQ, "CQ")
