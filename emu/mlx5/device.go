@@ -140,7 +140,8 @@ type Device struct {
 	core hca.Core
 
 	// The InfiniBand port: attached to its subnet for the device's life
-	// (set by New); rxDropped counts the packets it could not take yet.
+	// (set by New); rxDropped counts the packets the engine's full
+	// receive queue refused (Stats.RxQueueFull).
 	nodeGUID  uint64
 	ibPort    *subnet.Port
 	rxDropped atomic.Uint64
@@ -178,6 +179,7 @@ type Stats struct {
 	CQEs          uint64 // CQEs written
 	CQOverruns    uint64 // CQEs dropped: their CQ was full
 	RxDropped     uint64 // IB packets the device took and dropped
+	RxQueueFull   uint64 // IB packets refused: the engine's receive queue was full (the sender retries)
 }
 
 // New creates a device in its power-on state.
@@ -333,7 +335,9 @@ func (d *Device) Close() {
 func (d *Device) Stats() Stats {
 	d.core.Lock()
 	defer d.core.Unlock()
-	return d.stats
+	s := d.stats
+	s.RxQueueFull = d.rxDropped.Load()
+	return s
 }
 
 // readGuest and writeGuest reach guest memory as the function may: only

@@ -23,7 +23,8 @@ const defaultNodeGUID = 0x0002c90300000001
 // attach joins the port to the subnet of cfg (if any): its SM assigns the
 // LID. Packets arriving for the port are queued to the core's engine
 // (Core.Receive), which hands them to the device under its lock
-// (receiveFrame); a full queue drops them and counts them in rxDropped.
+// (receiveFrame); a full queue refuses them (the sender retries) and
+// counts them in rxDropped, which Stats reports as RxQueueFull.
 func (d *Device) attach(cfg Config) {
 	if cfg.Subnet == nil {
 		return
