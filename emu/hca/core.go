@@ -87,13 +87,27 @@ func (c *Core) Lock() { c.mu.Lock() }
 func (c *Core) Unlock() {
 	c.model.BeforeUnlock()
 	c.w = nil
-	c.mu.Unlock()
 	if !c.raised.Load() {
+		c.mu.Unlock()
 		return // the common case: nothing raised while the lock was held
 	}
 	c.raised.Store(false)
+	// Taken while the lock is still held, so that every interrupt is sent
+	// by the goroutine that raised it, before its Unlock returns: a
+	// command's response interrupt before the reply to its REQUEST write.
+	// (Swapped after the release, another holder could take and send it
+	// a moment after this Unlock returned.)
+	var buf [32]uint32
+	counts := buf[:0]
+	if len(c.pending) > len(buf) {
+		counts = make([]uint32, 0, len(c.pending))
+	}
 	for v := range c.pending {
-		for n := c.pending[v].Swap(0); n > 0; n-- {
+		counts = append(counts, c.pending[v].Swap(0))
+	}
+	c.mu.Unlock()
+	for v, n := range counts {
+		for ; n > 0; n-- {
 			c.msix(v)
 		}
 	}
