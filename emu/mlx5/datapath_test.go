@@ -45,6 +45,12 @@ func (e *rcEnd) another(t *testing.T) *rcEnd { return addRCEnd(t, e.d, e.drv, e.
 
 func addRCEnd(t *testing.T, d *Device, drv *mlx5test.Driver, ib *mlx5test.IB) *rcEnd {
 	t.Helper()
+	return addEnd(t, d, drv, ib, ifc.QPStRC)
+}
+
+// addEnd is an end whose QP has service type st.
+func addEnd(t *testing.T, d *Device, drv *mlx5test.Driver, ib *mlx5test.IB, st uint32) *rcEnd {
+	t.Helper()
 	pd, err := drv.AllocPD()
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +72,7 @@ func addRCEnd(t *testing.T, d *Device, drv *mlx5test.Driver, ib *mlx5test.IB) *r
 		t.Fatal(err)
 	}
 	drv.InitCQ(cq)
-	in, q := drv.CreateQPIn(mlx5test.QPArgs{St: ifc.QPStRC, PD: pd, SndCQ: cq.CQN, RcvCQ: cq.CQN,
+	in, q := drv.CreateQPIn(mlx5test.QPArgs{St: st, PD: pd, SndCQ: cq.CQN, RcvCQ: cq.CQN,
 		SRQ: ib.S1.N, XRCD: ib.XRCD1, LogRQ: 4, LogRQStride: 2, LogSQ: 6, UAR: drv.UAR, UserIndex: 0x77})
 	if q, err = drv.CreateQP(in, q); err != nil {
 		t.Fatal(err)
