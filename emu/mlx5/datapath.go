@@ -247,6 +247,7 @@ func (d *Device) space() mr.Space {
 // qpTransition gives an RC QP its transport when it leaves RST and hands
 // it the merged context at every transition; 2RST forgets its state.
 func (d *Device) qpTransition(q *qp) {
+	d.traceState(q)
 	if q.st != ifc.QPStRC && q.st != ifc.QPStQP0 && !isDatagram(q.st) {
 		return
 	}
@@ -300,7 +301,8 @@ func (d *Device) qpTransition(q *qp) {
 		RetryCnt: uint8(ifc.QPCRetryCount.Get(ctx)), RNRRetry: uint8(ifc.QPCRNRRetry.Get(ctx)),
 		Timeout: uint8(ifc.PriPath(ifc.ADSAckTimeout).Get(ctx)), MinRNRTimer: uint8(ifc.QPCMinRNRNak.Get(ctx)),
 		MaxRdAtomic: logCount(ifc.QPCLogSRAMax.Get(ctx)), MaxDestRdAtomic: logCount(ifc.QPCLogRRAMax.Get(ctx)),
-		Access: access,
+		Access:    access,
+		Responder: q.env.responder(),
 	})
 	q.RC.SetState(transportState(q.state))
 }
@@ -318,6 +320,7 @@ func (d *Device) serviceQP(h uint32, work hca.Work, gen uint64, expired bool) {
 	if q == nil || q.env == nil || q.state == ifc.QPStateRST {
 		return
 	}
+	d.faultPending(q)
 	if q.RC == nil {
 		switch {
 		case q.state == ifc.QPStateERR:
@@ -388,6 +391,7 @@ func (d *Device) receiveFrame(frame []byte) {
 		return
 	}
 	q.CountRx(&pkt.Transport, 1, len(pkt.Transport.Payload))
+	d.received(q, &pkt.Transport, len(frame))
 	q.RC.Receive(&pkt.Transport)
 }
 
@@ -500,6 +504,9 @@ func (env *qpEnv) TakeSend(wr *transport.SendWR) bool {
 		return true
 	}
 	wr.Segs, wr.Length, wr.Status = env.segs(w.Data, wr.Opcode.WritesLocal(), wr.Segs[:0])
+	if wr.Status == transport.StatusSuccess && env.d.faultDMA(env.q, wr, w.Data) {
+		wr.Status = transport.StatusLocProtErr
+	}
 	return true
 }
 
@@ -612,6 +619,9 @@ func (env *qpEnv) Complete(c transport.Completion) {
 			return
 		}
 	}
+	if !d.faultCompletion(q, &c) {
+		return
+	}
 	cqn := q.sndCQ
 	if c.Recv {
 		cqn = q.rcvCQ
@@ -654,6 +664,7 @@ func (env *qpEnv) Complete(c transport.Completion) {
 		cqe.Encode(b[:])
 	}
 	d.writeCQE(cq, &b, c.Solicited || c.Status != transport.StatusSuccess)
+	d.traceCQE(q, &c)
 }
 
 // writeCQE writes a CQE at the CQ's producer (the 64-byte structure last
@@ -698,6 +709,7 @@ func (env *qpEnv) Error(ev transport.Event) {
 	if q.RC != nil {
 		q.RC.SetState(transport.StateErr)
 	}
+	env.d.traceState(q)
 	env.d.qpEvent(q, ev)
 	env.Kick(transport.WorkSend, false)
 }
@@ -744,6 +756,10 @@ func (env *qpEnv) Transmit(path transport.Path, f roce.PacketFields, payload tra
 	if d.ibPort == nil {
 		return nil // no subnet: the packet is lost
 	}
+	if d.portDown() {
+		d.x.port.lost.Add(1)
+		return nil // a port held down by a fault: lost
+	}
 	if cap(env.payload) < payload.Len {
 		env.payload = make([]byte, payload.Len)
 	}
@@ -769,7 +785,8 @@ func (env *qpEnv) Transmit(path transport.Path, f roce.PacketFields, payload tra
 	if !d.ibPort.Send(pkt) {
 		return transport.ErrPeerBusy
 	}
-	env.q.CountTx(&f, payload.Len)
+	again := env.q.CountTx(&f, payload.Len)
+	d.sent(env.q, &f, payload.Len, len(pkt), again)
 	return nil
 }
 

@@ -119,6 +119,8 @@ type Config struct {
 	// SequentialQPNs makes every QPN its handle (recording and replaying)
 	// instead of random high bits (hca.QPNs).
 	SequentialQPNs bool
+	// Faults, when set, is asked at the device's fault points (faults.go).
+	Faults hca.FaultHook
 }
 
 // Device is one emulated ConnectX function.
@@ -161,6 +163,9 @@ type Device struct {
 	// registration).
 	qpns   hca.QPNs
 	mrKeys hca.MRKeys
+	// x is the fault injection and observation state (faults.go,
+	// port.go, observe.go).
+	x extras
 }
 
 // Stats counts what the command engine did.
@@ -208,6 +213,7 @@ func New(cfg Config) *Device {
 		}, bars, &mmio.MSIX{Vectors: vectors, TableBAR: regionMSIX, PBABAR: regionMSIX, PBAOff: PBAOff},
 			&mmio.PCIe{LinkSpeed: 3, LinkWidth: 16}), // 8 GT/s x16, a ConnectX-4's
 	}
+	d.x.fault.hook = cfg.Faults
 	d.nodeGUID = cfg.NodeGUID
 	if d.nodeGUID == 0 {
 		d.nodeGUID = defaultNodeGUID
@@ -225,6 +231,7 @@ func (d *Device) powerOn() {
 	d.cmdq = cmdq{}
 	d.fn = function{}
 	d.port = d.newPortState()
+	d.portUp() // a reset ends a port_down
 	// Strict mode's latch survives resets: the device stays dead.
 	if d.core.Fatal = d.strict.Latched(); d.core.Fatal {
 		d.seg.synd = ifc.HealthSyndFWErr

@@ -149,6 +149,7 @@ func (d *Device) execute(in, out []byte) {
 	op := ifc.Opcode(ifc.MboxInOpcode.Get(in))
 	opMod := ifc.MboxInOpMod.Get(in)
 	r := d.dispatch(op, in, out)
+	d.commandDone(op, r)
 	if r != ok {
 		// A failed command's output is its header alone.
 		clear(out)
@@ -166,6 +167,9 @@ func (d *Device) dispatch(op ifc.Opcode, in, out []byte) result {
 		return result{ifc.StatIntErr, SyndDeviceFatal}
 	case !known:
 		return result{ifc.StatBadOpErr, SyndUnsupportedOpcode}
+	}
+	if r, failed := d.faultCommand(op); failed {
+		return r
 	}
 	if uid := ifc.MboxInUID.Get(in); uid != 0 {
 		return d.refuse(ifc.StatBadParamErr, SyndUID, hca.FindingCommand, op, "mbox_in.uid=%#x: no user contexts (log_max_uctx=0)", uid)

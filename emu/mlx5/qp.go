@@ -32,6 +32,8 @@ type qp struct {
 	env *qpEnv
 	// mcgs counts the multicast groups the QP is attached to (ud.go).
 	mcgs int
+	// fault is the QP's deferred fault (faults.go).
+	fault qpFault
 }
 
 // stNames names the service types the device takes.
@@ -197,6 +199,7 @@ func (d *Device) destroyQP(in, _ []byte) result {
 	d.detachAll(q)
 	d.qpRefs(q, -1)
 	d.fn.pins.Unpin(len(q.pas))
+	d.retire(q)
 	d.fn.obj.qps.Del(q.Handle)
 	return ok
 }

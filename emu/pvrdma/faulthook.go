@@ -99,24 +99,12 @@ func (d *Device) faultDMA(qp *qp, op transport.WCOpcode, sges []uverbs.SGE, size
 
 // responderFault is an RC QP's rc.Config.Responder.
 func (env *qpEnv) responderFault(pkt roce.Packet) rc.ResponderFault {
-	d := env.d
-	ev := hca.FaultEvent{Point: hca.FaultAtResponder, QPN: env.qp.QPN, PSN: pkt.BTH.PSN(), Opcode: pkt.Opcode(), Size: uint32(len(pkt.Payload))}
-	switch {
-	case pkt.Headers()&roce.HasRETH != 0:
-		ev.Key, ev.HasKey = pkt.RETH.RKey(), true
-	case pkt.Headers()&roce.HasAtomicETH != 0:
-		ev.Key, ev.HasKey = pkt.AtomicETH.RKey(), true
+	ev := hca.ResponderEvent(env.qp.QPN, &pkt)
+	act := env.d.fault(&ev)
+	if f, ok := hca.ResponderAnswer(act); ok {
+		return f
 	}
-	act := d.fault(&ev)
-	switch act.Kind {
-	case hca.FaultNAK:
-		return rc.ResponderFault{Kind: rc.FaultNAK, NAK: act.NAK}
-	case hca.FaultRNRNAK:
-		return rc.ResponderFault{Kind: rc.FaultRNRNAK, RNRTimer: act.RNRTimer}
-	case hca.FaultSuppressACK:
-		return rc.ResponderFault{Kind: rc.FaultSuppressACK}
-	}
-	d.deviceFault(act, env.qp, nil)
+	env.d.deviceFault(act, env.qp, nil)
 	return rc.ResponderFault{}
 }
 
