@@ -26,7 +26,14 @@ import (
 // The same boot runs with --pcap and a fault plan that drops every 200th
 // RC packet to or from LID 2: RC recovers, the rule fired, and PATH's .ib
 // file holds the subnet's packets as tshark decodes them
-// (checkMLX5Capture).
+// (checkMLX5Capture). It runs with --strict fail: the drivers break no
+// rule the device checks (a finding would stop the run).
+//
+// Then guest 1 flaps its port through live fault control (hcaemu-faults:
+// a port_down rule on hca1's next CREATE_CQ, which an ibv_rc_pingpong
+// with no server makes): ibv_asyncwatch sees IBV_EVENT_PORT_ERR then
+// IBV_EVENT_PORT_ACTIVE (PORT_CHANGE EQEs), ibv_devinfo shows PORT_DOWN
+// meanwhile (the SMA's PortInfo follows) and PORT_ACTIVE after.
 func TestE2EMLX5Probe(t *testing.T) {
 	needE2E(t)
 	dir := t.TempDir()
@@ -58,11 +65,28 @@ if [ -n "$HCAEMU_SERVER_IP" ]; then
   bounded 'grep -q iters /tmp/lo.srv'
   cat /tmp/lo.srv
 fi
+if [ -n "$HCAEMU_SERVER_IP" ]; then
+  ibv_asyncwatch > /tmp/aw.out 2>&1 &
+  bounded '[ -n "$(pidsof ibv_asyncwatch)" ]'
+  aw=$(pidsof ibv_asyncwatch)
+  bounded 'for f in /proc/$aw/fd/*; do readlink $f; done 2>/dev/null | grep -q infinibandevent'
+  hcaemu-faults add '{"name": "ibflap", "match": {"device": "hca1", "commands": ["CREATE_CQ"]}, "action": {"kind": "port_down", "duration": "8s"}, "schedule": {"times": 1}}'
+  # No server: it makes its CQ (the flap), fails to connect and exits.
+  ibv_rc_pingpong -d mlx5_0 -p 18640 127.0.0.1 >/dev/null 2>&1
+  echo "FLAPDOWN: $(ibv_devinfo -d mlx5_0 | grep state:)"
+  bounded 'ibv_devinfo -d mlx5_0 | grep -q PORT_ACTIVE'
+  echo "FLAPUP: $(ibv_devinfo -d mlx5_0 | grep state:)"
+  bounded 'grep -q IBV_EVENT_PORT_ACTIVE /tmp/aw.out'
+  kill $aw
+  echo "ASYNC BEGIN"
+  cat /tmp/aw.out
+  echo "ASYNC END"
+fi
 echo "DMESG BEGIN"
 dmesg | grep -i -e mlx5 -e ipoib
 echo "DMESG END"
 `
-	out, code := hcaemuRun(t, "--device", "mlx5", "--guests", "2", "--timeout", "5m", "--pcap", pcap, "--faults", plan,
+	out, code := hcaemuRun(t, "--device", "mlx5", "--guests", "2", "--timeout", "5m", "--pcap", pcap, "--faults", plan, "--strict", "fail",
 		"--faults-log", filepath.Join(dir, "faults.log"), "--", script)
 	if code != 0 {
 		t.Errorf("hcaemu run exited %d", code)
@@ -85,7 +109,12 @@ echo "DMESG END"
 			`13107200 bytes in [0-9.]+ seconds`,
 			regexp.QuoteMeta("RESULT 0 ibv_rc_pingpong -d mlx5_0 -e -n 100 -s 65536"))
 	}
-	mustContain(t, out, 1, `LOOPBACK 0`, `(?s)LOOPBACK 0.*102400 bytes in [0-9.]+ seconds`)
+	mustContain(t, out, 1, `LOOPBACK 0`, `(?s)LOOPBACK 0.*102400 bytes in [0-9.]+ seconds`,
+		`FLAPDOWN: \s+state:\s+PORT_DOWN \(1\)`, `FLAPUP: \s+state:\s+PORT_ACTIVE \(4\)`,
+		`(?s)ASYNC BEGIN.*IBV_EVENT_PORT_ERR.*IBV_EVENT_PORT_ACTIVE.*ASYNC END`)
+	if m := regexp.MustCompile(`hcaemu: faults: rule ibflap: fired ([0-9]+) `).FindStringSubmatch(out); m == nil || m[1] != "1" {
+		t.Errorf("rule ibflap: %v, want fired 1", m)
+	}
 	for k := range 2 {
 		g := strings.Join(guestLines(out, k), "\n")
 		i, j := strings.Index(g, "DMESG BEGIN"), strings.Index(g, "DMESG END")
