@@ -8,6 +8,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"text/tabwriter"
 
 	"github.com/hcaemu/hcaemu/emu/fault"
 )
@@ -42,10 +43,13 @@ func (h *hcas) inspect(what string) (any, error) {
 	for _, d := range h.live() {
 		obs := d.Observe()
 		in := map[string]any{"Device": d.Name(), "Model": d.Model()}
-		if sec, ok := obs.Section(what); ok {
+		secs := obs.Sections()
+		if sec, ok := secs.Get(what); ok {
 			in[sectionKeys[what]] = sec
 			var text strings.Builder
-			obs.Print(&text, what)
+			tw := tabwriter.NewWriter(&text, 0, 4, 2, ' ', 0)
+			obs.Print(tw, what)
+			tw.Flush()
 			in["Text"] = text.String()
 		}
 		out = append(out, in)

@@ -135,3 +135,12 @@ func ResponderAnswer(act FaultAction) (rc.ResponderFault, bool) {
 	}
 	return rc.ResponderFault{}, false
 }
+
+// WROpcodeName is the fault plans' name of a completion opcode ("" for
+// one they have none for).
+func WROpcodeName(op transport.WCOpcode) string {
+	if int(op) < len(WROpcodeNames) {
+		return WROpcodeNames[op]
+	}
+	return ""
+}

@@ -1,6 +1,12 @@
 package hca
 
-import "io"
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+)
 
 // Observed is a device as the tools around a running HCA see it, whatever
 // its model: hcaemu inspect (what it holds), trace (what it does) and the
@@ -34,10 +40,75 @@ type NamedCount struct {
 // Observation is what a device held at one moment, in the sections hcaemu
 // inspect names ("devices" is all of it).
 type Observation interface {
-	// Section is the part of the state what names, as JSON values; false
-	// when the model has no such section.
-	Section(what string) (any, bool)
+	// Sections are the parts of the state, as JSON values.
+	Sections() Sections
 	// Print writes that section as hcaemu inspect prints it, indented
-	// under the device's name.
+	// under the device's name, its columns ended by tabs (w is a
+	// tabwriter's).
 	Print(w io.Writer, what string)
+}
+
+// Sections are the parts of a device's state hcaemu inspect names (nil:
+// the model has no such part).
+type Sections struct {
+	Devices, Ports, GIDs, PDs, MRs, CQs, QPs, SRQs, EQs, Stats any
+}
+
+// Get is the section what names ("devices", "ports", "gids", "pds",
+// "mrs", "cqs", "qps", "srqs", "eqs", "stats"), false for none.
+func (s *Sections) Get(what string) (any, bool) {
+	v, known := map[string]any{"devices": s.Devices, "ports": s.Ports, "gids": s.GIDs, "pds": s.PDs, "mrs": s.MRs,
+		"cqs": s.CQs, "qps": s.QPs, "srqs": s.SRQs, "eqs": s.EQs, "stats": s.Stats}[what]
+	return v, known && v != nil
+}
+
+// WCStatusNames are the ibv_wc_status names (enum ibv_wc_status, without
+// IBV_WC_), by value: what traces, logs and fault plans call a
+// completion's status.
+var WCStatusNames = [...]string{
+	"SUCCESS", "LOC_LEN_ERR", "LOC_QP_OP_ERR", "LOC_EEC_OP_ERR", "LOC_PROT_ERR", "WR_FLUSH_ERR",
+	"MW_BIND_ERR", "BAD_RESP_ERR", "LOC_ACCESS_ERR", "REM_INV_REQ_ERR", "REM_ACCESS_ERR", "REM_OP_ERR",
+	"RETRY_EXC_ERR", "RNR_RETRY_EXC_ERR", "LOC_RDD_VIOL_ERR", "REM_INV_RD_REQ_ERR", "REM_ABORT_ERR",
+	"INV_EECN_ERR", "INV_EEC_STATE_ERR", "FATAL_ERR", "RESP_TIMEOUT_ERR", "GENERAL_ERR",
+}
+
+// WCStatusName is the name of ibv_wc_status s ("?" beyond them).
+func WCStatusName(s uint32) string {
+	if int(s) < len(WCStatusNames) {
+		return WCStatusNames[s]
+	}
+	return "?"
+}
+
+// SortCommands orders command counts by name, then errno.
+func SortCommands(c []CommandCount) {
+	slices.SortFunc(c, func(a, b CommandCount) int {
+		if n := strings.Compare(a.Command, b.Command); n != 0 {
+			return n
+		}
+		return int(a.Errno) - int(b.Errno)
+	})
+}
+
+// FindingCounts are the findings counted by kind, by kind name (the kinds
+// never found left out).
+func FindingCounts(counts [NumFindingKinds]uint64) map[string]uint64 {
+	m := map[string]uint64{}
+	for k, n := range counts {
+		if n > 0 {
+			m[FindingKind(k).String()] = n
+		}
+	}
+	return m
+}
+
+// PrintCommands writes the command counts and findings of hcaemu inspect
+// stats (tab-separated, for a tabwriter).
+func PrintCommands(w io.Writer, cmds []CommandCount, findings map[string]uint64) {
+	for _, c := range cmds {
+		fmt.Fprintf(w, "  command\t%s errno %d\t%d\n", c.Command, c.Errno, c.Count)
+	}
+	for _, k := range slices.Sorted(maps.Keys(findings)) {
+		fmt.Fprintf(w, "  findings\t%s %d\n", k, findings[k])
+	}
 }

@@ -127,7 +127,7 @@ func (d *Device) faultCompletion(q *qp, c *transport.Completion) bool {
 	if d.x.fault.hook == nil {
 		return true
 	}
-	ev := hca.FaultEvent{Point: hca.FaultAtCompletion, QPN: q.QPN, WROpcode: wrOpcodeName(c.Opcode), Size: c.ByteLen, Status: uint32(c.Status)}
+	ev := hca.FaultEvent{Point: hca.FaultAtCompletion, QPN: q.QPN, WROpcode: hca.WROpcodeName(c.Opcode), Size: c.ByteLen, Status: uint32(c.Status)}
 	act := d.fault(&ev)
 	switch act.Kind {
 	case hca.FaultCompleteStatus:
@@ -149,14 +149,6 @@ func (d *Device) faultCompletion(q *qp, c *transport.Completion) bool {
 	return true
 }
 
-// wrOpcodeName is the fault plans' name of a completion opcode.
-func wrOpcodeName(op transport.WCOpcode) string {
-	if int(op) < len(hca.WROpcodeNames) {
-		return hca.WROpcodeNames[op]
-	}
-	return ""
-}
-
 // faultDMA runs before the device reaches a send WR's buffers (its
 // data segments validated): true, the access fails (the WR completes with
 // LOC_PROT_ERR, as for a bad lkey).
@@ -164,7 +156,7 @@ func (d *Device) faultDMA(q *qp, wr *transport.SendWR, sges []uverbs.DataSeg) bo
 	if d.x.fault.hook == nil {
 		return false
 	}
-	ev := hca.FaultEvent{Point: hca.FaultAtDMA, QPN: q.QPN, WROpcode: wrOpcodeName(wr.Opcode.Completion()), Size: wr.Length}
+	ev := hca.FaultEvent{Point: hca.FaultAtDMA, QPN: q.QPN, WROpcode: hca.WROpcodeName(wr.Opcode.Completion()), Size: wr.Length}
 	if len(sges) > 0 {
 		ev.Key, ev.HasKey = sges[0].LKey, true
 	}

@@ -128,7 +128,7 @@ func TestSyndromesEveryStatus(t *testing.T) {
 			w = s
 		}
 		if got := uverbs.WCStatus(syndromeOf(transport.Status(s))); got != w {
-			t.Errorf("status %d (%s): syndrome %#x, the provider reports %d, want %d", s, wcStatusName(transport.Status(s)),
+			t.Errorf("status %d (%s): syndrome %#x, the provider reports %d, want %d", s, hca.WCStatusName(s),
 				syndromeOf(transport.Status(s)), got, w)
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"io"
 	"maps"
 	"slices"
-	"text/tabwriter"
 
 	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/ib/mad"
@@ -229,43 +228,20 @@ func gidString(prefix, guid uint64) string {
 // Observe implements hca.Observed.
 func (d *Device) Observe() hca.Observation { st := d.Inspect(); return &st }
 
-// Section implements hca.Observation: "devices" (all), "ports", "gids"
-// (the port GID), "pds", "mrs" (the mkeys), "cqs", "qps", "srqs", "eqs",
-// "stats".
-func (st *State) Section(what string) (any, bool) {
-	switch what {
-	case "devices":
-		return st, true
-	case "ports":
-		return st.Port, true
-	case "gids":
-		return []string{st.Port.GID}, true
-	case "pds":
-		return st.PDs, true
-	case "mrs":
-		return st.Mkeys, true
-	case "cqs":
-		return st.CQs, true
-	case "qps":
-		return st.QPs, true
-	case "srqs":
-		return st.SRQs, true
-	case "eqs":
-		return st.EQs, true
-	case "stats":
-		return struct {
-			Engine   Stats
-			Core     hca.DeviceStats
-			Findings map[string]uint64
-		}{st.Stats, st.Core, st.Findings}, true
-	}
-	return nil, false
+// Sections implements hca.Observation: gids is the port GID, mrs the
+// mkeys; eqs the EQs.
+func (st *State) Sections() hca.Sections {
+	stats := struct {
+		Engine   Stats
+		Core     hca.DeviceStats
+		Findings map[string]uint64
+	}{st.Stats, st.Core, st.Findings}
+	return hca.Sections{Devices: st, Ports: st.Port, GIDs: []string{st.Port.GID}, PDs: st.PDs, MRs: st.Mkeys,
+		CQs: st.CQs, QPs: st.QPs, SRQs: st.SRQs, EQs: st.EQs, Stats: stats}
 }
 
 // Print implements hca.Observation.
-func (st *State) Print(w io.Writer, what string) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	defer tw.Flush()
+func (st *State) Print(tw io.Writer, what string) {
 	all := what == "devices"
 	if all {
 		fmt.Fprintf(tw, "  function\t%s\tfatal=%v health_syndrome %#x\tdriver %q\n", st.Function, st.Fatal, st.HealthSyndrome, st.DriverVersion)
@@ -344,11 +320,6 @@ func (st *State) Print(w io.Writer, what string) {
 			fmt.Fprintf(tw, "  qpn %#x\tpackets out %d in %d\tbytes out %d in %d\tretransmitted %d timeouts %d\n",
 				q.QPN, qs.PacketsSent, qs.PacketsReceived, qs.BytesSent, qs.BytesReceived, qs.Retransmitted, qs.Timeouts)
 		}
-		for _, cmd := range c.Commands {
-			fmt.Fprintf(tw, "  command\t%s errno %d\t%d\n", cmd.Command, cmd.Errno, cmd.Count)
-		}
-		for _, k := range slices.Sorted(maps.Keys(st.Findings)) {
-			fmt.Fprintf(tw, "  findings\t%s %d\n", k, st.Findings[k])
-		}
+		hca.PrintCommands(tw, c.Commands, st.Findings)
 	}
 }

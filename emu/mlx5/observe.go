@@ -2,7 +2,6 @@ package mlx5
 
 import (
 	"fmt"
-	"slices"
 	"syscall"
 	"time"
 
@@ -157,8 +156,8 @@ func (d *Device) traceCQE(q *qp, c *transport.Completion) {
 		return
 	}
 	id := c.WRID
-	ev := hca.TraceEvent{QPN: q.QPN, Event: "cqe", WRID: &id, Status: wcStatusName(c.Status), ByteLen: c.ByteLen,
-		Recv: c.Recv, Opcode: wrOpcodeName(c.Opcode)}
+	ev := hca.TraceEvent{QPN: q.QPN, Event: "cqe", WRID: &id, Status: hca.WCStatusName(uint32(c.Status)), ByteLen: c.ByteLen,
+		Recv: c.Recv, Opcode: hca.WROpcodeName(c.Opcode)}
 	d.trace(&ev)
 }
 
@@ -220,21 +219,6 @@ func qpStateName(s uint8) string {
 	return "?"
 }
 
-// wcStatusNames are the ibv_wc_status names.
-var wcStatusNames = [...]string{
-	"SUCCESS", "LOC_LEN_ERR", "LOC_QP_OP_ERR", "LOC_EEC_OP_ERR", "LOC_PROT_ERR", "WR_FLUSH_ERR",
-	"MW_BIND_ERR", "BAD_RESP_ERR", "LOC_ACCESS_ERR", "REM_INV_REQ_ERR", "REM_ACCESS_ERR", "REM_OP_ERR",
-	"RETRY_EXC_ERR", "RNR_RETRY_EXC_ERR", "LOC_RDD_VIOL_ERR", "REM_INV_RD_REQ_ERR", "REM_ABORT_ERR",
-	"INV_EECN_ERR", "INV_EEC_STATE_ERR", "FATAL_ERR", "RESP_TIMEOUT_ERR", "GENERAL_ERR",
-}
-
-func wcStatusName(s transport.Status) string {
-	if int(s) < len(wcStatusNames) {
-		return wcStatusNames[s]
-	}
-	return "?"
-}
-
 // retire moves a QP's counters into the device's totals (it is going
 // away).
 func (d *Device) retire(q *qp) {
@@ -270,21 +254,8 @@ func (d *Device) coreStatsLocked() (hca.DeviceStats, map[uint32]hca.QPStats) {
 	for k, n := range o.cmds {
 		st.Commands = append(st.Commands, hca.CommandCount{Command: k.op.String(), Errno: k.errno, Count: n})
 	}
-	slices.SortFunc(st.Commands, func(a, b hca.CommandCount) int {
-		if a.Command != b.Command {
-			if a.Command < b.Command {
-				return -1
-			}
-			return 1
-		}
-		return int(a.Errno) - int(b.Errno)
-	})
-	st.Findings = map[string]uint64{}
-	for k, n := range d.Findings() {
-		if n > 0 {
-			st.Findings[hca.FindingKind(k).String()] = n
-		}
-	}
+	hca.SortCommands(st.Commands)
+	st.Findings = hca.FindingCounts(d.Findings())
 	return st, qps
 }
 

@@ -68,7 +68,7 @@ func TestObserve(t *testing.T) {
 		t.Errorf("RC QP %+v", rcQP)
 	}
 	for _, what := range []string{"devices", "ports", "gids", "pds", "mrs", "cqs", "qps", "srqs", "eqs", "stats"} {
-		if _, ok := st.Section(what); !ok {
+		if secs := st.Sections(); !func() bool { _, ok := secs.Get(what); return ok }() {
 			t.Errorf("no section %s", what)
 		}
 		var w bytes.Buffer
@@ -82,7 +82,7 @@ func TestObserve(t *testing.T) {
 	if !strings.Contains(w.String(), "RC RTS") || !strings.Contains(w.String(), "remote lid") {
 		t.Errorf("inspect qps:\n%s", w.String())
 	}
-	if _, ok := st.Section("bogus"); ok {
+	if secs := st.Sections(); func() bool { _, ok := secs.Get("bogus"); return ok }() {
 		t.Error("a section bogus")
 	}
 

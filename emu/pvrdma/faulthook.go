@@ -48,11 +48,7 @@ func (d *Device) faultCompletion(qp *qp, cqe *uverbs.CQE, op transport.WCOpcode,
 	if d.faults == nil {
 		return true
 	}
-	name := ""
-	if int(op) < len(hca.WROpcodeNames) {
-		name = hca.WROpcodeNames[op]
-	}
-	act := d.fault(&hca.FaultEvent{Point: hca.FaultAtCompletion, QPN: qp.QPN, WROpcode: name, Size: cqe.ByteLen, Status: cqe.Status})
+	act := d.fault(&hca.FaultEvent{Point: hca.FaultAtCompletion, QPN: qp.QPN, WROpcode: hca.WROpcodeName(op), Size: cqe.ByteLen, Status: cqe.Status})
 	switch act.Kind {
 	case hca.FaultCompleteStatus:
 		cqe.Status = act.Status
@@ -82,10 +78,7 @@ func (d *Device) faultDMA(qp *qp, op transport.WCOpcode, sges []uverbs.SGE, size
 	if d.faults == nil {
 		return false
 	}
-	ev := hca.FaultEvent{Point: hca.FaultAtDMA, QPN: qp.QPN, Size: size}
-	if int(op) < len(hca.WROpcodeNames) {
-		ev.WROpcode = hca.WROpcodeNames[op]
-	}
+	ev := hca.FaultEvent{Point: hca.FaultAtDMA, QPN: qp.QPN, Size: size, WROpcode: hca.WROpcodeName(op)}
 	if len(sges) > 0 {
 		ev.Key, ev.HasKey = sges[0].LKey, true
 	}

@@ -125,17 +125,12 @@ func (d *Device) Inspect() State {
 	r := &d.res
 	st := State{Device: d.name, Active: d.active, Fatal: d.core.Fatal, PinnedPages: r.pins.Pinned(),
 		Counters: Counters{QKeyViolations: d.wire.QKeyViolations},
-		Findings: map[string]uint64{}}
+		Findings: hca.FindingCounts(d.Findings())}
 	st.Port.State = "ACTIVE"
 	if d.wire.Down {
 		st.Port.State = "DOWN"
 	}
 	st.Port.MAC = net.HardwareAddr(d.wire.MAC[:]).String()
-	for k, n := range d.Findings() {
-		if n != 0 {
-			st.Findings[hca.FindingKind(k).String()] = n
-		}
-	}
 	for i, g := range r.gids {
 		if g.Valid {
 			typ := "RoCEv2"

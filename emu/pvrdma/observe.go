@@ -3,9 +3,6 @@ package pvrdma
 import (
 	"fmt"
 	"io"
-	"maps"
-	"slices"
-	"text/tabwriter"
 
 	"github.com/hcaemu/hcaemu/emu/hca"
 )
@@ -44,40 +41,18 @@ type QPCounters struct {
 	Stats hca.QPStats
 }
 
-// Section implements hca.Observation: "devices" (all), "ports", "gids",
-// "pds", "mrs", "cqs", "qps", "srqs", "stats".
-func (st *State) Section(what string) (any, bool) {
-	switch what {
-	case "devices":
-		return st, true
-	case "ports":
-		return st.Port, true
-	case "gids":
-		return st.GIDs, true
-	case "pds":
-		return st.PDs, true
-	case "mrs":
-		return st.MRs, true
-	case "cqs":
-		return st.CQs, true
-	case "qps":
-		return st.QPs, true
-	case "srqs":
-		return st.SRQs, true
-	case "stats":
-		s := &StatsState{Counters: st.Counters, Findings: st.Findings, PinnedPages: st.PinnedPages, Device: st.Stats}
-		for _, q := range st.QPs {
-			s.QPs = append(s.QPs, QPCounters{QPN: q.QPN, Stats: q.Stats})
-		}
-		return s, true
+// Sections implements hca.Observation (no EQs).
+func (st *State) Sections() hca.Sections {
+	stats := &StatsState{Counters: st.Counters, Findings: st.Findings, PinnedPages: st.PinnedPages, Device: st.Stats}
+	for _, q := range st.QPs {
+		stats.QPs = append(stats.QPs, QPCounters{QPN: q.QPN, Stats: q.Stats})
 	}
-	return nil, false
+	return hca.Sections{Devices: st, Ports: st.Port, GIDs: st.GIDs, PDs: st.PDs, MRs: st.MRs, CQs: st.CQs,
+		QPs: st.QPs, SRQs: st.SRQs, Stats: stats}
 }
 
 // Print implements hca.Observation.
-func (st *State) Print(w io.Writer, what string) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	defer tw.Flush()
+func (st *State) Print(tw io.Writer, what string) {
 	all := what == "devices"
 	if all {
 		fmt.Fprintf(tw, "  active=%v fatal=%v port=%s mac=%s\n", st.Active, st.Fatal, st.Port.State, st.Port.MAC)
@@ -144,12 +119,7 @@ func (st *State) Print(w io.Writer, what string) {
 		for _, q := range st.QPs {
 			printQPStats(tw, fmt.Sprintf("  qpn %#x", q.QPN), &q.Stats)
 		}
-		for _, c := range st.Stats.Commands {
-			fmt.Fprintf(tw, "  command\t%s errno %d\t%d\n", c.Command, c.Errno, c.Count)
-		}
-		for _, k := range slices.Sorted(maps.Keys(st.Findings)) {
-			fmt.Fprintf(tw, "  findings\t%s %d\n", k, st.Findings[k])
-		}
+		hca.PrintCommands(tw, st.Stats.Commands, st.Findings)
 	}
 }
 
