@@ -150,12 +150,13 @@ func (d *Device) traceState(q *qp) {
 	d.trace(&hca.TraceEvent{QPN: q.QPN, Event: "state", From: qpStateName(prev), To: qpStateName(q.state)})
 }
 
-// traceCQE reports a completion written for QP q.
+// traceCQE reports a completion written for QP q; its wr_id is the
+// CQE's wqe_counter (the device never sees the application's wr_id).
 func (d *Device) traceCQE(q *qp, c *transport.Completion) {
 	if d.x.obs.tracer == nil {
 		return
 	}
-	id := c.WRID
+	id := uint64(uint16(c.WRID)) // the CQE's wqe_counter (the provider maps it to the wr_id)
 	ev := hca.TraceEvent{QPN: q.QPN, Event: "cqe", WRID: &id, Status: hca.WCStatusName(uint32(c.Status)), ByteLen: c.ByteLen,
 		Recv: c.Recv, Opcode: hca.WROpcodeName(c.Opcode)}
 	d.trace(&ev)
