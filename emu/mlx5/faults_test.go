@@ -13,6 +13,7 @@ import (
 	"github.com/hcaemu/hcaemu/emu/ib/subnet"
 	"github.com/hcaemu/hcaemu/emu/mlx5/ifc"
 	"github.com/hcaemu/hcaemu/emu/mlx5/mlx5test"
+	"github.com/hcaemu/hcaemu/emu/roce"
 	"github.com/hcaemu/hcaemu/emu/transport"
 	uverbs "github.com/hcaemu/hcaemu/uverbs/mlx5"
 )
@@ -305,5 +306,89 @@ func TestFaultDeviceFatal(t *testing.T) {
 	d.Reset()
 	if drv.Read32(ifc.HealthRFRSeverity) != 0 || drv.Read32(ifc.HealthIriscIndex) != 0 {
 		t.Error("the health buffer still reports after a reset")
+	}
+}
+
+// TestFaultTransport: the actions at the data path's points: fail_dma
+// fails the WR with LOC_PROT_ERR; the responder's nak, rnr_nak and
+// suppress_ack reach the requester on the other device as a remote
+// access error, a late success (RNR retried) and a late success (the ACK
+// kept back: the request resent and acknowledged as a duplicate).
+func TestFaultTransport(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		point hca.FaultPoint
+		act   hca.FaultAction
+		// fromB: b sends to a (a's responder asked); else a sends.
+		fromB bool
+		synd  uint8 // 0: success
+	}{
+		{"fail_dma", hca.FaultAtDMA, hca.FaultAction{Kind: hca.FaultFailDMA}, false, uverbs.SyndromeLocalProtErr},
+		{"nak", hca.FaultAtResponder, hca.FaultAction{Kind: hca.FaultNAK, NAK: roce.NAKRemoteAccessError}, true, uverbs.SyndromeRemoteAccessErr},
+		{"rnr_nak", hca.FaultAtResponder, hca.FaultAction{Kind: hca.FaultRNRNAK, RNRTimer: 1}, true, 0},
+		{"suppress_ack", hca.FaultAtResponder, hca.FaultAction{Kind: hca.FaultSuppressACK}, true, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			hook := &fakeHook{}
+			a, b := faultPair(t, hook)
+			hook.arm(c.point, c.act)
+			src, dst := a, b
+			if c.fromB {
+				src, dst = b, a
+			}
+			sendOne(src, dst)
+			cqe := src.poll(t)
+			switch {
+			case c.synd == 0 && cqe[uverbs.OpOwnOffset]>>4 != uverbs.CQEReq:
+				t.Fatalf("CQE %+v, want success", uverbs.DecodeErrCQE(cqe))
+			case c.synd != 0 && uverbs.DecodeErrCQE(cqe).Syndrome != c.synd:
+				t.Fatalf("CQE %+v, want syndrome %#x", uverbs.DecodeErrCQE(cqe), c.synd)
+			}
+			if !hook.fired() {
+				t.Error("the hook was not asked")
+			}
+		})
+	}
+}
+
+// TestFaultSRQEvents: srq_error and srq_limit post SRQ_CATAS_ERROR and
+// SRQ_RQ_LIMIT with the SRQN for a QP whose receives go to an SRQ (the
+// limit disarmed), nothing for a QP with its own RQ.
+func TestFaultSRQEvents(t *testing.T) {
+	d, drv, ib, _ := ibProbed(t, Config{Name: "hca0"})
+	cq, err := drv.KernelCQ(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, q := drv.CreateQPIn(mlx5test.QPArgs{St: ifc.QPStRC, PD: ib.P0, SndCQ: cq.CQN, RcvCQ: cq.CQN,
+		RQType: ifc.RQTypeSRQ, SRQ: ib.S0.N, XRCD: ib.XRCD1, LogSQ: 4, UAR: drv.UAR})
+	if q, err = drv.CreateQP(in, q); err != nil {
+		t.Fatal(err)
+	}
+	own := &rcEnd{d: d, drv: drv}
+	for _, c := range []struct {
+		act hca.FaultActionKind
+		typ uint8
+	}{{hca.FaultSRQError, eventSRQCatas}, {hca.FaultSRQLimit, eventSRQRQLimit}} {
+		d.core.Lock()
+		d.deviceFault(hca.FaultAction{Kind: c.act}, d.qpByQPN(q.QPN), nil)
+		d.core.Unlock()
+		evs := own.asyncEQEs()
+		if len(evs) != 1 || evs[0][ifc.EQEType] != c.typ || binary.BigEndian.Uint32(evs[0][eqeQPNumber:])&0xffffff != ib.S0.N {
+			t.Errorf("action %d: async EQEs % x, want type %#x for SRQ %#x", c.act, evs, c.typ, ib.S0.N)
+		}
+	}
+	for _, s := range d.Inspect().SRQs {
+		if s.SRQN == ib.S0.N && s.Limit != 0 {
+			t.Errorf("SRQ limit %d after srq_limit", s.Limit)
+		}
+	}
+	// A QP with its own RQ: no SRQ event.
+	own2 := addRCEnd(t, d, drv, ib)
+	d.core.Lock()
+	d.deviceFault(hca.FaultAction{Kind: hca.FaultSRQError}, d.qpByQPN(own2.wq.Q.QPN), nil)
+	d.core.Unlock()
+	if evs := own.asyncEQEs(); len(evs) != 0 {
+		t.Errorf("SRQ event for a QP with its own RQ: % x", evs)
 	}
 }
