@@ -371,6 +371,7 @@ func (env *qpEnv) sendSink() {
 // remote LID to this port's LID.
 func (d *Device) receiveFrame(frame []byte) {
 	defer fabric.Release(frame)
+	d.portIn(len(frame))
 	pkt, err := ib.Parse(frame)
 	if err != nil || d.ibPort == nil || pkt.Transport.BTH.PKey()&0x7fff != 0x7fff {
 		d.stats.RxDropped++
@@ -391,7 +392,7 @@ func (d *Device) receiveFrame(frame []byte) {
 		return
 	}
 	q.CountRx(&pkt.Transport, 1, len(pkt.Transport.Payload))
-	d.received(q, &pkt.Transport, len(frame))
+	d.received(q, &pkt.Transport)
 	q.RC.Receive(&pkt.Transport)
 }
 

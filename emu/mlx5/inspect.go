@@ -313,7 +313,7 @@ func (st *State) Print(tw io.Writer, what string) {
 		fmt.Fprintf(tw, "  data path\tsend doorbells %d\tcq arms %d\tcqes %d\tcq overruns %d\n", s.SendDoorbells, s.CQArms, s.CQEs, s.CQOverruns)
 		p := &c.Port
 		fmt.Fprintf(tw, "  port\tpackets in %d out %d\tbytes in %d out %d\n", p.FramesIn, p.FramesOut, p.BytesIn, p.BytesOut)
-		fmt.Fprintf(tw, "  dropped\trx %d rx_queue_full %d port_down %d\n", p.Malformed, p.RxQueueFull, p.PortDown)
+		fmt.Fprintf(tw, "  dropped\trx %d qkey %d rx_queue_full %d port_down %d\n", p.Malformed, p.QKey, p.RxQueueFull, p.PortDown)
 		fmt.Fprintf(tw, "  pinned_pages\t%d\n", st.PinnedPages)
 		for _, q := range st.QPs {
 			qs := &q.Stats

@@ -124,11 +124,16 @@ func (d *Device) sent(q *qp, f *roce.PacketFields, n, size int, again bool) {
 	}
 }
 
-// received counts and traces a packet for QP q (size bytes on the link).
-func (d *Device) received(q *qp, pkt *roce.Packet, size int) {
+// portIn counts a packet the port delivered (size bytes on the link),
+// whatever becomes of it.
+func (d *Device) portIn(size int) {
 	p := &d.x.obs.port
 	p.FramesIn++
 	p.BytesIn += uint64(size)
+}
+
+// received traces a packet for QP q.
+func (d *Device) received(q *qp, pkt *roce.Packet) {
 	if d.x.obs.tracer != nil {
 		psn := pkt.BTH.PSN()
 		ev := hca.TraceEvent{QPN: q.QPN, Event: "rx", Dir: "rx", PSN: &psn, Opcode: pkt.Opcode().String(),
@@ -241,6 +246,7 @@ func (d *Device) coreStatsLocked() (hca.DeviceStats, map[uint32]hca.QPStats) {
 	o := &d.x.obs
 	st := hca.DeviceStats{Port: o.port, QPs: o.retired, EventsLost: d.stats.EQOverruns, CQNotificationsLost: d.stats.CQOverruns}
 	st.Port.Malformed = d.stats.RxDropped
+	st.Port.QKey = d.stats.QKeyViolations
 	st.Port.RxQueueFull = d.rxDropped.Load()
 	st.Port.PortDown = d.x.port.lost.Load()
 	qps := map[uint32]hca.QPStats{}
@@ -279,6 +285,7 @@ func (d *Device) ModelStats() []hca.NamedCount {
 		{Name: "cq_overruns", Help: "CQEs dropped: their CQ was full.", Value: s.CQOverruns},
 		{Name: "rx_dropped", Help: "IB packets the device took and dropped.", Value: s.RxDropped},
 		{Name: "rx_queue_full", Help: "IB packets refused: the engine's receive queue was full.", Value: s.RxQueueFull},
+		{Name: "qkey_violations", Help: "Datagrams a UD or GSI QP dropped for their Q_Key.", Value: s.QKeyViolations},
 		{Name: "port_down_lost", Help: "IB packets lost to the port held down by a fault (both ways).", Value: d.x.port.lost.Load()},
 	}
 }

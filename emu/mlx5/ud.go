@@ -146,6 +146,7 @@ func (d *Device) deliverDatagram(q *qp, pkt *ib.Packet) bool {
 		grh = pkt.GRH
 	}
 	q.CountRx(&pkt.Transport, 1, len(pkt.Transport.Payload))
+	d.received(q, &pkt.Transport)
 	if !q.UD.Receive(&pkt.Transport, grh) {
 		d.stats.QKeyViolations++
 		return false
