@@ -144,3 +144,40 @@ func WROpcodeName(op transport.WCOpcode) string {
 	}
 	return ""
 }
+
+// PortHold is the timer of a port a fault holds down (port_down): each
+// Hold restarts it; when it runs out, up runs with the device lock held,
+// unless a later Hold or a Release came, or the device closed.
+type PortHold struct {
+	gen   uint64
+	timer *time.Timer
+}
+
+// Hold (device lock held) runs up after dur under the device lock, which
+// the timer takes with c.Lock and releases with unlock (the model's own,
+// when it publishes before the lock goes).
+func (h *PortHold) Hold(c *Core, dur time.Duration, unlock, up func()) {
+	h.gen++
+	gen := h.gen
+	if h.timer != nil {
+		h.timer.Stop()
+	}
+	h.timer = time.AfterFunc(dur, func() {
+		c.Lock()
+		defer unlock()
+		if c.Closed || h.gen != gen {
+			return
+		}
+		h.timer = nil
+		up()
+	})
+}
+
+// Release (device lock held) cancels the pending up.
+func (h *PortHold) Release() {
+	h.gen++
+	if h.timer != nil {
+		h.timer.Stop()
+		h.timer = nil
+	}
+}

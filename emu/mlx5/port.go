@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/ib/mad"
 	"github.com/hcaemu/hcaemu/emu/mlx5/ifc"
 )
@@ -29,9 +30,8 @@ const (
 // portFault is the port's fault state. down is read without the lock by
 // the subnet's delivery (ib.go); the rest is under the lock.
 type portFault struct {
-	down  atomic.Bool
-	gen   uint64
-	timer *time.Timer
+	down atomic.Bool
+	hold hca.PortHold
 	// lost counts the packets lost to the port held down (both ways).
 	lost atomic.Uint64
 }
@@ -46,15 +46,8 @@ func (d *Device) portDownFor(dur time.Duration) {
 		d.portChange(portChangeDown)
 		d.log.Info("port down: fault injected", "for", dur)
 	}
-	p.gen++
-	gen := p.gen
-	if p.timer != nil {
-		p.timer.Stop()
-	}
-	p.timer = time.AfterFunc(dur, func() {
-		d.core.Lock()
-		defer d.core.Unlock()
-		if d.core.Closed || !p.down.Load() || p.gen != gen {
+	p.hold.Hold(&d.core, dur, d.core.Unlock, func() {
+		if !p.down.Load() {
 			return
 		}
 		d.portUp()
@@ -67,11 +60,7 @@ func (d *Device) portDownFor(dur time.Duration) {
 func (d *Device) portUp() {
 	p := &d.x.port
 	p.down.Store(false)
-	p.gen++
-	if p.timer != nil {
-		p.timer.Stop()
-		p.timer = nil
-	}
+	p.hold.Release()
 	d.port.PortState, d.port.PortPhysicalState = mad.PortStateActive, mad.PhysStateLinkUp
 }
 

@@ -174,19 +174,11 @@ func (d *Device) portDownFor(dur time.Duration) {
 		d.event(hca.EventPortErr, 1)
 		d.log.Info("port down: fault injected", "for", dur)
 	}
-	d.portGen++
-	gen := d.portGen
-	if d.portTimer != nil {
-		d.portTimer.Stop()
-	}
-	d.portTimer = time.AfterFunc(dur, func() {
-		d.core.Lock()
-		defer d.unlock()
-		if d.core.Closed || !d.wire.Down || d.portGen != gen {
+	d.portHold.Hold(&d.core, dur, d.unlock, func() {
+		if !d.wire.Down {
 			return
 		}
 		d.wire.Down = false
-		d.portTimer = nil
 		d.event(hca.EventPortActive, 1)
 		d.log.Info("port up: fault injected flap over")
 	})
