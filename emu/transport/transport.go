@@ -4,8 +4,8 @@
 // error events, the path a QP's packets take, and the Env a transport
 // object reaches its device through. The services themselves are its
 // subpackages: rc, the Reliable Connected requester and responder
-// (rocev2.md §3, §4), and ud, the Unreliable Datagram service and the GSI
-// QP. It belongs to no device model: a device takes work requests from its
+// (rocev2.md §3, §4), uc, the Unreliable Connected service, and ud, the
+// Unreliable Datagram service and the GSI QP. It belongs to no device model: a device takes work requests from its
 // own rings, turns them into SendWR and RecvWR values, hands received
 // packets to the QP's rc.QP or ud.QP, and turns the Completion values it
 // gets back into its own completion format.
