@@ -235,6 +235,12 @@ type qpEnv struct {
 	payload   []byte
 }
 
+// reset forgets the queue counters (the QP back in RST).
+func (env *qpEnv) reset() {
+	env.sqCons, env.sqStaged, env.rqCons, env.rqPeeked = 0, 0, 0, false
+	clear(env.inline)
+}
+
 // space is the memory the device's transports reach.
 func (d *Device) space() mr.Space {
 	return mr.Space{Mem: d.mem, Regions: &d.fn.obj}
@@ -243,6 +249,10 @@ func (d *Device) space() mr.Space {
 // qpTransition gives an RC QP its transport when it leaves RST and hands
 // it the merged context at every transition; 2RST forgets its state.
 func (d *Device) qpTransition(q *qp) {
+	if q.st == ifc.QPStUC {
+		d.ucTransition(q) // uc.go
+		return
+	}
 	if q.st != ifc.QPStRC && q.st != ifc.QPStQP0 && q.st != ifc.QPStQP1 {
 		return
 	}
@@ -252,8 +262,7 @@ func (d *Device) qpTransition(q *qp) {
 			q.RC.SetState(transport.StateReset)
 		}
 		if q.env != nil {
-			q.env.sqCons, q.env.sqStaged, q.env.rqCons, q.env.rqPeeked = 0, 0, 0, false
-			clear(q.env.inline)
+			q.env.reset()
 		}
 		return
 	}
@@ -302,6 +311,10 @@ func (d *Device) serviceQP(h uint32, work hca.Work, gen uint64, expired bool) {
 	}
 	q := o.qps.Get(h)
 	if q == nil || q.env == nil || q.state == ifc.QPStateRST {
+		return
+	}
+	if q.uc != nil {
+		d.serviceUC(q, work) // uc.go
 		return
 	}
 	if q.RC == nil {
@@ -354,6 +367,10 @@ func (d *Device) receiveFrame(frame []byte) {
 		return
 	}
 	q := d.qpByQPN(pkt.Transport.BTH.DestQP())
+	if q != nil && q.uc != nil && q.env != nil {
+		d.receiveUC(q, &pkt) // uc.go
+		return
+	}
 	switch {
 	case q == nil || q.RC == nil || q.env == nil,
 		pkt.LRH.DLID() != d.ibPort.LID(),
@@ -666,6 +683,9 @@ func (env *qpEnv) Error(ev transport.Event) {
 	q.state = ifc.QPStateERR
 	if q.RC != nil {
 		q.RC.SetState(transport.StateErr)
+	}
+	if q.uc != nil {
+		q.uc.SetState(transport.StateErr)
 	}
 	env.d.qpEvent(q, ev)
 	env.Kick(transport.WorkSend, false)

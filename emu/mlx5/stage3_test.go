@@ -1,0 +1,163 @@
+package mlx5
+
+import (
+	"bytes"
+	"sync"
+	"testing"
+
+	"github.com/hcaemu/hcaemu/emu/fabric"
+	"github.com/hcaemu/hcaemu/emu/ib"
+	"github.com/hcaemu/hcaemu/emu/ib/subnet"
+	"github.com/hcaemu/hcaemu/emu/mlx5/ifc"
+	"github.com/hcaemu/hcaemu/emu/mlx5/mlx5test"
+	"github.com/hcaemu/hcaemu/emu/roce"
+	uverbs "github.com/hcaemu/hcaemu/uverbs/mlx5"
+)
+
+// ucPair is two devices on sub with a connected UC QP each.
+func ucPair(t *testing.T, sub *subnet.Subnet) (*rcEnd, *rcEnd) {
+	t.Helper()
+	uc := func(a *mlx5test.QPArgs) { a.St = ifc.QPStUC }
+	d0, drv0, ib0, _ := ibProbed(t, Config{Name: "hca0", Subnet: sub, NodeGUID: 0x0002c90300000100})
+	d1, drv1, ib1, _ := ibProbed(t, Config{Name: "hca1", Subnet: sub, NodeGUID: 0x0002c90300000200})
+	a, b := addEnd(t, d0, drv0, ib0, uc), addEnd(t, d1, drv1, ib1, uc)
+	a.connect(t, b.lid, b.wq.Q.QPN)
+	b.connect(t, a.lid, a.wq.Q.QPN)
+	return a, b
+}
+
+// checkRecv checks a successful receive CQE.
+func checkRecv(t *testing.T, b []byte, op uint8, qpn, src uint32, slid uint16, counter uint16, uidx, n uint32) {
+	t.Helper()
+	c := uverbs.DecodeCQE(b)
+	if got := b[uverbs.OpOwnOffset] >> 4; got != op || c.ByteCnt != n || c.QPN != qpn || c.SrcQPN != src ||
+		c.SLID != slid || c.WQECounter != counter || c.SRQNUIdx != uidx {
+		t.Fatalf("receive CQE %+v opcode %#x (%+v), want opcode %#x qpn %#x src %#x slid %d wqe %d uidx %#x bytes %d",
+			c, got, uverbs.DecodeErrCQE(b), op, qpn, src, slid, counter, uidx, n)
+	}
+}
+
+// ucExchange sends a 3000-byte SEND (three packets) and a WRITE with
+// immediate from a to b.
+func ucExchange(t *testing.T, a, b *rcEnd, counter uint16) {
+	t.Helper()
+	msg := bytes.Repeat([]byte("uc-mlx5!"), 375)
+	copy(a.mem(0, len(msg)), msg)
+	b.drv.PostRecv(b.wq, b.seg(8192, 4096))
+	idx := a.drv.PostSend(a.wq, &uverbs.SendWQE{Ctrl: uverbs.CtrlSeg{Opcode: uverbs.OpcodeSend, FMCESE: signaled},
+		Data: []uverbs.DataSeg{a.seg(0, uint32(len(msg)))}})
+	checkReq(t, a.poll(t), a.wq.Q.QPN, idx, uverbs.OpcodeSend, 0)
+	checkRecv(t, b.poll(t), uverbs.CQERespSend, b.wq.Q.QPN, a.wq.Q.QPN, a.lid, counter, 0x77, uint32(len(msg)))
+	if !bytes.Equal(b.mem(8192, len(msg)), msg) {
+		t.Fatal("UC SEND data differ")
+	}
+	for i := range 2000 {
+		a.mem(16384, 2000)[i] = byte(i * 5)
+	}
+	b.drv.PostRecv(b.wq, b.seg(8192, 16))
+	idx = a.drv.PostSend(a.wq, &uverbs.SendWQE{Ctrl: uverbs.CtrlSeg{Opcode: uverbs.OpcodeRDMAWriteImm, FMCESE: signaled, Imm: 0x11223344},
+		Segs: uverbs.HasRAddr, RAddr: uverbs.RAddrSeg{RAddr: b.data + 20000, RKey: b.key},
+		Data: []uverbs.DataSeg{a.seg(16384, 2000)}})
+	checkReq(t, a.poll(t), a.wq.Q.QPN, idx, uverbs.OpcodeRDMAWriteImm, 0)
+	c := b.poll(t)
+	checkRecv(t, c, uverbs.CQERespWRImm, b.wq.Q.QPN, a.wq.Q.QPN, a.lid, counter+1, 0x77, 2000)
+	if uverbs.DecodeCQE(c).ImmInvalPkey != 0x11223344 {
+		t.Error("immediate data")
+	}
+	if !bytes.Equal(b.mem(20000, 2000), a.mem(16384, 2000)) {
+		t.Fatal("UC WRITE data differ")
+	}
+}
+
+// TestUCTwoDevices: UC SEND and WRITE with immediate between two
+// devices on one subnet, both ways, and on one HCA in loopback.
+func TestUCTwoDevices(t *testing.T) {
+	a, b := ucPair(t, subnet.New(subnet.Config{}))
+	ucExchange(t, a, b, 0)
+	ucExchange(t, b, a, 0)
+	ucExchange(t, a, b, 2)
+
+	c := newRCEnd(t, "hca2", subnet.New(subnet.Config{}), 0x0002c90300000300)
+	uc := func(a *mlx5test.QPArgs) { a.St = ifc.QPStUC }
+	x, y := addEnd(t, c.d, c.drv, c.ib, uc), addEnd(t, c.d, c.drv, c.ib, uc)
+	x.connect(t, c.lid, y.wq.Q.QPN)
+	y.connect(t, c.lid, x.wq.Q.QPN)
+	ucExchange(t, x, y, 0)
+	ucExchange(t, y, x, 0)
+}
+
+// TestUCLoss: the subnet loses the second packet of the first UC
+// message: the sender completes it anyway (UC has no ACKs), the receiver
+// drops the rest of it and the next message lands in the same receive
+// WQE (counter 0).
+func TestUCLoss(t *testing.T) {
+	var mu sync.Mutex
+	n := 0
+	drop := func(next subnet.Link) subnet.Link {
+		return subnet.LinkFunc(func(from *subnet.Port, pkt []byte) bool {
+			p, err := ib.Parse(pkt)
+			if err == nil && p.Transport.Opcode().Transport() == roce.TransportUC {
+				mu.Lock()
+				n++
+				lose := n == 2
+				mu.Unlock()
+				if lose {
+					fabric.Release(pkt)
+					return true
+				}
+			}
+			return next.Send(from, pkt)
+		})
+	}
+	a, b := ucPair(t, subnet.New(subnet.Config{}, drop))
+	msg := bytes.Repeat([]byte{0xee}, 3000)
+	copy(a.mem(0, len(msg)), msg)
+	b.drv.PostRecv(b.wq, b.seg(8192, 4096))
+	idx := a.drv.PostSend(a.wq, &uverbs.SendWQE{Ctrl: uverbs.CtrlSeg{Opcode: uverbs.OpcodeSend, FMCESE: signaled},
+		Data: []uverbs.DataSeg{a.seg(0, uint32(len(msg)))}})
+	checkReq(t, a.poll(t), a.wq.Q.QPN, idx, uverbs.OpcodeSend, 0)
+	b.noCQE(t)
+	copy(a.mem(4096, 100), bytes.Repeat([]byte{0x42}, 100))
+	idx = a.drv.PostSend(a.wq, &uverbs.SendWQE{Ctrl: uverbs.CtrlSeg{Opcode: uverbs.OpcodeSend, FMCESE: signaled},
+		Data: []uverbs.DataSeg{a.seg(4096, 100)}})
+	checkReq(t, a.poll(t), a.wq.Q.QPN, idx, uverbs.OpcodeSend, 0)
+	checkRecv(t, b.poll(t), uverbs.CQERespSend, b.wq.Q.QPN, a.wq.Q.QPN, a.lid, 0, 0x77, 100)
+	if !bytes.Equal(b.mem(8192, 100), a.mem(4096, 100)) {
+		t.Fatal("data of the second message differ")
+	}
+	b.noCQE(t)
+}
+
+// TestUCForeignPackets: a UC packet for a connected UC QP from a LID
+// other than its remote one, with another P_Key, or with an RC opcode,
+// does nothing; the QP still works.
+func TestUCForeignPackets(t *testing.T) {
+	sub := subnet.New(subnet.Config{})
+	a, b := ucPair(t, sub)
+	rogue, err := sub.Attach("rogue", 0x0002c90300000301, func(pkt []byte) bool { fabric.Release(pkt); return true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.drv.PostRecv(b.wq, b.seg(8192, 4096))
+	for _, c := range []struct {
+		from       *subnet.Port
+		slid, pkey uint16
+		op         roce.Opcode
+	}{{rogue, rogue.LID(), 0xffff, roce.UCSendOnly}, {a.d.ibPort, a.lid, 0x8001, roce.UCSendOnly}, {a.d.ibPort, a.lid, 0xffff, roce.RCSendOnly}} {
+		f := ib.PacketFields{LRH: ib.LRHFields{DLID: b.lid, SLID: c.slid}, Transport: roce.PacketFields{
+			BTH: roce.BTHFields{Opcode: c.op, PKey: c.pkey, DestQP: b.wq.Q.QPN, PSN: 0x100}, Payload: []byte("forged")}}
+		pkt, err := ib.Build(fabric.NewFrame(), &f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.from.Send(pkt)
+	}
+	b.noCQE(t)
+	if n := b.d.Stats().RxDropped; n != 3 {
+		t.Fatalf("%d packets dropped, want 3", n)
+	}
+	if got := b.mem(8192, 6); bytes.Equal(got, []byte("forged")) {
+		t.Fatal("forged data placed")
+	}
+	ucExchange(t, a, b, 0)
+}
