@@ -150,6 +150,8 @@ type SendWR struct {
 	DestQPN uint32 // UD
 	QKey    uint32
 	AH      AddressHandle
+
+	XRCSRQN uint32 // XRC: the remote XRC SRQ (the packets' XRCETH)
 }
 
 // RecvWR is a receive work request: where an incoming message goes.

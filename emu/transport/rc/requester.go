@@ -193,6 +193,7 @@ func (qp *QP) sendPacket(path transport.Path, req *request) error {
 	pmtu := uint32(qp.cfg.PMTU)
 	i := req.next
 	f := qp.fields(0, roce.PSNAdd(req.first, int(i)))
+	f.XRCETH = wr.XRCSRQN & roce.Mask24
 	var n, off uint32
 	pos := position(i, req.npsn)
 	last := pos >= 2
@@ -257,7 +258,7 @@ func (qp *QP) sendPacket(path transport.Path, req *request) error {
 	if n > 0 {
 		payload.Segs, payload.Off = wr.Segs, uint64(off)
 	}
-	return qp.env.Transmit(path, f, payload)
+	return qp.transmit(path, f, payload)
 }
 
 // runLength is how many packets from req.next on (PSN psn) could go as one
@@ -286,13 +287,14 @@ func (qp *QP) sendRun(path transport.Path, req *request, n uint32) (int, error) 
 	wr := &req.wr
 	pmtu := uint32(qp.cfg.PMTU)
 	f := qp.fields(sendOps[1][0], roce.PSNAdd(req.first, int(req.next)))
+	f.XRCETH = wr.XRCSRQN & roce.Mask24
 	if wr.Opcode == transport.OpWrite || wr.Opcode == transport.OpWriteImm {
 		f.BTH.Opcode = writeOps[1][0]
 	}
 	ackReq := qp.sinceAck+int(n) >= rcAckEvery
 	f.BTH.AckReq = ackReq
 	payload := transport.Payload{Len: int(n * pmtu), Segs: wr.Segs, Off: uint64(req.next * pmtu)}
-	taken, err := qp.env.TransmitRun(path, f, payload, int(n))
+	taken, err := qp.transmitRun(path, f, payload, int(n))
 	if err != nil || taken <= 0 {
 		return 0, err
 	}
