@@ -233,6 +233,7 @@ type qpEnv struct {
 	recvSt    transport.Status
 	recvSegs  []mr.Seg
 	payload   []byte
+	srqEnv    // receives from an SRQ (srqrecv.go)
 }
 
 // reset forgets the queue counters (the QP back in RST).
@@ -474,6 +475,7 @@ func (env *qpEnv) TakeSend(wr *transport.SendWR) bool {
 	case transport.OpSendInv:
 		wr.InvalidateKey = w.Ctrl.Imm
 	}
+	wr.XRCSRQN = w.XRCSRQN // XRC initiators (the WQE's XRC segment)
 	switch wr.Opcode {
 	case transport.OpWrite, transport.OpWriteImm, transport.OpRead:
 		wr.RemoteAddr, wr.RKey = w.RAddr.RAddr, w.RAddr.RKey
@@ -554,6 +556,9 @@ func (env *qpEnv) segs(data []uverbs.DataSeg, write bool, dst []mr.Seg) ([]mr.Se
 
 func (env *qpEnv) PeekRecv() (transport.RecvWR, transport.Status, bool) {
 	d, q := env.d, env.q
+	if env.usesSRQ() {
+		return env.peekSRQ() // srqrecv.go
+	}
 	if env.rqPeeked {
 		return env.recv, env.recvSt, true
 	}
@@ -589,6 +594,10 @@ func (env *qpEnv) PeekRecv() (transport.RecvWR, transport.Status, bool) {
 }
 
 func (env *qpEnv) PopRecv() {
+	if env.usesSRQ() {
+		env.popSRQ() // srqrecv.go
+		return
+	}
 	env.rqCons++
 	env.rqPeeked = false
 }
@@ -601,9 +610,9 @@ func (env *qpEnv) Complete(c transport.Completion) {
 			return
 		}
 	}
-	cqn := q.sndCQ
+	cqn, uidx := q.sndCQ, q.userIndex
 	if c.Recv {
-		cqn = q.rcvCQ
+		cqn, uidx = env.recvCompletion() // srqrecv.go
 	}
 	cq := d.fn.obj.cqs.Get(cqn)
 	if cq == nil {
@@ -614,7 +623,7 @@ func (env *qpEnv) Complete(c transport.Completion) {
 	owner := geo.Owner(cq.pi)
 	counter := uint16(c.WRID)
 	if c.Status != transport.StatusSuccess {
-		e := uverbs.ErrCQE{SRQN: q.userIndex & 0xffffff, Syndrome: syndromeOf(c.Status), VendorErrSynd: uint8(c.Status),
+		e := uverbs.ErrCQE{SRQN: uidx & 0xffffff, Syndrome: syndromeOf(c.Status), VendorErrSynd: uint8(c.Status),
 			QPN: q.QPN, WQECounter: counter, Opcode: uverbs.CQEReqErr, Owner: owner}
 		if c.Recv {
 			e.Opcode = uverbs.CQERespErr
@@ -623,7 +632,7 @@ func (env *qpEnv) Complete(c transport.Completion) {
 		}
 		e.Encode(b[:])
 	} else {
-		cqe := uverbs.CQE{SRQNUIdx: q.userIndex & 0xffffff, ByteCnt: c.ByteLen, QPN: q.QPN,
+		cqe := uverbs.CQE{SRQNUIdx: uidx & 0xffffff, ByteCnt: c.ByteLen, QPN: q.QPN,
 			WQECounter: counter, Opcode: uverbs.CQEReq, Owner: owner}
 		if c.Recv {
 			cqe.Opcode = uverbs.RespOpcode(c.Opcode == transport.WCRecvWriteImm, c.HasImm, c.Invalidated)

@@ -161,3 +161,74 @@ func TestUCForeignPackets(t *testing.T) {
 	}
 	ucExchange(t, a, b, 0)
 }
+
+// TestSRQShared: two RC QPs of one device take their receives from one
+// RMP (rq_type SRQ): the messages of two senders land in the RMP's WQEs
+// in the order they came, each CQE with the WQE's index as its counter,
+// its QP's number and user index; a WQE freed back at the tail is used
+// again once the head comes round to it.
+func TestSRQShared(t *testing.T) {
+	sub := subnet.New(subnet.Config{})
+	a0 := newRCEnd(t, "hca0", sub, 0x0002c90300000100)
+	a1 := a0.another(t)
+	b0 := newRCEnd(t, "hca1", sub, 0x0002c90300000200)
+	in, s := b0.drv.CreateRMPIn(b0.pd, 2, 6) // 4 WQEs of 64 bytes
+	s, err := b0.drv.CreateSRQ(in, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ring := &mlx5test.SRQRing{S: s, LogSize: 2, Stride: 64, Hold: b0.wq.Hold}
+	b0.drv.InitSRQ(ring)
+	srqQP := func(a *mlx5test.QPArgs) { a.RQType, a.SRQ, a.UserIndex = ifc.RQTypeSRQ, s.N, 0x99 }
+	b1 := addEnd(t, b0.d, b0.drv, b0.ib, srqQP)
+	b2 := addEnd(t, b0.d, b0.drv, b0.ib, srqQP)
+	a0.connect(t, b0.lid, b1.wq.Q.QPN)
+	b1.connect(t, a0.lid, a0.wq.Q.QPN)
+	a1.connect(t, b0.lid, b2.wq.Q.QPN)
+	b2.connect(t, a1.lid, a1.wq.Q.QPN)
+
+	var idx []uint16
+	for i := range 3 {
+		idx = append(idx, b0.drv.PostSRQRecv(ring, b0.seg(uint64(8192+i*1024), 1024)))
+	}
+	send := func(from *rcEnd, to *rcEnd, off uint64, n int, seed byte) {
+		t.Helper()
+		for i := range n {
+			from.mem(off, n)[i] = seed + byte(i)
+		}
+		from.drv.PostSend(from.wq, &uverbs.SendWQE{Ctrl: uverbs.CtrlSeg{Opcode: uverbs.OpcodeSend},
+			Data: []uverbs.DataSeg{from.seg(off, uint32(n))}})
+	}
+	pollRecv := func(want *rcEnd, wqe uint16, n uint32) {
+		t.Helper()
+		c := want.poll(t)
+		checkRecv(t, c, uverbs.CQERespSend, want.wq.Q.QPN, uverbs.DecodeCQE(c).SrcQPN, uverbs.DecodeCQE(c).SLID, wqe, 0x99, n)
+	}
+	send(a0, b1, 0, 100, 1)
+	pollRecv(b1, idx[0], 100)
+	send(a1, b2, 0, 200, 2)
+	c := b2.poll(t)
+	checkRecv(t, c, uverbs.CQERespSend, b2.wq.Q.QPN, a1.wq.Q.QPN, a1.lid, idx[1], 0x99, 200)
+	send(a0, b1, 0, 300, 3)
+	pollRecv(b1, idx[2], 300)
+	for i, n := range []int{100, 200, 300} {
+		if got := b0.mem(uint64(8192+i*1024), n); got[0] != byte(i+1) || got[n-1] != byte(i+1)+byte(n-1) {
+			t.Fatalf("message %d misplaced", i)
+		}
+	}
+	// WQE 0 back at the tail; the head (3) goes on to it.
+	b0.drv.FreeSRQWQE(ring, idx[0])
+	if i := b0.drv.PostSRQRecv(ring, b0.seg(16384, 1024)); i != 3 {
+		t.Fatalf("posted at %d", i)
+	}
+	if i := b0.drv.PostSRQRecv(ring, b0.seg(20480, 1024)); i != idx[0] {
+		t.Fatalf("posted at %d, want the freed %d", i, idx[0])
+	}
+	send(a0, b1, 0, 10, 4)
+	pollRecv(b1, 3, 10)
+	send(a0, b1, 0, 20, 5)
+	pollRecv(b1, idx[0], 20)
+	if b0.mem(20480, 1)[0] != 5 {
+		t.Fatal("second use of WQE 0 misplaced")
+	}
+}
