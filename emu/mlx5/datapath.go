@@ -254,7 +254,7 @@ func (d *Device) qpTransition(q *qp) {
 		d.ucTransition(q) // uc.go
 		return
 	}
-	if q.st != ifc.QPStRC && q.st != ifc.QPStQP0 && q.st != ifc.QPStQP1 {
+	if q.st != ifc.QPStRC && q.st != ifc.QPStXRC && q.st != ifc.QPStQP0 && q.st != ifc.QPStQP1 {
 		return
 	}
 	if q.state == ifc.QPStateRST {
@@ -269,7 +269,7 @@ func (d *Device) qpTransition(q *qp) {
 	}
 	if q.env == nil {
 		q.env = &qpEnv{d: d, q: q, mem: d.space(), sq: make([]byte, q.sqBytes), st: uverbs.ST(q.st)}
-		if q.st == ifc.QPStRC {
+		if q.st == ifc.QPStRC || q.st == ifc.QPStXRC {
 			q.RC = rc.New(q.env, q.env.mem, d.log.With("qpn", q.QPN))
 		}
 	}
@@ -296,7 +296,7 @@ func (d *Device) qpTransition(q *qp) {
 		RetryCnt: uint8(ifc.QPCRetryCount.Get(ctx)), RNRRetry: uint8(ifc.QPCRNRRetry.Get(ctx)),
 		Timeout: uint8(ifc.PriPath(ifc.ADSAckTimeout).Get(ctx)), MinRNRTimer: uint8(ifc.QPCMinRNRNak.Get(ctx)),
 		MaxRdAtomic: logCount(ifc.QPCLogSRAMax.Get(ctx)), MaxDestRdAtomic: logCount(ifc.QPCLogRRAMax.Get(ctx)),
-		Access: access,
+		Access: access, XRC: q.st == ifc.QPStXRC, // xrc.go
 	})
 	q.RC.SetState(transportState(q.state))
 }
@@ -377,6 +377,10 @@ func (d *Device) receiveFrame(frame []byte) {
 		pkt.LRH.DLID() != d.ibPort.LID(),
 		pkt.LRH.SLID() != q.env.dlid,
 		pkt.Transport.BTH.PKey()&0x7fff != 0x7fff:
+		d.stats.RxDropped++
+		return
+	}
+	if q.st == ifc.QPStXRC && !d.xrcAccept(q, &pkt.Transport) { // xrc.go
 		d.stats.RxDropped++
 		return
 	}

@@ -232,3 +232,136 @@ func TestSRQShared(t *testing.T) {
 		t.Fatal("second use of WQE 0 misplaced")
 	}
 }
+
+// xrcPair is an XRC initiator QP on one device and, on another, an XRC
+// target QP in a fresh XRC domain with an XRC SRQ of that domain (16
+// WQEs of 64 bytes, user index 0x55, completing to a CQ of its own),
+// connected; the returned end polls the SRQ's CQ.
+type xrcSetup struct {
+	ini, tgt, srqEnd *rcEnd
+	xrcd             uint32
+	srq              *mlx5test.SRQ
+	ring             *mlx5test.SRQRing
+}
+
+func newXRC(t *testing.T) *xrcSetup {
+	t.Helper()
+	sub := subnet.New(subnet.Config{})
+	d0, drv0, ib0, _ := ibProbed(t, Config{Name: "hca0", Subnet: sub, NodeGUID: 0x0002c90300000100})
+	d1, drv1, ib1, _ := ibProbed(t, Config{Name: "hca1", Subnet: sub, NodeGUID: 0x0002c90300000200})
+	ini := addEnd(t, d0, drv0, ib0, func(a *mlx5test.QPArgs) {
+		a.St, a.RQType, a.SRQ, a.XRCD, a.RcvCQ = ifc.QPStXRC, ifc.RQTypeSRQ, ib0.S0.N, ib0.XRCD1, ib0.C0.CQN
+	})
+	xrcd, err := drv1.AllocXRCD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tgt := addEnd(t, d1, drv1, ib1, func(a *mlx5test.QPArgs) {
+		a.St, a.RQType, a.SRQ, a.XRCD, a.NoSQ, a.UAR = ifc.QPStXRC, ifc.RQTypeSRQ, ib1.S0.N, xrcd, true, 0
+		a.PD, a.SndCQ, a.RcvCQ = ib1.P0, ib1.C0.CQN, ib1.C0.CQN
+	})
+	cq, err := drv1.KernelCQ(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	drv1.InitCQ(cq)
+	in, s := drv1.CreateXRCSRQIn(tgt.pd, xrcd, cq.CQN, 4, 1, 0x55)
+	if s, err = drv1.CreateSRQ(in, s); err != nil {
+		t.Fatal(err)
+	}
+	ring := &mlx5test.SRQRing{S: s, LogSize: 4, Stride: 32, Hold: tgt.wq.Hold}
+	drv1.InitSRQ(ring)
+	ini.connect(t, tgt.lid, tgt.wq.Q.QPN)
+	tgt.connect(t, ini.lid, ini.wq.Q.QPN)
+	srqEnd := *tgt
+	srqEnd.cq, srqEnd.ci = cq, 0
+	return &xrcSetup{ini: ini, tgt: tgt, srqEnd: &srqEnd, xrcd: xrcd, srq: s, ring: ring}
+}
+
+// xrcSend posts an XRC SEND of n bytes to XRC SRQ srqn and checks its REQ
+// CQE.
+func (x *xrcSetup) xrcSend(t *testing.T, srqn uint32, n int, seed byte) {
+	t.Helper()
+	for i := range n {
+		x.ini.mem(0, n)[i] = seed + byte(i)
+	}
+	idx := x.ini.drv.PostSend(x.ini.wq, &uverbs.SendWQE{Ctrl: uverbs.CtrlSeg{Opcode: uverbs.OpcodeSend, FMCESE: signaled},
+		Segs: uverbs.HasXRC, XRCSRQN: srqn, Data: []uverbs.DataSeg{x.ini.seg(0, uint32(n))}})
+	checkReq(t, x.ini.poll(t), x.ini.wq.Q.QPN, idx, uverbs.OpcodeSend, 0)
+}
+
+// TestXRCSend: an XRC SEND from an initiator QP reaches the target QP
+// through the XRC SRQ its WQE names: the data in the SRQ's WQE, the CQE
+// on the SRQ's CQ with the SRQ's user index and the WQE index; the
+// target QP's own CQ has nothing.
+func TestXRCSend(t *testing.T) {
+	x := newXRC(t)
+	for i := range 3 {
+		wqe := x.tgt.drv.PostSRQRecv(x.ring, x.tgt.seg(uint64(8192+i*4096), 4096))
+		x.xrcSend(t, x.srq.N, 3000, byte(i))
+		checkRecv(t, x.srqEnd.poll(t), uverbs.CQERespSend, x.tgt.wq.Q.QPN, x.ini.wq.Q.QPN, x.ini.lid, wqe, 0x55, 3000)
+		if got := x.tgt.mem(uint64(8192+i*4096), 3000); got[0] != byte(i) || got[2999] != byte(i)+byte(2999%256) {
+			t.Fatalf("XRC SEND %d data", i)
+		}
+	}
+	x.tgt.noCQE(t)
+}
+
+// TestXRCForeignSRQ: an XRC request naming an XRC SRQ of another XRC
+// domain (or an RMP, or no SRQ) does nothing: no data placed, no CQE,
+// counted as dropped; an RC packet for the target and an XRC request for
+// the initiator likewise; the target still works.
+func TestXRCForeignSRQ(t *testing.T) {
+	x := newXRC(t)
+	drv := x.tgt.drv
+	other, err := drv.AllocXRCD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, s := drv.CreateXRCSRQIn(x.tgt.pd, other, x.srqEnd.cq.CQN, 4, 1, 0x66)
+	if s, err = drv.CreateSRQ(in, s); err != nil {
+		t.Fatal(err)
+	}
+	ring := &mlx5test.SRQRing{S: s, LogSize: 4, Stride: 32, Hold: x.tgt.wq.Hold}
+	drv.InitSRQ(ring)
+	drv.PostSRQRecv(ring, x.tgt.seg(8192, 4096))
+	x.tgt.drv.PostSRQRecv(x.ring, x.tgt.seg(40960, 4096))
+	forge := func(to *rcEnd, op roce.Opcode, srqn uint32) {
+		f := ib.PacketFields{LRH: ib.LRHFields{DLID: to.lid, SLID: x.ini.lid}, Transport: roce.PacketFields{
+			BTH:    roce.BTHFields{Opcode: op, PKey: 0xffff, DestQP: to.wq.Q.QPN, PSN: 0x100, AckReq: true},
+			XRCETH: srqn, Payload: []byte("forged")}}
+		from := x.ini.d.ibPort
+		if to == x.ini {
+			f.LRH.SLID, from = x.tgt.lid, x.tgt.d.ibPort
+		}
+		pkt, err := ib.Build(fabric.NewFrame(), &f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		from.Send(pkt)
+	}
+	before := x.tgt.d.Stats().RxDropped
+	forge(x.tgt, roce.RCSendOnly.XRC(), s.N)           // another domain's XRC SRQ
+	forge(x.tgt, roce.RCSendOnly.XRC(), x.tgt.ib.S1.N) // an RMP
+	forge(x.tgt, roce.RCSendOnly.XRC(), 0xabcdef)      // nothing
+	forge(x.tgt, roce.RCSendOnly, 0)                   // RC
+	x.tgt.d.Sync()
+	if n := x.tgt.d.Stats().RxDropped - before; n != 4 {
+		t.Fatalf("%d packets dropped, want 4", n)
+	}
+	forge(x.ini, roce.RCSendOnly.XRC(), x.srq.N) // a request to the initiator
+	x.ini.d.Sync()
+	if n := x.ini.d.Stats().RxDropped; n != 1 {
+		t.Fatalf("initiator dropped %d, want 1", n)
+	}
+	x.srqEnd.noCQE(t)
+	x.tgt.noCQE(t)
+	if bytes.Contains(x.tgt.mem(8192, 4096), []byte("forged")) || bytes.Contains(x.tgt.mem(40960, 4096), []byte("forged")) {
+		t.Fatal("forged data placed")
+	}
+	x.xrcSend(t, x.srq.N, 100, 9)
+	checkRecv(t, x.srqEnd.poll(t), uverbs.CQERespSend, x.tgt.wq.Q.QPN, x.ini.wq.Q.QPN, x.ini.lid, 0, 0x55, 100)
+	if x.tgt.mem(40960, 1)[0] != 9 {
+		t.Fatal("XRC SEND data")
+	}
+}
