@@ -408,6 +408,7 @@ func allOpcodeSamples() []PacketFields {
 		f := PacketFields{
 			BTH:          BTHFields{Opcode: op, PKey: 0xFFFF, DestQP: 0x000012, PSN: 0xFFFFFE, AckReq: info.Pos == PosLast || info.Pos == PosOnly},
 			DETH:         DETHFields{QKey: 0x11111111, SrcQP: 0x11},
+			XRCETH:       0x00abcd,
 			FETH:         0x21,
 			RETH:         RETHFields{VA: 0x7F0000001000, RKey: 0x1234, DMALength: 3000},
 			AtomicETH:    AtomicETHFields{VA: 0x7F0000002000, RKey: 0x5678, SwapAdd: 9, Compare: 10},
@@ -438,6 +439,9 @@ func zeroAbsent(f PacketFields) PacketFields {
 	h := opcodeTable[f.BTH.Opcode].Headers
 	if h&HasDETH == 0 {
 		f.DETH = DETHFields{}
+	}
+	if h&HasXRCETH == 0 {
+		f.XRCETH = 0
 	}
 	if h&HasFETH == 0 {
 		f.FETH = 0
