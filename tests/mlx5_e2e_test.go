@@ -26,7 +26,8 @@ import (
 // The same boot runs with --pcap and a fault plan that drops every 200th
 // RC packet to or from LID 2: RC recovers, the rule fired, and PATH's .ib
 // file holds the subnet's packets as tshark decodes them
-// (checkMLX5Capture).
+// (checkMLX5Capture). Then stage 3 but UD: UC, SRQ and XRC pingpongs
+// (mlx5Stage3Script).
 func TestE2EMLX5Probe(t *testing.T) {
 	needE2E(t)
 	dir := t.TempDir()
@@ -58,11 +59,12 @@ if [ -n "$HCAEMU_SERVER_IP" ]; then
   bounded 'grep -q iters /tmp/lo.srv'
   cat /tmp/lo.srv
 fi
+` + mlx5Stage3Script + `
 echo "DMESG BEGIN"
 dmesg | grep -i -e mlx5 -e ipoib
 echo "DMESG END"
 `
-	out, code := hcaemuRun(t, "--device", "mlx5", "--guests", "2", "--timeout", "5m", "--pcap", pcap, "--faults", plan,
+	out, code := hcaemuRun(t, "--device", "mlx5", "--guests", "2", "--timeout", "7m", "--pcap", pcap, "--faults", plan,
 		"--faults-log", filepath.Join(dir, "faults.log"), "--", script)
 	if code != 0 {
 		t.Errorf("hcaemu run exited %d", code)
@@ -101,5 +103,59 @@ echo "DMESG END"
 			}
 		}
 	}
+	checkMLX5Stage3(t, out)
 	checkMLX5Capture(t, out, dir, pcap)
+}
+
+// mlx5Stage3Script is stage 3 of the spec's §11 but UD (issue 41), in the
+// same boot: the stock ibv_uc_pingpong (UC SEND/RECV), ibv_srq_pingpong
+// (16 RC QPs receiving through one SRQ, an RMP) and ibv_xsrq_pingpong
+// (XRC initiator and target QPs through XRC SRQs) between the two HCAs by
+// LID, with and without completion events, then each on one HCA in
+// loopback (ports 18630-18639).
+const mlx5Stage3Script = `
+lo() {
+  port=$1; shift
+  "$@" -p $port > /tmp/lo.$port 2>&1 &
+  i=0
+  while true; do
+    out=$("$@" -p $port 127.0.0.1 2>&1); st=$?
+    case "$out" in *"Couldn't connect"*|*"Unable to perform socket connection"*) i=$((i+1)); if [ $i -lt 120 ]; then sleep 0.5; continue; fi ;; esac
+    break
+  done
+  echo "$out"
+  wait
+  cat /tmp/lo.$port
+  echo "LOOPBACK $st $*"
+}
+try 18630 ibv_uc_pingpong -d mlx5_0 -n 100 -s 4096
+try 18631 ibv_uc_pingpong -d mlx5_0 -e -n 50 -s 16384
+try 18632 ibv_srq_pingpong -d mlx5_0 -n 50 -s 4096
+try 18633 ibv_srq_pingpong -d mlx5_0 -e -n 20 -s 4096
+try 18634 ibv_xsrq_pingpong -d mlx5_0 -n 50
+try 18635 ibv_xsrq_pingpong -d mlx5_0 -e -n 20
+if [ -n "$HCAEMU_SERVER_IP" ]; then
+  lo 18636 ibv_uc_pingpong -d mlx5_0 -n 50 -s 1024
+  lo 18637 ibv_srq_pingpong -d mlx5_0 -n 20 -s 1024
+  lo 18638 ibv_xsrq_pingpong -d mlx5_0 -n 20
+fi
+`
+
+// checkMLX5Stage3 checks what mlx5Stage3Script printed.
+func checkMLX5Stage3(t *testing.T, out string) {
+	t.Helper()
+	for k := range 2 {
+		mustContain(t, out, k,
+			regexp.QuoteMeta("RESULT 0 ibv_uc_pingpong -d mlx5_0 -n 100 -s 4096"),
+			regexp.QuoteMeta("RESULT 0 ibv_uc_pingpong -d mlx5_0 -e -n 50 -s 16384"),
+			`409600 bytes in [0-9.]+ seconds`,
+			regexp.QuoteMeta("RESULT 0 ibv_srq_pingpong -d mlx5_0 -n 50 -s 4096"),
+			regexp.QuoteMeta("RESULT 0 ibv_srq_pingpong -d mlx5_0 -e -n 20 -s 4096"),
+			`SRQN [0-9a-f]{6}`, `(?s)SRQN.*success.*RESULT 0 ibv_xsrq_pingpong -d mlx5_0 -n 50`,
+			regexp.QuoteMeta("RESULT 0 ibv_xsrq_pingpong -d mlx5_0 -e -n 20"))
+	}
+	mustContain(t, out, 1,
+		regexp.QuoteMeta("LOOPBACK 0 ibv_uc_pingpong -d mlx5_0 -n 50 -s 1024"),
+		regexp.QuoteMeta("LOOPBACK 0 ibv_srq_pingpong -d mlx5_0 -n 20 -s 1024"),
+		regexp.QuoteMeta("LOOPBACK 0 ibv_xsrq_pingpong -d mlx5_0 -n 20"))
 }
