@@ -236,8 +236,24 @@ type qpEnv struct {
 	srqEnv    // receives from an SRQ (srqrecv.go)
 }
 
-// reset forgets the queue counters (the QP back in RST).
+// newEnv is the env of QP q, made when it first leaves RST.
+func (d *Device) newEnv(q *qp) *qpEnv {
+	return &qpEnv{d: d, q: q, mem: d.space(), sq: make([]byte, q.sqBytes), st: uverbs.ST(q.st)}
+}
+
+// setPath takes the IB path from the QP context's primary address path.
+func (env *qpEnv) setPath() {
+	ctx := env.q.ctx[:]
+	env.dlid = uint16(ifc.PriPath(ifc.ADSRLID).Get(ctx))
+	env.sl = uint8(ifc.PriPath(ifc.ADSSL).Get(ctx) & 0xf)
+}
+
+// reset forgets the queue counters (the QP back in RST; nothing for a QP
+// that has no env yet).
 func (env *qpEnv) reset() {
+	if env == nil {
+		return
+	}
 	env.sqCons, env.sqStaged, env.rqCons, env.rqPeeked = 0, 0, 0, false
 	clear(env.inline)
 }
@@ -262,13 +278,11 @@ func (d *Device) qpTransition(q *qp) {
 			q.RC.Reset()
 			q.RC.SetState(transport.StateReset)
 		}
-		if q.env != nil {
-			q.env.reset()
-		}
+		q.env.reset()
 		return
 	}
 	if q.env == nil {
-		q.env = &qpEnv{d: d, q: q, mem: d.space(), sq: make([]byte, q.sqBytes), st: uverbs.ST(q.st)}
+		q.env = d.newEnv(q)
 		if q.st == ifc.QPStRC || q.st == ifc.QPStXRC {
 			q.RC = rc.New(q.env, q.env.mem, d.log.With("qpn", q.QPN))
 		}
@@ -287,8 +301,7 @@ func (d *Device) qpTransition(q *qp) {
 	if ifc.QPCRAE.Get(ctx) != 0 {
 		access |= mr.RemoteAtomic
 	}
-	q.env.dlid = uint16(ifc.PriPath(ifc.ADSRLID).Get(ctx))
-	q.env.sl = uint8(ifc.PriPath(ifc.ADSSL).Get(ctx) & 0xf)
+	q.env.setPath()
 	q.RC.Configure(rc.Config{
 		PD: q.PD, DestQPN: ifc.QPCRemoteQPN.Get(ctx), PMTU: transport.PMTU(ifc.QPCMTU.Get(ctx)),
 		SQPSN: ifc.QPCNextSendPSN.Get(ctx), RQPSN: ifc.QPCNextRcvPSN.Get(ctx),

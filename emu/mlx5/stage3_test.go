@@ -134,23 +134,15 @@ func TestUCLoss(t *testing.T) {
 func TestUCForeignPackets(t *testing.T) {
 	sub := subnet.New(subnet.Config{})
 	a, b := ucPair(t, sub)
-	rogue, err := sub.Attach("rogue", 0x0002c90300000301, func(pkt []byte) bool { fabric.Release(pkt); return true })
-	if err != nil {
-		t.Fatal(err)
-	}
+	rogue := attachRogue(t, sub)
 	b.drv.PostRecv(b.wq, b.seg(8192, 4096))
 	for _, c := range []struct {
 		from       *subnet.Port
 		slid, pkey uint16
 		op         roce.Opcode
 	}{{rogue, rogue.LID(), 0xffff, roce.UCSendOnly}, {a.d.ibPort, a.lid, 0x8001, roce.UCSendOnly}, {a.d.ibPort, a.lid, 0xffff, roce.RCSendOnly}} {
-		f := ib.PacketFields{LRH: ib.LRHFields{DLID: b.lid, SLID: c.slid}, Transport: roce.PacketFields{
-			BTH: roce.BTHFields{Opcode: c.op, PKey: c.pkey, DestQP: b.wq.Q.QPN, PSN: 0x100}, Payload: []byte("forged")}}
-		pkt, err := ib.Build(fabric.NewFrame(), &f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.from.Send(pkt)
+		sendForged(t, c.from, ib.LRHFields{DLID: b.lid, SLID: c.slid},
+			roce.PacketFields{BTH: roce.BTHFields{Opcode: c.op, PKey: c.pkey, DestQP: b.wq.Q.QPN, PSN: 0x100}})
 	}
 	b.noCQE(t)
 	if n := b.d.Stats().RxDropped; n != 3 {
@@ -327,18 +319,12 @@ func TestXRCForeignSRQ(t *testing.T) {
 	drv.PostSRQRecv(ring, x.tgt.seg(8192, 4096))
 	x.tgt.drv.PostSRQRecv(x.ring, x.tgt.seg(40960, 4096))
 	forge := func(to *rcEnd, op roce.Opcode, srqn uint32) {
-		f := ib.PacketFields{LRH: ib.LRHFields{DLID: to.lid, SLID: x.ini.lid}, Transport: roce.PacketFields{
-			BTH:    roce.BTHFields{Opcode: op, PKey: 0xffff, DestQP: to.wq.Q.QPN, PSN: 0x100, AckReq: true},
-			XRCETH: srqn, Payload: []byte("forged")}}
-		from := x.ini.d.ibPort
+		from := x.ini
 		if to == x.ini {
-			f.LRH.SLID, from = x.tgt.lid, x.tgt.d.ibPort
+			from = x.tgt
 		}
-		pkt, err := ib.Build(fabric.NewFrame(), &f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		from.Send(pkt)
+		sendForged(t, from.d.ibPort, ib.LRHFields{DLID: to.lid, SLID: from.lid}, roce.PacketFields{
+			BTH: roce.BTHFields{Opcode: op, PKey: 0xffff, DestQP: to.wq.Q.QPN, PSN: 0x100, AckReq: true}, XRCETH: srqn})
 	}
 	before := x.tgt.d.Stats().RxDropped
 	forge(x.tgt, roce.RCSendOnly.XRC(), s.N)           // another domain's XRC SRQ
@@ -364,4 +350,26 @@ func TestXRCForeignSRQ(t *testing.T) {
 	if x.tgt.mem(40960, 1)[0] != 9 {
 		t.Fatal("XRC SEND data")
 	}
+}
+
+// sendForged sends a packet of LRH lrh and transport t with the payload
+// "forged" through port from.
+func sendForged(t *testing.T, from *subnet.Port, lrh ib.LRHFields, tr roce.PacketFields) {
+	t.Helper()
+	tr.Payload = []byte("forged")
+	pkt, err := ib.Build(fabric.NewFrame(), &ib.PacketFields{LRH: lrh, Transport: tr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	from.Send(pkt)
+}
+
+// attachRogue attaches a port to sub that sinks what it receives.
+func attachRogue(t *testing.T, sub *subnet.Subnet) *subnet.Port {
+	t.Helper()
+	p, err := sub.Attach("rogue", 0x0002c90300000301, func(pkt []byte) bool { fabric.Release(pkt); return true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

@@ -8,7 +8,6 @@ import (
 	"github.com/hcaemu/hcaemu/emu/roce"
 	"github.com/hcaemu/hcaemu/emu/transport"
 	"github.com/hcaemu/hcaemu/emu/transport/uc"
-	uverbs "github.com/hcaemu/hcaemu/uverbs/mlx5"
 )
 
 // UC QPs (spec §11 Stage 3): a QP of service type UC is bound to the
@@ -20,26 +19,23 @@ import (
 // ucTransition gives a UC QP its transport when it leaves RST and hands
 // it the merged context at every transition; 2RST forgets its state.
 func (d *Device) ucTransition(q *qp) {
-	if q.state == ifc.QPStateRST {
-		if q.uc != nil {
-			q.uc.SetState(transport.StateReset)
-		}
-		if q.env != nil {
-			q.env.reset()
-		}
+	switch {
+	case q.state == ifc.QPStateRST && q.uc != nil:
+		q.uc.SetState(transport.StateReset)
+		q.env.reset()
 		return
-	}
-	if q.env == nil {
-		q.env = &qpEnv{d: d, q: q, mem: d.space(), sq: make([]byte, q.sqBytes), st: uverbs.ST(q.st)}
+	case q.state == ifc.QPStateRST:
+		return
+	case q.env == nil:
+		q.env = d.newEnv(q)
 		q.uc = uc.New(q.env, q.env.mem, d.log.With("qpn", q.QPN))
 	}
 	ctx := q.ctx[:]
 	var access uint32
 	if ifc.QPCRWE.Get(ctx) != 0 {
-		access |= mr.RemoteWrite
+		access |= mr.RemoteWrite // UC: remote write only
 	}
-	q.env.dlid = uint16(ifc.PriPath(ifc.ADSRLID).Get(ctx))
-	q.env.sl = uint8(ifc.PriPath(ifc.ADSSL).Get(ctx) & 0xf)
+	q.env.setPath()
 	q.uc.Configure(uc.Config{PD: q.PD, DestQPN: ifc.QPCRemoteQPN.Get(ctx) & roce.Mask24,
 		PMTU:  transport.PMTU(ifc.QPCMTU.Get(ctx)),
 		SQPSN: ifc.QPCNextSendPSN.Get(ctx), RQPSN: ifc.QPCNextRcvPSN.Get(ctx), Access: access})
@@ -59,9 +55,10 @@ func (d *Device) serviceUC(q *qp, work hca.Work) {
 	}
 }
 
-// receiveUC hands a UC packet to its QP's transport if it came from the
-// QP's remote LID and QPN... to this port's LID with the default P_Key
-// (UC carries no source QPN: the connected QP is the remote LID's).
+// receiveUC hands a UC packet to its QP's transport if it has a UC opcode
+// and came from the QP's remote LID to this port's LID with the default
+// P_Key (a UC packet carries no source QPN: the LID is all that says
+// where it came from).
 func (d *Device) receiveUC(q *qp, pkt *ib.Packet) {
 	t := &pkt.Transport
 	if pkt.LRH.DLID() != d.ibPort.LID() || pkt.LRH.SLID() != q.env.dlid || q.env.dlid == 0 ||

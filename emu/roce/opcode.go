@@ -72,6 +72,15 @@ func (o Opcode) XRC() Opcode {
 	return o
 }
 
+// UC is the UC opcode of the RC SEND or RDMA WRITE opcode o (RC_SEND_FIRST
+// through RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE); o itself for any other.
+func (o Opcode) UC() Opcode {
+	if o <= RCRDMAWriteOnlyWithImmediate {
+		return o + UCSendFirst
+	}
+	return o
+}
+
 // RC: see XRC.
 func (o Opcode) RC() Opcode {
 	if o >= xrcOffset && o <= xrcOffset+RCSendOnlyWithInvalidate && opcodeTable[o].Op != OpInvalid {

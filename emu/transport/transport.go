@@ -343,3 +343,35 @@ func SegsStatus(err error) Status {
 	}
 	return StatusLocProtErr
 }
+
+// Position is where packet i of a message of n packets sits: 0 first, 1
+// middle, 2 last, 3 only (the index of SendOpcodes and WriteOpcodes).
+func Position(i, n uint32) int {
+	switch {
+	case n == 1:
+		return 3
+	case i == 0:
+		return 0
+	case i == n-1:
+		return 2
+	}
+	return 1
+}
+
+// SendOpcodes and WriteOpcodes are the RC opcodes of the packets of a SEND
+// and an RDMA WRITE message, by Position and by immediate data on the last
+// packet ([plain, imm]); a UC message's are their roce.Opcode.UC.
+var (
+	SendOpcodes = [4][2]roce.Opcode{
+		{roce.RCSendFirst, roce.RCSendFirst},
+		{roce.RCSendMiddle, roce.RCSendMiddle},
+		{roce.RCSendLast, roce.RCSendLastWithImmediate},
+		{roce.RCSendOnly, roce.RCSendOnlyWithImmediate},
+	}
+	WriteOpcodes = [4][2]roce.Opcode{
+		{roce.RCRDMAWriteFirst, roce.RCRDMAWriteFirst},
+		{roce.RCRDMAWriteMiddle, roce.RCRDMAWriteMiddle},
+		{roce.RCRDMAWriteLast, roce.RCRDMAWriteLastWithImmediate},
+		{roce.RCRDMAWriteOnly, roce.RCRDMAWriteOnlyWithImmediate},
+	}
+)

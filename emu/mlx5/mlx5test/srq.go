@@ -19,13 +19,7 @@ type SRQRing struct {
 	Hold                func(func())
 }
 
-func (r *SRQRing) hold(fn func()) {
-	if r.Hold == nil {
-		fn()
-		return
-	}
-	r.Hold(fn)
-}
+func (r *SRQRing) hold(fn func()) { (&WQ{Hold: r.Hold}).hold(fn) }
 
 // InitSRQ links WQE i to i+1 (mlx5_alloc_srq_buf): head 0, tail the last.
 func (d *Driver) InitSRQ(r *SRQRing) {

@@ -520,7 +520,7 @@ func (qp *QP) readPacket(res *resource, i uint32) error {
 	}
 	pmtu := uint32(qp.cfg.PMTU)
 	f := qp.fields(0, roce.PSNAdd(res.first, int(i)))
-	switch position(i, res.count()) {
+	switch transport.Position(i, res.count()) {
 	case 0:
 		f.BTH.Opcode = roce.RCRDMAReadResponseFirst
 	case 1:

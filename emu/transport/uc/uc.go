@@ -14,6 +14,7 @@
 package uc
 
 import (
+	"cmp"
 	"errors"
 	"log/slog"
 
@@ -44,11 +45,11 @@ type Stats struct {
 
 // QP is the UC transport state of one queue pair: requester and responder.
 type QP struct {
-	env   transport.Env
-	mem   mr.Space
-	log   *slog.Logger
 	cfg   Config
 	state transport.State
+	env   transport.Env // the device
+	mem   mr.Space      // its memory, through the regions
+	log   *slog.Logger
 
 	// Requester: the request being sent (one at a time: nothing waits
 	// for an acknowledgement).
@@ -74,10 +75,7 @@ type QP struct {
 
 // New makes the UC transport of a QP in RESET.
 func New(env transport.Env, mem mr.Space, log *slog.Logger) *QP {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	return &QP{env: env, mem: mem, log: log}
+	return &QP{env: env, mem: mem, log: cmp.Or(log, slog.New(slog.DiscardHandler))}
 }
 
 // Configure takes the QP's current attributes.
@@ -98,21 +96,16 @@ func (qp *QP) ExpectedPSN() uint32 { return qp.ePSN }
 func (qp *QP) SetState(next transport.State) {
 	prev := qp.state
 	qp.state = next
-	if next == transport.StateRTR && prev != transport.StateRTR {
-		qp.ePSN = qp.cfg.RQPSN & roce.Mask24
-	}
-	if next == transport.StateRTS && prev == transport.StateRTR {
-		qp.nextPSN = qp.cfg.SQPSN & roce.Mask24
-	}
-	switch next {
-	case transport.StateReset:
+	switch {
+	case next == transport.StateReset:
 		qp.Reset()
-	case transport.StateErr:
-		if prev != transport.StateErr && qp.busy {
-			qp.busy = false
-			qp.completeSend(transport.StatusWRFlushErr, 0)
-		}
+	case next == transport.StateErr:
+		qp.Flush()
 		qp.inSend, qp.inWrite = false, false
+	case next == transport.StateRTR && prev != next:
+		qp.ePSN = qp.cfg.RQPSN & roce.Mask24
+	case next == transport.StateRTS && prev == transport.StateRTR:
+		qp.nextPSN = qp.cfg.SQPSN & roce.Mask24
 	}
 }
 
@@ -123,34 +116,6 @@ func (qp *QP) Reset() {
 }
 
 // --- Requester ----------------------------------------------------------------
-
-var sendOps = [4][2]roce.Opcode{ // [first, middle, last, only][plain, imm]
-	{roce.UCSendFirst, roce.UCSendFirst},
-	{roce.UCSendMiddle, roce.UCSendMiddle},
-	{roce.UCSendLast, roce.UCSendLastWithImmediate},
-	{roce.UCSendOnly, roce.UCSendOnlyWithImmediate},
-}
-
-var writeOps = [4][2]roce.Opcode{
-	{roce.UCRDMAWriteFirst, roce.UCRDMAWriteFirst},
-	{roce.UCRDMAWriteMiddle, roce.UCRDMAWriteMiddle},
-	{roce.UCRDMAWriteLast, roce.UCRDMAWriteLastWithImmediate},
-	{roce.UCRDMAWriteOnly, roce.UCRDMAWriteOnlyWithImmediate},
-}
-
-// position is where packet i of n sits in its message: 0 first, 1 middle,
-// 2 last, 3 only.
-func position(i, n uint32) int {
-	switch {
-	case n == 1:
-		return 3
-	case i == 0:
-		return 0
-	case i == n-1:
-		return 2
-	}
-	return 1
-}
 
 // Pump takes posted requests and sends their packets, completing each
 // when its last packet is on the wire (a send doorbell, or a kick after
@@ -253,7 +218,7 @@ func (qp *QP) sendPacket(path transport.Path) error {
 	f.BTH.PKey = roce.DefaultPKey
 	f.BTH.DestQP = qp.cfg.DestQPN & roce.Mask24
 	f.BTH.PSN = roce.PSNAdd(qp.nextPSN, int(i))
-	pos := position(i, qp.npkt)
+	pos := transport.Position(i, qp.npkt)
 	last := pos >= 2
 	off := i * pmtu
 	n := min(pmtu, wr.Length-min(off, wr.Length))
@@ -262,9 +227,9 @@ func (qp *QP) sendPacket(path transport.Path) error {
 		imm = 1
 	}
 	if wr.Opcode == transport.OpSend || wr.Opcode == transport.OpSendImm {
-		f.BTH.Opcode = sendOps[pos][imm]
+		f.BTH.Opcode = transport.SendOpcodes[pos][imm].UC()
 	} else {
-		f.BTH.Opcode = writeOps[pos][imm]
+		f.BTH.Opcode = transport.WriteOpcodes[pos][imm].UC()
 		if i == 0 {
 			f.RETH = roce.RETHFields{VA: wr.RemoteAddr, RKey: wr.RKey, DMALength: wr.Length}
 		}
@@ -384,32 +349,27 @@ func (qp *QP) send(pkt *roce.Packet, first, last bool) bool {
 		qp.recv, qp.recvOff, qp.inSend = recv, 0, true
 	}
 	payload := pkt.Payload
+	status, ev := transport.StatusSuccess, transport.Event(0)
 	if qp.recvOff+uint64(len(payload)) > uint64(qp.recv.Cap) {
-		// Larger than the receive buffers: a local length error.
-		id := qp.recv.ID
-		qp.abandon()
-		qp.env.PopRecv()
-		qp.completeRecv(transport.Completion{WRID: id, Opcode: transport.WCRecv, Status: transport.StatusLocLenErr})
-		qp.env.Error(transport.EventQPRequestErr)
-		return false
+		status, ev = transport.StatusLocLenErr, transport.EventQPRequestErr // larger than the receive buffers
+	} else if err := qp.mem.Copy(qp.recv.Segs, qp.recvOff, payload, true); err != nil {
+		status, ev = transport.StatusLocProtErr, transport.EventQPAccessError
 	}
-	if err := qp.mem.Copy(qp.recv.Segs, qp.recvOff, payload, true); err != nil {
+	if status != transport.StatusSuccess {
+		// The receive request completes in error and the QP goes to ERR.
 		id := qp.recv.ID
 		qp.abandon()
 		qp.env.PopRecv()
-		qp.completeRecv(transport.Completion{WRID: id, Opcode: transport.WCRecv, Status: transport.StatusLocProtErr})
-		qp.env.Error(transport.EventQPAccessError)
+		qp.completeRecv(transport.Completion{WRID: id, Opcode: transport.WCRecv, Status: status})
+		qp.env.Error(ev)
 		return false
 	}
 	qp.recvOff += uint64(len(payload))
 	if !last {
 		return true
 	}
-	c := transport.Completion{WRID: qp.recv.ID, Opcode: transport.WCRecv, ByteLen: uint32(qp.recvOff), Solicited: pkt.BTH.SE()}
-	if pkt.ImmDt != nil {
-		copy(c.Imm[:], pkt.ImmDt)
-		c.HasImm = true
-	}
+	c := transport.Completion{WRID: qp.recv.ID, Opcode: transport.WCRecv, ByteLen: uint32(qp.recvOff), Solicited: pkt.BTH.SE(),
+		HasImm: pkt.ImmDt != nil, Imm: imm(pkt.ImmDt)}
 	qp.inSend, qp.recv = false, transport.RecvWR{}
 	qp.env.PopRecv()
 	qp.completeRecv(c)
@@ -461,16 +421,13 @@ func (qp *QP) write(pkt *roce.Packet, op roce.Opcode, first, last bool) bool {
 	if op != roce.UCRDMAWriteLastWithImmediate && op != roce.UCRDMAWriteOnlyWithImmediate {
 		return true
 	}
-	recv, ok := qp.peek()
-	if !ok {
-		return false
+	if recv, ok := qp.peek(); ok {
+		qp.env.PopRecv()
+		qp.completeRecv(transport.Completion{WRID: recv.ID, Opcode: transport.WCRecvWriteImm, ByteLen: qp.writeLen,
+			HasImm: true, Imm: imm(pkt.ImmDt), Solicited: pkt.BTH.SE()})
+		return true
 	}
-	qp.env.PopRecv()
-	c := transport.Completion{WRID: recv.ID, Opcode: transport.WCRecvWriteImm, ByteLen: qp.writeLen, HasImm: true,
-		Solicited: pkt.BTH.SE()}
-	copy(c.Imm[:], pkt.ImmDt)
-	qp.completeRecv(c)
-	return true
+	return false
 }
 
 // Flush completes the request being sent with WR_FLUSH_ERR (the QP in
@@ -480,4 +437,10 @@ func (qp *QP) Flush() {
 		qp.busy = false
 		qp.completeSend(transport.StatusWRFlushErr, 0)
 	}
+}
+
+// imm is a packet's immediate data (zero when it has none).
+func imm(b roce.ImmDt) (v [4]byte) {
+	copy(v[:], b)
+	return v
 }

@@ -10,10 +10,8 @@ import (
 	"github.com/hcaemu/hcaemu/emu/transport/transporttest"
 )
 
+// The QP's peer, PSNs and path MTU; its memory is the fake Env's.
 const (
-	testPD      = transporttest.PD
-	testKey     = transporttest.Key
-	testVA      = transporttest.VA
 	testDestQPN = 0x22
 	testSQPSN   = 500
 	testRQPSN   = 100
@@ -30,33 +28,22 @@ func newHarness(t *testing.T) *harness {
 	h := &harness{Env: transporttest.NewEnv(t)}
 	h.qp = New(h.Env, h.Mem(), nil)
 	h.QP = h.qp
-	h.qp.Configure(Config{PD: testPD, DestQPN: testDestQPN, PMTU: testPMTU, SQPSN: testSQPSN, RQPSN: testRQPSN,
+	h.qp.Configure(Config{PD: transporttest.PD, DestQPN: testDestQPN, PMTU: testPMTU, SQPSN: testSQPSN, RQPSN: testRQPSN,
 		Access: mr.RemoteWrite})
-	for _, s := range []transport.State{transport.StateInit, transport.StateRTR, transport.StateRTS} {
-		h.qp.SetState(s)
-	}
+	transporttest.Connect(h.qp)
 	return h
 }
 
-// post queues a send request over [off, off+n) and rings the doorbell.
+// post posts a send request over [off, off+n) and pumps the QP.
 func (h *harness) post(wr transport.SendWR, off, n int) {
-	wr.Segs, wr.Length = h.Segs(off, n), uint32(n)
-	h.Sends = append(h.Sends, wr)
+	h.Post(wr, off, n)
 	h.qp.Pump()
 }
 
 // receive delivers a packet built from f.
 func (h *harness) receive(f roce.PacketFields) {
 	h.T.Helper()
-	b, err := roce.Build(make([]byte, 8192), &f)
-	if err != nil {
-		h.T.Fatalf("build %v: %v", f.BTH.Opcode, err)
-	}
-	pkt, err := roce.Parse(b)
-	if err != nil {
-		h.T.Fatalf("parse %v: %v", f.BTH.Opcode, err)
-	}
-	h.qp.Receive(&pkt)
+	h.qp.Receive(transporttest.Parsed(h.T, f))
 }
 
 func pkt(op roce.Opcode, psn uint32, payload []byte) roce.PacketFields {
@@ -240,16 +227,16 @@ func TestUCWrite(t *testing.T) {
 		at     int // region offset the data should be at (-1: nowhere)
 		comps  int
 	}{
-		{"write only", mr.RemoteWrite, []roce.PacketFields{reth(pkt(roce.UCRDMAWriteOnly, testRQPSN, data), testVA+4096, testKey, testPMTU)}, 4096, 0},
+		{"write only", mr.RemoteWrite, []roce.PacketFields{reth(pkt(roce.UCRDMAWriteOnly, testRQPSN, data), transporttest.VA+4096, transporttest.Key, testPMTU)}, 4096, 0},
 		{"write imm", mr.RemoteWrite, []roce.PacketFields{func() roce.PacketFields {
-			f := reth(pkt(roce.UCRDMAWriteOnlyWithImmediate, testRQPSN, data), testVA+4096, testKey, testPMTU)
+			f := reth(pkt(roce.UCRDMAWriteOnlyWithImmediate, testRQPSN, data), transporttest.VA+4096, transporttest.Key, testPMTU)
 			f.ImmDt = 5
 			return f
 		}()}, 4096, 1},
-		{"wrong rkey", mr.RemoteWrite, []roce.PacketFields{reth(pkt(roce.UCRDMAWriteOnly, testRQPSN, data), testVA+4096, testKey+1, testPMTU)}, -1, 0},
-		{"no remote write on the QP", 0, []roce.PacketFields{reth(pkt(roce.UCRDMAWriteOnly, testRQPSN, data), testVA+4096, testKey, testPMTU)}, -1, 0},
-		{"beyond the region", mr.RemoteWrite, []roce.PacketFields{reth(pkt(roce.UCRDMAWriteOnly, testRQPSN, data), testVA+transporttest.Pages*4096-10, testKey, testPMTU)}, -1, 0},
-		{"longer than the RETH", mr.RemoteWrite, []roce.PacketFields{reth(pkt(roce.UCRDMAWriteOnly, testRQPSN, data), testVA+4096, testKey, testPMTU-1)}, -1, 0},
+		{"wrong rkey", mr.RemoteWrite, []roce.PacketFields{reth(pkt(roce.UCRDMAWriteOnly, testRQPSN, data), transporttest.VA+4096, transporttest.Key+1, testPMTU)}, -1, 0},
+		{"no remote write on the QP", 0, []roce.PacketFields{reth(pkt(roce.UCRDMAWriteOnly, testRQPSN, data), transporttest.VA+4096, transporttest.Key, testPMTU)}, -1, 0},
+		{"beyond the region", mr.RemoteWrite, []roce.PacketFields{reth(pkt(roce.UCRDMAWriteOnly, testRQPSN, data), transporttest.VA+transporttest.Pages*4096-10, transporttest.Key, testPMTU)}, -1, 0},
+		{"longer than the RETH", mr.RemoteWrite, []roce.PacketFields{reth(pkt(roce.UCRDMAWriteOnly, testRQPSN, data), transporttest.VA+4096, transporttest.Key, testPMTU-1)}, -1, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
