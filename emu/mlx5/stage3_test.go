@@ -11,6 +11,7 @@ import (
 	"github.com/hcaemu/hcaemu/emu/mlx5/ifc"
 	"github.com/hcaemu/hcaemu/emu/mlx5/mlx5test"
 	"github.com/hcaemu/hcaemu/emu/roce"
+	"github.com/hcaemu/hcaemu/emu/transport"
 	uverbs "github.com/hcaemu/hcaemu/uverbs/mlx5"
 )
 
@@ -372,4 +373,51 @@ func attachRogue(t *testing.T, sub *subnet.Subnet) *subnet.Port {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// TestUCErrors: a UC SEND whose data segment names a wrong key completes
+// with LOCAL_PROT_ERR and moves the QP to ERR: the next send and a posted
+// receive are flushed; an RDMA READ (no UC operation) is refused (as
+// every WQE the decoder refuses, with LOCAL_LENGTH: TakeSend's mapping;
+// the spec's §7.5.1 wants LOCAL_QP_OP_ERR for an opcode the service type
+// has not); the peer gets nothing.
+func TestUCErrors(t *testing.T) {
+	a, b := ucPair(t, subnet.New(subnet.Config{}))
+	bad := a.seg(0, 64)
+	bad.LKey ^= 0x01
+	idx := a.drv.PostSend(a.wq, &uverbs.SendWQE{Ctrl: uverbs.CtrlSeg{Opcode: uverbs.OpcodeSend, FMCESE: signaled},
+		Data: []uverbs.DataSeg{bad}})
+	if e := uverbs.DecodeErrCQE(a.poll(t)); e.Opcode != uverbs.CQEReqErr || e.Syndrome != uverbs.SyndromeLocalProtErr ||
+		e.WQECounter != idx || e.QPN != a.wq.Q.QPN || e.SRQN != 0x77 {
+		t.Fatalf("error CQE %+v", e)
+	}
+	if _, st, _ := a.d.QPState(a.wq.Q.QPN); st != transport.StateErr {
+		t.Fatalf("QP state %v, want ERR", st)
+	}
+	a.drv.PostRecv(a.wq, a.seg(8192, 64))
+	idx = a.drv.PostSend(a.wq, &uverbs.SendWQE{Ctrl: uverbs.CtrlSeg{Opcode: uverbs.OpcodeSend},
+		Data: []uverbs.DataSeg{a.seg(0, 64)}})
+	flushed := map[uint8]uint16{}
+	for range 2 {
+		e := uverbs.DecodeErrCQE(a.poll(t))
+		if e.Syndrome != uverbs.SyndromeWRFlushErr {
+			t.Fatalf("flush CQE %+v", e)
+		}
+		flushed[e.Opcode] = e.WQECounter
+	}
+	if w, ok := flushed[uverbs.CQEReqErr]; !ok || w != idx {
+		t.Fatalf("send not flushed: %v", flushed)
+	}
+	if w, ok := flushed[uverbs.CQERespErr]; !ok || w != 0 {
+		t.Fatalf("receive not flushed: %v", flushed)
+	}
+	b.noCQE(t)
+
+	c, d := ucPair(t, subnet.New(subnet.Config{}))
+	idx = c.drv.PostSend(c.wq, &uverbs.SendWQE{Ctrl: uverbs.CtrlSeg{Opcode: uverbs.OpcodeRDMARead, FMCESE: signaled},
+		Segs: uverbs.HasRAddr, RAddr: uverbs.RAddrSeg{RAddr: d.data, RKey: d.key}, Data: []uverbs.DataSeg{c.seg(0, 64)}})
+	if e := uverbs.DecodeErrCQE(c.poll(t)); e.Opcode != uverbs.CQEReqErr || e.Syndrome != uverbs.SyndromeLocalLengthErr || e.WQECounter != idx {
+		t.Fatalf("READ on UC: %+v", e)
+	}
+	d.noCQE(t)
 }
