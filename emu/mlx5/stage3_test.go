@@ -421,3 +421,48 @@ func TestUCErrors(t *testing.T) {
 	}
 	d.noCQE(t)
 }
+
+// TestUCSharedSRQ: two UC QPs of one device receive through one RMP, their
+// multi-packet messages interleaved on the wire: each message takes the
+// RMP's head WQE at its first packet, so the second QP's message (one
+// packet, in between) lands in the next WQE and neither overwrites the
+// other.
+func TestUCSharedSRQ(t *testing.T) {
+	sub := subnet.New(subnet.Config{})
+	a := newRCEnd(t, "hca0", sub, 0x0002c90300000100)
+	b0 := newRCEnd(t, "hca1", sub, 0x0002c90300000200)
+	in, s := b0.drv.CreateRMPIn(b0.pd, 2, 6)
+	s, err := b0.drv.CreateSRQ(in, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ring := &mlx5test.SRQRing{S: s, LogSize: 2, Stride: 64, Hold: b0.wq.Hold}
+	b0.drv.InitSRQ(ring)
+	ucSRQ := func(q *mlx5test.QPArgs) { q.St, q.RQType, q.SRQ = ifc.QPStUC, ifc.RQTypeSRQ, s.N }
+	b1 := addEnd(t, b0.d, b0.drv, b0.ib, ucSRQ)
+	b2 := addEnd(t, b0.d, b0.drv, b0.ib, ucSRQ)
+	b1.connect(t, a.lid, 0x123)
+	b2.connect(t, a.lid, 0x124)
+	w0 := b0.drv.PostSRQRecv(ring, b0.seg(8192, 4096))
+	w1 := b0.drv.PostSRQRecv(ring, b0.seg(16384, 4096))
+	first := bytes.Repeat([]byte{0xa1}, 1024) // the PMTU connect sets
+	for _, p := range []struct {
+		to      *rcEnd
+		op      roce.Opcode
+		psn     uint32
+		payload []byte
+	}{{b1, roce.UCSendFirst, 0x100, first}, {b2, roce.UCSendOnly, 0x100, []byte("two")}, {b1, roce.UCSendLast, 0x101, []byte("one")}} {
+		pkt, err := ib.Build(fabric.NewFrame(), &ib.PacketFields{LRH: ib.LRHFields{DLID: b0.lid, SLID: a.lid},
+			Transport: roce.PacketFields{BTH: roce.BTHFields{Opcode: p.op, PKey: 0xffff, DestQP: p.to.wq.Q.QPN, PSN: p.psn}, Payload: p.payload}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.d.ibPort.Send(pkt)
+		b0.d.Sync()
+	}
+	checkRecv(t, b2.poll(t), uverbs.CQERespSend, b2.wq.Q.QPN, 0x124, a.lid, w1, 0x77, 3)
+	checkRecv(t, b1.poll(t), uverbs.CQERespSend, b1.wq.Q.QPN, 0x123, a.lid, w0, 0x77, 1027)
+	if !bytes.Equal(b0.mem(8192, 1027), append(first, "one"...)) || !bytes.Equal(b0.mem(16384, 3), []byte("two")) {
+		t.Fatal("interleaved UC messages misplaced")
+	}
+}

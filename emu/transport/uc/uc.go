@@ -63,7 +63,11 @@ type QP struct {
 	ePSN     uint32
 	inSend   bool
 	inWrite  bool
-	recv     transport.RecvWR // the receive request of the SEND in progress (peeked, not popped)
+	// recv is the receive request the QP took off its queue for a
+	// message (hasRecv): the SEND in progress, or one whose message was
+	// lost, kept for the next message.
+	recv     transport.RecvWR
+	hasRecv  bool
 	recvOff  uint64
 	writeRef mr.Ref
 	writeVA  uint64
@@ -304,32 +308,43 @@ func (qp *QP) Receive(pkt *roce.Packet) bool {
 	return qp.write(pkt, op, first, last)
 }
 
-// abandon drops the message in progress; its receive request stays posted
-// for the next message.
+// abandon drops the message in progress; its receive request, if it has
+// one, stays the QP's for the next message (IBTA 9.8.3: a lost UC message
+// consumes no receive WQE).
 func (qp *QP) abandon() {
 	if qp.inSend || qp.inWrite {
 		qp.stats.MessagesLost++
 	}
 	qp.inSend, qp.inWrite = false, false
-	qp.recv = transport.RecvWR{}
 }
 
-// peek returns the receive request the next message consumes; ok=false:
-// none (the message is dropped) or a bad one (completed in error, QP to
-// ERR).
-func (qp *QP) peek() (transport.RecvWR, bool) {
+// takeRecv makes sure the QP holds the receive request the next message
+// consumes: the one it holds, or the next posted one, taken off the queue
+// (at once: a queue an SRQ shares with other QPs moves on). false: none
+// (the message is dropped) or a bad one (completed in error, QP to ERR).
+func (qp *QP) takeRecv() bool {
+	if qp.hasRecv {
+		return true
+	}
 	recv, status, ok := qp.env.PeekRecv()
 	if !ok {
 		qp.stats.Dropped++
-		return recv, false
+		return false
 	}
+	qp.env.PopRecv()
 	if status != transport.StatusSuccess {
-		qp.env.PopRecv()
 		qp.completeRecv(transport.Completion{WRID: recv.ID, Opcode: transport.WCRecv, Status: transport.StatusLocQPOpErr})
 		qp.env.Error(transport.EventQPFatal)
-		return recv, false
+		return false
 	}
-	return recv, true
+	qp.recv, qp.hasRecv = recv, true
+	return true
+}
+
+// done completes the receive request the QP holds with c.
+func (qp *QP) done(c transport.Completion) {
+	c.WRID, qp.hasRecv = qp.recv.ID, false
+	qp.completeRecv(c)
 }
 
 func (qp *QP) completeRecv(c transport.Completion) {
@@ -342,11 +357,10 @@ func (qp *QP) completeRecv(c transport.Completion) {
 // packet; the LAST consumes and completes it.
 func (qp *QP) send(pkt *roce.Packet, first, last bool) bool {
 	if first {
-		recv, ok := qp.peek()
-		if !ok {
+		if !qp.takeRecv() {
 			return false
 		}
-		qp.recv, qp.recvOff, qp.inSend = recv, 0, true
+		qp.recvOff, qp.inSend = 0, true
 	}
 	payload := pkt.Payload
 	status, ev := transport.StatusSuccess, transport.Event(0)
@@ -357,10 +371,8 @@ func (qp *QP) send(pkt *roce.Packet, first, last bool) bool {
 	}
 	if status != transport.StatusSuccess {
 		// The receive request completes in error and the QP goes to ERR.
-		id := qp.recv.ID
 		qp.abandon()
-		qp.env.PopRecv()
-		qp.completeRecv(transport.Completion{WRID: id, Opcode: transport.WCRecv, Status: status})
+		qp.done(transport.Completion{Opcode: transport.WCRecv, Status: status})
 		qp.env.Error(ev)
 		return false
 	}
@@ -368,11 +380,9 @@ func (qp *QP) send(pkt *roce.Packet, first, last bool) bool {
 	if !last {
 		return true
 	}
-	c := transport.Completion{WRID: qp.recv.ID, Opcode: transport.WCRecv, ByteLen: uint32(qp.recvOff), Solicited: pkt.BTH.SE(),
-		HasImm: pkt.ImmDt != nil, Imm: imm(pkt.ImmDt)}
-	qp.inSend, qp.recv = false, transport.RecvWR{}
-	qp.env.PopRecv()
-	qp.completeRecv(c)
+	qp.inSend = false
+	qp.done(transport.Completion{Opcode: transport.WCRecv, ByteLen: uint32(qp.recvOff), Solicited: pkt.BTH.SE(),
+		HasImm: pkt.ImmDt != nil, Imm: imm(pkt.ImmDt)})
 	return true
 }
 
@@ -421,21 +431,24 @@ func (qp *QP) write(pkt *roce.Packet, op roce.Opcode, first, last bool) bool {
 	if op != roce.UCRDMAWriteLastWithImmediate && op != roce.UCRDMAWriteOnlyWithImmediate {
 		return true
 	}
-	if recv, ok := qp.peek(); ok {
-		qp.env.PopRecv()
-		qp.completeRecv(transport.Completion{WRID: recv.ID, Opcode: transport.WCRecvWriteImm, ByteLen: qp.writeLen,
+	if qp.takeRecv() {
+		qp.done(transport.Completion{Opcode: transport.WCRecvWriteImm, ByteLen: qp.writeLen,
 			HasImm: true, Imm: imm(pkt.ImmDt), Solicited: pkt.BTH.SE()})
 		return true
 	}
 	return false
 }
 
-// Flush completes the request being sent with WR_FLUSH_ERR (the QP in
-// ERR; the device flushes its queues itself).
+// Flush completes the request being sent and the receive request the QP
+// holds with WR_FLUSH_ERR (the QP in ERR; the device flushes its queues
+// itself).
 func (qp *QP) Flush() {
 	if qp.busy {
 		qp.busy = false
 		qp.completeSend(transport.StatusWRFlushErr, 0)
+	}
+	if qp.hasRecv {
+		qp.done(transport.Completion{Opcode: transport.WCRecv, Status: transport.StatusWRFlushErr})
 	}
 }
 

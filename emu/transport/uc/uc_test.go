@@ -263,3 +263,21 @@ func TestUCWrite(t *testing.T) {
 		})
 	}
 }
+
+// TestUCHeldRecv: the receive request a lost message took stays the QP's:
+// the next message completes in it, and the QP going to ERR flushes it
+// (it is off the queue).
+func TestUCHeldRecv(t *testing.T) {
+	h := newHarness(t)
+	h.PostRecv(1, 0, 4096)
+	h.PostRecv(2, 4096, 4096)
+	full := make([]byte, testPMTU)
+	h.receive(pkt(roce.UCSendFirst, testRQPSN, full))
+	h.receive(pkt(roce.UCSendLast, testRQPSN+2, []byte("x"))) // the middle was lost
+	if len(h.Recvs) != 1 || len(h.Completions()) != 0 {
+		t.Fatalf("%d receives posted", len(h.Recvs))
+	}
+	h.qp.SetState(transport.StateErr)
+	transporttest.CheckCompletions(t, h.Completions(), []transport.Completion{
+		{WRID: 1, Status: transport.StatusWRFlushErr, Opcode: transport.WCRecv, Recv: true}})
+}
