@@ -60,9 +60,9 @@ type QP struct {
 	nextPSN uint32
 
 	// Responder.
-	ePSN     uint32
-	inSend   bool
-	inWrite  bool
+	ePSN    uint32
+	inSend  bool
+	inWrite bool
 	// recv is the receive request the QP took off its queue for a
 	// message (hasRecv): the SEND in progress, or one whose message was
 	// lost, kept for the next message.
