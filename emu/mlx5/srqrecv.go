@@ -32,6 +32,7 @@ type srqState struct {
 type srqEnv struct {
 	xrcSRQN  uint32 // XRC target: the XRC SRQ of the packet being received
 	peekSRQN uint32 // the SRQ of the WQE peeked
+	peekObj  *srq   // the same SRQ object (not one made since with its number)
 	peekGen  uint32 // its generation then
 	srqNext  uint16 // the peeked WQE's next_wqe_index
 	recvSRQN uint32 // the SRQ of the WQE consumed last (its completion's)
@@ -72,7 +73,7 @@ func (env *qpEnv) peekSRQ() (transport.RecvWR, transport.Status, bool) {
 	if s == nil {
 		return transport.RecvWR{}, 0, false
 	}
-	if env.rqPeeked && env.peekSRQN == n && env.peekGen == s.st.gen {
+	if env.rqPeeked && env.peekObj == s && env.peekGen == s.st.gen {
 		return env.recv, env.recvSt, true
 	}
 	env.rqPeeked = false
@@ -112,7 +113,7 @@ func (env *qpEnv) peekSRQ() (transport.RecvWR, transport.Status, bool) {
 		env.recvSegs, env.recv.Cap, env.recvSt = segs, n, transport.SegsStatus(err)
 		env.recv.Segs = env.recvSegs
 	}
-	env.rqPeeked, env.peekSRQN, env.peekGen = true, n, s.st.gen
+	env.rqPeeked, env.peekSRQN, env.peekObj, env.peekGen = true, n, s, s.st.gen
 	return env.recv, env.recvSt, true
 }
 
@@ -122,7 +123,7 @@ func (env *qpEnv) popSRQ() {
 	env.rqPeeked = false
 	env.recvSRQN = env.peekSRQN
 	s := env.d.fn.obj.srqs.Get(env.peekSRQN)
-	if s == nil || s.st.gen != env.peekGen {
+	if s == nil || s != env.peekObj || s.st.gen != env.peekGen {
 		return
 	}
 	s.st.head = env.srqNext
