@@ -14,6 +14,7 @@ import (
 	"github.com/hcaemu/hcaemu/emu/roce"
 	"github.com/hcaemu/hcaemu/emu/transport"
 	"github.com/hcaemu/hcaemu/emu/transport/rc"
+	"github.com/hcaemu/hcaemu/emu/transport/ud"
 	uverbs "github.com/hcaemu/hcaemu/uverbs/mlx5"
 )
 
@@ -214,6 +215,9 @@ type qpEnv struct {
 	// The IB path: the remote LID and SL of the primary address path.
 	dlid uint16
 	sl   uint8
+	// A datagram being received: its LRH's source LID and SL (its CQE's).
+	rxSLID uint16
+	rxSL   uint8
 	// The SQ: its WQEBBs copied once into sq (the ring's image) from
 	// sqCons up to sqStaged; sqCons is the counter of the next WQE.
 	sq               []byte
@@ -270,7 +274,7 @@ func (d *Device) qpTransition(q *qp) {
 		d.ucTransition(q) // uc.go
 		return
 	}
-	if q.st != ifc.QPStRC && q.st != ifc.QPStXRC && q.st != ifc.QPStQP0 && q.st != ifc.QPStQP1 {
+	if q.st != ifc.QPStRC && q.st != ifc.QPStXRC && q.st != ifc.QPStQP0 && !isDatagram(q.st) {
 		return
 	}
 	if q.state == ifc.QPStateRST {
@@ -278,17 +282,27 @@ func (d *Device) qpTransition(q *qp) {
 			q.RC.Reset()
 			q.RC.SetState(transport.StateReset)
 		}
+		if q.UD != nil {
+			q.UD.SetState(transport.StateReset)
+		}
 		q.env.reset()
 		return
 	}
 	if q.env == nil {
 		q.env = d.newEnv(q)
-		if q.st == ifc.QPStRC || q.st == ifc.QPStXRC {
+		switch {
+		case q.st == ifc.QPStRC || q.st == ifc.QPStXRC:
 			q.RC = rc.New(q.env, q.env.mem, d.log.With("qpn", q.QPN))
+		case isDatagram(q.st):
+			q.UD = ud.New(q.env, q.env.mem, d.log.With("qpn", q.QPN))
 		}
 	}
+	if q.UD != nil {
+		d.configureUD(q)
+		return
+	}
 	if q.RC == nil {
-		return // QP0, QP1: sendSink
+		return // QP0: sendSink
 	}
 	ctx := q.ctx[:]
 	var access uint32
@@ -332,7 +346,13 @@ func (d *Device) serviceQP(h uint32, work hca.Work, gen uint64, expired bool) {
 		return
 	}
 	if q.RC == nil {
-		if work&hca.WorkSend != 0 && q.state == ifc.QPStateRTS {
+		switch {
+		case q.state == ifc.QPStateERR:
+			q.env.flush()
+		case work&hca.WorkSend == 0 || q.state != ifc.QPStateRTS:
+		case q.UD != nil:
+			q.env.sendUD()
+		default:
 			q.env.sendSink()
 		}
 		return
@@ -355,9 +375,8 @@ func (d *Device) serviceQP(h uint32, work hca.Work, gen uint64, expired bool) {
 	}
 }
 
-// sendSink completes the send WQEs of QP0 and QP1 (spec §11 Stage 1:
-// ib_mad's QP1 sends completed) without sending them: the subnet's SM
-// and SA do not answer MADs on the wire before Stage 4. The WQEs are
+// sendSink completes the send WQEs of QP0 without sending them: the
+// subnet carries no SMPs (its SM assigns LIDs without MADs). The WQEs are
 // taken and validated as any (an error CQE for a bad one).
 func (env *qpEnv) sendSink() {
 	n, ok := env.PendingSends()
@@ -370,14 +389,21 @@ func (env *qpEnv) sendSink() {
 	}
 }
 
-// receiveFrame is an IB packet the port delivered (lock held): it goes to
-// the RC QP its BTH names if it came from that QP's remote LID to this
-// port's LID with the default P_Key.
+// receiveFrame is an IB packet the port delivered (lock held): with the
+// default P_Key, a datagram goes to its UD or GSI QPs (receiveDatagram),
+// and any other to the RC QP its BTH names if it came from that QP's
+// remote LID to this port's LID.
 func (d *Device) receiveFrame(frame []byte) {
 	defer fabric.Release(frame)
 	pkt, err := ib.Parse(frame)
-	if err != nil || d.ibPort == nil {
+	if err != nil || d.ibPort == nil || pkt.Transport.BTH.PKey()&0x7fff != 0x7fff {
 		d.stats.RxDropped++
+		return
+	}
+	if op := pkt.Transport.BTH.Opcode(); op == roce.UDSendOnly || op == roce.UDSendOnlyWithImmediate {
+		if !d.receiveDatagram(&pkt) {
+			d.stats.RxDropped++
+		}
 		return
 	}
 	q := d.qpByQPN(pkt.Transport.BTH.DestQP())
@@ -388,8 +414,7 @@ func (d *Device) receiveFrame(frame []byte) {
 	switch {
 	case q == nil || q.RC == nil || q.env == nil,
 		pkt.LRH.DLID() != d.ibPort.LID(),
-		pkt.LRH.SLID() != q.env.dlid,
-		pkt.Transport.BTH.PKey()&0x7fff != 0x7fff:
+		pkt.LRH.SLID() != q.env.dlid:
 		d.stats.RxDropped++
 		return
 	}
@@ -485,6 +510,9 @@ func (env *qpEnv) TakeSend(wr *transport.SendWR) bool {
 	case wr.Opcode == transport.OpUnsupported:
 		wr.Opcode, wr.Status = transport.OpSend, transport.StatusLocQPOpErr
 		return true
+	}
+	if w.Segs&uverbs.HasAV != 0 {
+		env.takeAV(wr, &w.AV)
 	}
 	switch wr.Opcode {
 	case transport.OpSendImm, transport.OpWriteImm:
@@ -660,6 +688,9 @@ func (env *qpEnv) Complete(c transport.Completion) {
 			} else if c.Invalidated {
 				cqe.ImmInvalPkey = binary.LittleEndian.Uint32(c.Imm[:])
 			}
+			if q.UD != nil {
+				env.udCQE(&cqe, &c)
+			}
 		} else {
 			cqe.SOpcode = uint8(c.WRID >> 16)
 		}
@@ -745,17 +776,16 @@ func (env *qpEnv) flush() {
 func (env *qpEnv) Drained() {}
 func (env *qpEnv) Publish() {}
 
-// Path: the RoCE path is unused on IB (Transmit takes the LIDs from the
-// env); a QP without a remote LID sends nothing.
-func (env *qpEnv) Path() (transport.Path, bool) { return transport.Path{}, env.dlid != 0 }
-
-func (env *qpEnv) PathTo(*transport.AddressHandle) (transport.Path, bool) {
-	return transport.Path{}, false
+// Path is a connected QP's IB path: the remote LID and SL of its primary
+// address path (no GRH: the subnet is one); a QP without a remote LID
+// sends nothing.
+func (env *qpEnv) Path() (transport.Path, bool) {
+	return transport.Path{DLID: env.dlid, SL: env.sl}, env.dlid != 0
 }
 
-// Transmit builds an IB packet (LRH, BTH..., ICRC, VCRC) and sends it
-// through the device's port.
-func (env *qpEnv) Transmit(_ transport.Path, f roce.PacketFields, payload transport.Payload) error {
+// Transmit builds an IB packet (LRH, a GRH when the path is global, BTH...,
+// ICRC, VCRC) and sends it through the device's port.
+func (env *qpEnv) Transmit(path transport.Path, f roce.PacketFields, payload transport.Payload) error {
 	d := env.d
 	if d.ibPort == nil {
 		return nil // no subnet: the packet is lost
@@ -769,11 +799,15 @@ func (env *qpEnv) Transmit(_ transport.Path, f roce.PacketFields, payload transp
 			return err
 		}
 	}
+	pf := ib.PacketFields{LRH: ib.LRHFields{SL: path.SL, DLID: path.DLID, SLID: d.ibPort.LID()}, Transport: f}
+	var grh ib.GRHFields
+	if path.Global {
+		grh = ib.GRHFields{TClass: path.TClass, FlowLabel: path.FlowLabel, HopLmt: path.HopLimit,
+			SGID: d.ibPort.GID(), DGID: path.Dst.As16()}
+		pf.GRH = &grh
+	}
 	frame := fabric.NewFrame()
-	pkt, err := ib.Build(frame, &ib.PacketFields{
-		LRH:       ib.LRHFields{SL: env.sl, DLID: env.dlid, SLID: d.ibPort.LID()},
-		Transport: f,
-	})
+	pkt, err := ib.Build(frame, &pf)
 	if err != nil {
 		fabric.Release(frame)
 		return err

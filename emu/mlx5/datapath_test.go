@@ -46,12 +46,18 @@ func (e *rcEnd) another(t *testing.T) *rcEnd { return addRCEnd(t, e.d, e.drv, e.
 
 func addRCEnd(t *testing.T, d *Device, drv *mlx5test.Driver, ib *mlx5test.IB) *rcEnd {
 	t.Helper()
-	return addEnd(t, d, drv, ib, nil) // stage3_test.go
+	return addEnd(t, d, drv, ib, ifc.QPStRC)
 }
 
-// addEnd is addRCEnd with the QP's creation arguments changed by tweak
-// (nil: none).
-func addEnd(t *testing.T, d *Device, drv *mlx5test.Driver, ib *mlx5test.IB, tweak func(*mlx5test.QPArgs)) *rcEnd {
+// addEnd is an end whose QP has service type st.
+func addEnd(t *testing.T, d *Device, drv *mlx5test.Driver, ib *mlx5test.IB, st uint32) *rcEnd {
+	t.Helper()
+	return addEndWith(t, d, drv, ib, func(a *mlx5test.QPArgs) { a.St = st })
+}
+
+// addEndWith is an end whose QP's creation arguments (an RC QP's) tweak
+// changes (nil: none).
+func addEndWith(t *testing.T, d *Device, drv *mlx5test.Driver, ib *mlx5test.IB, tweak func(*mlx5test.QPArgs)) *rcEnd {
 	t.Helper()
 	pd, err := drv.AllocPD()
 	if err != nil {

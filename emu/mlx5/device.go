@@ -182,6 +182,8 @@ type Stats struct {
 	CQOverruns    uint64 // CQEs dropped: their CQ was full
 	RxDropped     uint64 // IB packets the device took and dropped
 	RxQueueFull   uint64 // IB packets refused: the engine's receive queue was full (the sender retries)
+	// QKeyViolations: datagrams a UD or GSI QP dropped for their Q_Key.
+	QKeyViolations uint64
 }
 
 // New creates a device in its power-on state.

@@ -49,7 +49,7 @@ func FuzzSRQRecv(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b := addEnd(t, b0.d, b0.drv, b0.ib, func(q *mlx5test.QPArgs) { q.RQType, q.SRQ = ifc.RQTypeSRQ, s.N })
+		b := addEndWith(t, b0.d, b0.drv, b0.ib, func(q *mlx5test.QPArgs) { q.RQType, q.SRQ = ifc.RQTypeSRQ, s.N })
 		a.connect(t, b0.lid, b.wq.Q.QPN)
 		b.connect(t, a.lid, a.wq.Q.QPN)
 		// The guest's RMP: the input over its WQEs (a data segment's

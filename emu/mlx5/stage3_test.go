@@ -21,7 +21,7 @@ func ucPair(t *testing.T, sub *subnet.Subnet) (*rcEnd, *rcEnd) {
 	uc := func(a *mlx5test.QPArgs) { a.St = ifc.QPStUC }
 	d0, drv0, ib0, _ := ibProbed(t, Config{Name: "hca0", Subnet: sub, NodeGUID: 0x0002c90300000100})
 	d1, drv1, ib1, _ := ibProbed(t, Config{Name: "hca1", Subnet: sub, NodeGUID: 0x0002c90300000200})
-	a, b := addEnd(t, d0, drv0, ib0, uc), addEnd(t, d1, drv1, ib1, uc)
+	a, b := addEndWith(t, d0, drv0, ib0, uc), addEndWith(t, d1, drv1, ib1, uc)
 	a.connect(t, b.lid, b.wq.Q.QPN)
 	b.connect(t, a.lid, a.wq.Q.QPN)
 	return a, b
@@ -80,7 +80,7 @@ func TestUCTwoDevices(t *testing.T) {
 
 	c := newRCEnd(t, "hca2", subnet.New(subnet.Config{}), 0x0002c90300000300)
 	uc := func(a *mlx5test.QPArgs) { a.St = ifc.QPStUC }
-	x, y := addEnd(t, c.d, c.drv, c.ib, uc), addEnd(t, c.d, c.drv, c.ib, uc)
+	x, y := addEndWith(t, c.d, c.drv, c.ib, uc), addEndWith(t, c.d, c.drv, c.ib, uc)
 	x.connect(t, c.lid, y.wq.Q.QPN)
 	y.connect(t, c.lid, x.wq.Q.QPN)
 	ucExchange(t, x, y, 0)
@@ -173,8 +173,8 @@ func TestSRQShared(t *testing.T) {
 	ring := &mlx5test.SRQRing{S: s, LogSize: 2, Stride: 64, Hold: b0.wq.Hold}
 	b0.drv.InitSRQ(ring)
 	srqQP := func(a *mlx5test.QPArgs) { a.RQType, a.SRQ, a.UserIndex = ifc.RQTypeSRQ, s.N, 0x99 }
-	b1 := addEnd(t, b0.d, b0.drv, b0.ib, srqQP)
-	b2 := addEnd(t, b0.d, b0.drv, b0.ib, srqQP)
+	b1 := addEndWith(t, b0.d, b0.drv, b0.ib, srqQP)
+	b2 := addEndWith(t, b0.d, b0.drv, b0.ib, srqQP)
 	a0.connect(t, b0.lid, b1.wq.Q.QPN)
 	b1.connect(t, a0.lid, a0.wq.Q.QPN)
 	a1.connect(t, b0.lid, b2.wq.Q.QPN)
@@ -242,14 +242,14 @@ func newXRC(t *testing.T) *xrcSetup {
 	sub := subnet.New(subnet.Config{})
 	d0, drv0, ib0, _ := ibProbed(t, Config{Name: "hca0", Subnet: sub, NodeGUID: 0x0002c90300000100})
 	d1, drv1, ib1, _ := ibProbed(t, Config{Name: "hca1", Subnet: sub, NodeGUID: 0x0002c90300000200})
-	ini := addEnd(t, d0, drv0, ib0, func(a *mlx5test.QPArgs) {
+	ini := addEndWith(t, d0, drv0, ib0, func(a *mlx5test.QPArgs) {
 		a.St, a.RQType, a.SRQ, a.XRCD, a.RcvCQ = ifc.QPStXRC, ifc.RQTypeSRQ, ib0.S0.N, ib0.XRCD1, ib0.C0.CQN
 	})
 	xrcd, err := drv1.AllocXRCD()
 	if err != nil {
 		t.Fatal(err)
 	}
-	tgt := addEnd(t, d1, drv1, ib1, func(a *mlx5test.QPArgs) {
+	tgt := addEndWith(t, d1, drv1, ib1, func(a *mlx5test.QPArgs) {
 		a.St, a.RQType, a.SRQ, a.XRCD, a.NoSQ, a.UAR = ifc.QPStXRC, ifc.RQTypeSRQ, ib1.S0.N, xrcd, true, 0
 		a.PD, a.SndCQ, a.RcvCQ = ib1.P0, ib1.C0.CQN, ib1.C0.CQN
 	})
@@ -439,8 +439,8 @@ func TestUCSharedSRQ(t *testing.T) {
 	ring := &mlx5test.SRQRing{S: s, LogSize: 2, Stride: 64, Hold: b0.wq.Hold}
 	b0.drv.InitSRQ(ring)
 	ucSRQ := func(q *mlx5test.QPArgs) { q.St, q.RQType, q.SRQ = ifc.QPStUC, ifc.RQTypeSRQ, s.N }
-	b1 := addEnd(t, b0.d, b0.drv, b0.ib, ucSRQ)
-	b2 := addEnd(t, b0.d, b0.drv, b0.ib, ucSRQ)
+	b1 := addEndWith(t, b0.d, b0.drv, b0.ib, ucSRQ)
+	b2 := addEndWith(t, b0.d, b0.drv, b0.ib, ucSRQ)
 	b1.connect(t, a.lid, 0x123)
 	b2.connect(t, a.lid, 0x124)
 	w0 := b0.drv.PostSRQRecv(ring, b0.seg(8192, 4096))

@@ -122,6 +122,12 @@ type AddressHandle struct {
 	HopLimit     uint8
 	TrafficClass uint8
 	FlowLabel    uint32
+	// The InfiniBand link layer (an IB port's datagrams): the destination
+	// LID and SL of the LRH, and whether a GRH follows it (Global; RoCE
+	// packets always carry their IP header).
+	DLID   uint16
+	SL     uint8
+	Global bool
 }
 
 // SendWR is a send work request as the transport sees it: copied out of the
@@ -189,6 +195,12 @@ type Path struct {
 	TClass    uint8
 	FlowLabel uint32
 	SrcPort   uint16
+	// The InfiniBand link layer: the LRH's destination LID and SL, and
+	// Global when a GRH follows it (its SGID and DGID are Src and Dst,
+	// 16-byte addresses). RoCE paths leave them zero.
+	DLID   uint16
+	SL     uint8
+	Global bool
 }
 
 // ErrPeerBusy reports a frame the receiver's full queue refused: send it
