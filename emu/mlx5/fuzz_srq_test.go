@@ -44,11 +44,7 @@ func FuzzSRQRecv(f *testing.F) {
 		sub := subnet.New(subnet.Config{})
 		a := newRCEnd(t, "hca0", sub, 0x0002c90300000100)
 		b0 := newRCEnd(t, "hca1", sub, 0x0002c90300000200)
-		rin, s := b0.drv.CreateRMPIn(b0.pd, 2, 6)
-		s, err := b0.drv.CreateSRQ(rin, s)
-		if err != nil {
-			t.Fatal(err)
-		}
+		s, _ := newRMP(t, b0)
 		b := addEndWith(t, b0.d, b0.drv, b0.ib, func(q *mlx5test.QPArgs) { q.RQType, q.SRQ = ifc.RQTypeSRQ, s.N })
 		a.connect(t, b0.lid, b.wq.Q.QPN)
 		b.connect(t, a.lid, a.wq.Q.QPN)

@@ -165,13 +165,7 @@ func TestSRQShared(t *testing.T) {
 	a0 := newRCEnd(t, "hca0", sub, 0x0002c90300000100)
 	a1 := a0.another(t)
 	b0 := newRCEnd(t, "hca1", sub, 0x0002c90300000200)
-	in, s := b0.drv.CreateRMPIn(b0.pd, 2, 6) // 4 WQEs of 64 bytes
-	s, err := b0.drv.CreateSRQ(in, s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ring := &mlx5test.SRQRing{S: s, LogSize: 2, Stride: 64, Hold: b0.wq.Hold}
-	b0.drv.InitSRQ(ring)
+	s, ring := newRMP(t, b0) // 4 WQEs of 64 bytes
 	srqQP := func(a *mlx5test.QPArgs) { a.RQType, a.SRQ, a.UserIndex = ifc.RQTypeSRQ, s.N, 0x99 }
 	b1 := addEndWith(t, b0.d, b0.drv, b0.ib, srqQP)
 	b2 := addEndWith(t, b0.d, b0.drv, b0.ib, srqQP)
@@ -431,13 +425,7 @@ func TestUCSharedSRQ(t *testing.T) {
 	sub := subnet.New(subnet.Config{})
 	a := newRCEnd(t, "hca0", sub, 0x0002c90300000100)
 	b0 := newRCEnd(t, "hca1", sub, 0x0002c90300000200)
-	in, s := b0.drv.CreateRMPIn(b0.pd, 2, 6)
-	s, err := b0.drv.CreateSRQ(in, s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ring := &mlx5test.SRQRing{S: s, LogSize: 2, Stride: 64, Hold: b0.wq.Hold}
-	b0.drv.InitSRQ(ring)
+	s, ring := newRMP(t, b0) // 4 WQEs of 64 bytes
 	ucSRQ := func(q *mlx5test.QPArgs) { q.St, q.RQType, q.SRQ = ifc.QPStUC, ifc.RQTypeSRQ, s.N }
 	b1 := addEndWith(t, b0.d, b0.drv, b0.ib, ucSRQ)
 	b2 := addEndWith(t, b0.d, b0.drv, b0.ib, ucSRQ)
@@ -465,4 +453,18 @@ func TestUCSharedSRQ(t *testing.T) {
 	if !bytes.Equal(b0.mem(8192, 1027), append(first, "one"...)) || !bytes.Equal(b0.mem(16384, 3), []byte("two")) {
 		t.Fatal("interleaved UC messages misplaced")
 	}
+}
+
+// newRMP is an RMP of 4 WQEs of 64 bytes in e's PD, its list linked as
+// the provider links it.
+func newRMP(t testing.TB, e *rcEnd) (*mlx5test.SRQ, *mlx5test.SRQRing) {
+	t.Helper()
+	in, s := e.drv.CreateRMPIn(e.pd, 2, 6)
+	s, err := e.drv.CreateSRQ(in, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ring := &mlx5test.SRQRing{S: s, LogSize: 2, Stride: 64, Hold: e.wq.Hold}
+	e.drv.InitSRQ(ring)
+	return s, ring
 }
