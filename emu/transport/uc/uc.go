@@ -23,8 +23,12 @@ import (
 	"github.com/hcaemu/hcaemu/emu/transport"
 )
 
-// maxMessage bounds a UC message (an RDMA WRITE's DMA length).
-const maxMessage = 1 << 31
+const (
+	// maxMessage bounds a UC message (an RDMA WRITE's DMA length).
+	maxMessage = 1 << 31
+	// pumpPackets bounds the packets and requests one Pump takes on.
+	pumpPackets = 512
+)
 
 // Config is the part of a UC QP's attributes the transport uses; the
 // device fills it from its own attribute format on every modification.
@@ -127,8 +131,16 @@ func (qp *QP) Reset() {
 // with invalidate) or one the device found bad completes in error and
 // moves the QP to ERR.
 func (qp *QP) Pump() {
+	budget := pumpPackets
 	for transport.Sends(qp.state) {
+		if budget <= 0 {
+			// A long message or a queue kept full: the rest on the
+			// engine's next turn, after the device's other work.
+			qp.env.Kick(transport.WorkSend, false)
+			break
+		}
 		if !qp.busy {
+			budget-- // each request counts, with or without packets
 			if qp.state != transport.StateRTS || !qp.take() {
 				break
 			}
@@ -138,7 +150,7 @@ func (qp *QP) Pump() {
 		if !ok {
 			break
 		}
-		for qp.next < qp.npkt {
+		for ; qp.next < qp.npkt && budget > 0; budget-- {
 			if err := qp.sendPacket(path); err != nil {
 				if errors.Is(err, transport.ErrPeerBusy) {
 					qp.env.Kick(transport.WorkSend, true)
@@ -149,6 +161,9 @@ func (qp *QP) Pump() {
 				return
 			}
 			qp.next++
+		}
+		if qp.next < qp.npkt {
+			continue // out of budget
 		}
 		qp.busy = false
 		qp.completeSend(transport.StatusSuccess, qp.cur.Length)

@@ -281,3 +281,22 @@ func TestUCHeldRecv(t *testing.T) {
 	transporttest.CheckCompletions(t, h.Completions(), []transport.Completion{
 		{WRID: 1, Status: transport.StatusWRFlushErr, Opcode: transport.WCRecv, Recv: true}})
 }
+
+// TestUCPumpBudget: one Pump takes on at most pumpPackets packets and
+// requests and asks to be called again for the rest.
+func TestUCPumpBudget(t *testing.T) {
+	h := newHarness(t)
+	const n = 300 // one packet each: 600 > pumpPackets
+	for i := range n {
+		h.Post(transport.SendWR{ID: uint64(i), Opcode: transport.OpSend}, 0, 1)
+	}
+	h.qp.Pump()
+	first := len(h.Take())
+	if first >= n || first < pumpPackets/2-1 || len(h.Kicks) != 1 || len(h.Completions()) != first {
+		t.Fatalf("first Pump: %d packets, kicks %v", first, h.Kicks)
+	}
+	h.qp.Pump()
+	if got := len(h.Take()); first+got != n || len(h.Completions()) != n-first {
+		t.Fatalf("second Pump sent %d packets", got)
+	}
+}
