@@ -109,8 +109,9 @@ func (env *qpEnv) peekSRQ() (transport.RecvWR, transport.Status, bool) {
 		for _, g := range env.rw.Data {
 			env.sges = append(env.sges, mr.SGE{Addr: g.Addr, Length: g.ByteCount, LKey: g.LKey})
 		}
-		segs, n, err := env.mem.SegsInto(env.recvSegs[:0], s.pd, env.sges, true)
-		env.recvSegs, env.recv.Cap, env.recvSt = segs, n, transport.SegsStatus(err)
+		// The scatter list's keys are the SRQ's PD's (the QP's may differ).
+		segs, bytes, err := env.mem.SegsInto(env.recvSegs[:0], s.pd, env.sges, true)
+		env.recvSegs, env.recv.Cap, env.recvSt = segs, bytes, transport.SegsStatus(err)
 		env.recv.Segs = env.recvSegs
 	}
 	env.rqPeeked, env.peekSRQN, env.peekObj, env.peekGen = true, n, s, s.st.gen
