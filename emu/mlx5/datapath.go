@@ -237,6 +237,29 @@ type qpEnv struct {
 	recvSt    transport.Status
 	recvSegs  []mr.Seg
 	payload   []byte
+	srqEnv    // receives from an SRQ (srqrecv.go)
+}
+
+// newEnv is the env of QP q, made when it first leaves RST.
+func (d *Device) newEnv(q *qp) *qpEnv {
+	return &qpEnv{d: d, q: q, mem: d.space(), sq: make([]byte, q.sqBytes), st: uverbs.ST(q.st)}
+}
+
+// setPath takes the IB path from the QP context's primary address path.
+func (env *qpEnv) setPath() {
+	ctx := env.q.ctx[:]
+	env.dlid = uint16(ifc.PriPath(ifc.ADSRLID).Get(ctx))
+	env.sl = uint8(ifc.PriPath(ifc.ADSSL).Get(ctx) & 0xf)
+}
+
+// reset forgets the queue counters (the QP back in RST; nothing for a QP
+// that has no env yet).
+func (env *qpEnv) reset() {
+	if env == nil {
+		return
+	}
+	env.sqCons, env.sqStaged, env.rqCons, env.rqPeeked = 0, 0, 0, false
+	clear(env.inline)
 }
 
 // space is the memory the device's transports reach.
@@ -248,7 +271,11 @@ func (d *Device) space() mr.Space {
 // it the merged context at every transition; 2RST forgets its state.
 func (d *Device) qpTransition(q *qp) {
 	d.traceState(q)
-	if q.st != ifc.QPStRC && q.st != ifc.QPStQP0 && !isDatagram(q.st) {
+	if q.st == ifc.QPStUC {
+		d.ucTransition(q) // uc.go
+		return
+	}
+	if q.st != ifc.QPStRC && q.st != ifc.QPStXRC && q.st != ifc.QPStQP0 && !isDatagram(q.st) {
 		return
 	}
 	if q.state == ifc.QPStateRST {
@@ -259,16 +286,13 @@ func (d *Device) qpTransition(q *qp) {
 		if q.UD != nil {
 			q.UD.SetState(transport.StateReset)
 		}
-		if q.env != nil {
-			q.env.sqCons, q.env.sqStaged, q.env.rqCons, q.env.rqPeeked = 0, 0, 0, false
-			clear(q.env.inline)
-		}
+		q.env.reset()
 		return
 	}
 	if q.env == nil {
-		q.env = &qpEnv{d: d, q: q, mem: d.space(), sq: make([]byte, q.sqBytes), st: uverbs.ST(q.st)}
+		q.env = d.newEnv(q)
 		switch {
-		case q.st == ifc.QPStRC:
+		case q.st == ifc.QPStRC || q.st == ifc.QPStXRC:
 			q.RC = rc.New(q.env, q.env.mem, d.log.With("qpn", q.QPN))
 		case isDatagram(q.st):
 			q.UD = ud.New(q.env, q.env.mem, d.log.With("qpn", q.QPN))
@@ -292,8 +316,7 @@ func (d *Device) qpTransition(q *qp) {
 	if ifc.QPCRAE.Get(ctx) != 0 {
 		access |= mr.RemoteAtomic
 	}
-	q.env.dlid = uint16(ifc.PriPath(ifc.ADSRLID).Get(ctx))
-	q.env.sl = uint8(ifc.PriPath(ifc.ADSSL).Get(ctx) & 0xf)
+	q.env.setPath()
 	q.RC.Configure(rc.Config{
 		PD: q.PD, DestQPN: ifc.QPCRemoteQPN.Get(ctx), PMTU: transport.PMTU(ifc.QPCMTU.Get(ctx)),
 		SQPSN: ifc.QPCNextSendPSN.Get(ctx), RQPSN: ifc.QPCNextRcvPSN.Get(ctx),
@@ -303,6 +326,7 @@ func (d *Device) qpTransition(q *qp) {
 		MaxRdAtomic: logCount(ifc.QPCLogSRAMax.Get(ctx)), MaxDestRdAtomic: logCount(ifc.QPCLogRRAMax.Get(ctx)),
 		Access:    access,
 		Responder: q.env.responder(),
+		XRC:       q.st == ifc.QPStXRC, // xrc.go
 	})
 	q.RC.SetState(transportState(q.state))
 }
@@ -321,6 +345,10 @@ func (d *Device) serviceQP(h uint32, work hca.Work, gen uint64, expired bool) {
 		return
 	}
 	d.faultPending(q)
+	if q.uc != nil {
+		d.serviceUC(q, work) // uc.go
+		return
+	}
 	if q.RC == nil {
 		switch {
 		case q.state == ifc.QPStateERR:
@@ -384,10 +412,18 @@ func (d *Device) receiveFrame(frame []byte) {
 		return
 	}
 	q := d.qpByQPN(pkt.Transport.BTH.DestQP())
+	if q != nil && q.uc != nil && q.env != nil {
+		d.receiveUC(q, &pkt) // uc.go
+		return
+	}
 	switch {
 	case q == nil || q.RC == nil || q.env == nil,
 		pkt.LRH.DLID() != d.ibPort.LID(),
 		pkt.LRH.SLID() != q.env.dlid:
+		d.stats.RxDropped++
+		return
+	}
+	if q.st == ifc.QPStXRC && !d.xrcAccept(q, &pkt.Transport) { // xrc.go
 		d.stats.RxDropped++
 		return
 	}
@@ -490,6 +526,7 @@ func (env *qpEnv) TakeSend(wr *transport.SendWR) bool {
 	case transport.OpSendInv:
 		wr.InvalidateKey = w.Ctrl.Imm
 	}
+	wr.XRCSRQN = w.XRCSRQN // XRC initiators (the WQE's XRC segment)
 	switch wr.Opcode {
 	case transport.OpWrite, transport.OpWriteImm, transport.OpRead:
 		wr.RemoteAddr, wr.RKey = w.RAddr.RAddr, w.RAddr.RKey
@@ -573,6 +610,9 @@ func (env *qpEnv) segs(data []uverbs.DataSeg, write bool, dst []mr.Seg) ([]mr.Se
 
 func (env *qpEnv) PeekRecv() (transport.RecvWR, transport.Status, bool) {
 	d, q := env.d, env.q
+	if env.usesSRQ() {
+		return env.peekSRQ() // srqrecv.go
+	}
 	if env.rqPeeked {
 		return env.recv, env.recvSt, true
 	}
@@ -608,6 +648,10 @@ func (env *qpEnv) PeekRecv() (transport.RecvWR, transport.Status, bool) {
 }
 
 func (env *qpEnv) PopRecv() {
+	if env.usesSRQ() {
+		env.popSRQ() // srqrecv.go
+		return
+	}
 	env.rqCons++
 	env.rqPeeked = false
 }
@@ -623,9 +667,9 @@ func (env *qpEnv) Complete(c transport.Completion) {
 	if !d.faultCompletion(q, &c) {
 		return
 	}
-	cqn := q.sndCQ
+	cqn, uidx := q.sndCQ, q.userIndex
 	if c.Recv {
-		cqn = q.rcvCQ
+		cqn, uidx = env.recvCompletion() // srqrecv.go
 	}
 	cq := d.fn.obj.cqs.Get(cqn)
 	if cq == nil {
@@ -636,7 +680,7 @@ func (env *qpEnv) Complete(c transport.Completion) {
 	owner := geo.Owner(cq.pi)
 	counter := uint16(c.WRID)
 	if c.Status != transport.StatusSuccess {
-		e := uverbs.ErrCQE{SRQN: q.userIndex & 0xffffff, Syndrome: syndromeOf(c.Status), VendorErrSynd: uint8(c.Status),
+		e := uverbs.ErrCQE{SRQN: uidx & 0xffffff, Syndrome: syndromeOf(c.Status), VendorErrSynd: uint8(c.Status),
 			QPN: q.QPN, WQECounter: counter, Opcode: uverbs.CQEReqErr, Owner: owner}
 		if c.Recv {
 			e.Opcode = uverbs.CQERespErr
@@ -645,7 +689,7 @@ func (env *qpEnv) Complete(c transport.Completion) {
 		}
 		e.Encode(b[:])
 	} else {
-		cqe := uverbs.CQE{SRQNUIdx: q.userIndex & 0xffffff, ByteCnt: c.ByteLen, QPN: q.QPN,
+		cqe := uverbs.CQE{SRQNUIdx: uidx & 0xffffff, ByteCnt: c.ByteLen, QPN: q.QPN,
 			WQECounter: counter, Opcode: uverbs.CQEReq, Owner: owner}
 		if c.Recv {
 			cqe.Opcode = uverbs.RespOpcode(c.Opcode == transport.WCRecvWriteImm, c.HasImm, c.Invalidated)
@@ -709,6 +753,12 @@ func (env *qpEnv) Error(ev transport.Event) {
 	q.state = ifc.QPStateERR
 	if q.RC != nil {
 		q.RC.SetState(transport.StateErr)
+	}
+	if q.uc != nil {
+		q.uc.SetState(transport.StateErr)
+	}
+	if q.UD != nil {
+		q.UD.SetState(transport.StateErr)
 	}
 	env.d.traceState(q)
 	env.d.qpEvent(q, ev)

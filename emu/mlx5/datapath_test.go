@@ -28,6 +28,7 @@ type rcEnd struct {
 	ib   *mlx5test.IB
 	lid  uint16
 	key  uint32
+	pd   uint32
 	cq   *mlx5test.CQ
 	ci   uint32
 	wq   *mlx5test.WQ
@@ -51,6 +52,13 @@ func addRCEnd(t *testing.T, d *Device, drv *mlx5test.Driver, ib *mlx5test.IB) *r
 // addEnd is an end whose QP has service type st.
 func addEnd(t *testing.T, d *Device, drv *mlx5test.Driver, ib *mlx5test.IB, st uint32) *rcEnd {
 	t.Helper()
+	return addEndWith(t, d, drv, ib, func(a *mlx5test.QPArgs) { a.St = st })
+}
+
+// addEndWith is an end whose QP's creation arguments (an RC QP's) tweak
+// changes (nil: none).
+func addEndWith(t *testing.T, d *Device, drv *mlx5test.Driver, ib *mlx5test.IB, tweak func(*mlx5test.QPArgs)) *rcEnd {
+	t.Helper()
 	pd, err := drv.AllocPD()
 	if err != nil {
 		t.Fatal(err)
@@ -72,13 +80,21 @@ func addEnd(t *testing.T, d *Device, drv *mlx5test.Driver, ib *mlx5test.IB, st u
 		t.Fatal(err)
 	}
 	drv.InitCQ(cq)
-	in, q := drv.CreateQPIn(mlx5test.QPArgs{St: st, PD: pd, SndCQ: cq.CQN, RcvCQ: cq.CQN,
-		SRQ: ib.S1.N, XRCD: ib.XRCD1, LogRQ: 4, LogRQStride: 2, LogSQ: 6, UAR: drv.UAR, UserIndex: 0x77})
+	args := mlx5test.QPArgs{St: ifc.QPStRC, PD: pd, SndCQ: cq.CQN, RcvCQ: cq.CQN,
+		SRQ: ib.S1.N, XRCD: ib.XRCD1, LogRQ: 4, LogRQStride: 2, LogSQ: 6, UAR: drv.UAR, UserIndex: 0x77}
+	if tweak != nil {
+		tweak(&args)
+	}
+	in, q := drv.CreateQPIn(args)
 	if q, err = drv.CreateQP(in, q); err != nil {
 		t.Fatal(err)
 	}
-	return &rcEnd{d: d, drv: drv, ib: ib, lid: ib.LID, key: key.Key, cq: cq,
-		wq: &mlx5test.WQ{Q: q, UAR: drv.UAR, LogRQ: 4, RQStride: 64, LogSQ: 6,
+	rqStride := uint64(64)
+	if args.RQType != ifc.RQTypeRegular {
+		rqStride = 0
+	}
+	return &rcEnd{d: d, drv: drv, ib: ib, lid: ib.LID, key: key.Key, cq: cq, pd: pd,
+		wq: &mlx5test.WQ{Q: q, UAR: drv.UAR, LogRQ: 4, RQStride: rqStride, LogSQ: 6,
 			Hold: func(fn func()) { d.core.Lock(); defer d.core.Unlock(); fn() }},
 		data: data}
 }

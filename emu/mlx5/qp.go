@@ -4,6 +4,7 @@ import (
 	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/mlx5/ifc"
 	"github.com/hcaemu/hcaemu/emu/transport"
+	"github.com/hcaemu/hcaemu/emu/transport/uc"
 )
 
 // qp is a queue pair (spec §6.7): the core's hca.QP (handle, QPN, PD),
@@ -30,6 +31,8 @@ type qp struct {
 	// env is the transport's environment (datapath.go), from the first
 	// transition out of RST.
 	env *qpEnv
+	// uc is a UC QP's transport (uc.go), bound with env.
+	uc *uc.QP
 	// mcgs counts the multicast groups the QP is attached to (ud.go).
 	mcgs int
 	// fault is the QP's deferred fault (faults.go).
