@@ -659,8 +659,9 @@ func TestRCInline(t *testing.T) {
 }
 
 // TestQP1SendsComplete: ib_mad's QP1 sends (UD WQEs with an address
-// vector) complete with REQ CQEs on its CQ, as Stage 1 wants for the
-// driver's unload; nothing goes on the wire yet.
+// vector) complete with REQ CQEs on its CQ, as the driver's unload needs;
+// these (zero MADs to the SA) go on the wire, where the SA drops them as
+// not SubnAdm (TestGSIOnTheWire has the SA's answers).
 func TestQP1SendsComplete(t *testing.T) {
 	d, drv, ib, _ := ibProbed(t, Config{Name: "hca0", Subnet: subnet.New(subnet.Config{})})
 	drv.InitCQ(ib.MADCQ)
