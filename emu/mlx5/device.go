@@ -23,9 +23,13 @@
 // transitions and QUERY_QP, and the HCA vport context. Stage 2's data
 // path (datapath.go): UAR doorbells, WQEs copied once, RC QPs on the
 // core's transport with their packets on the IB subnet, CQEs, completion
-// and QP events. Stage 3 but UD: UC QPs on the core's UC transport
-// (uc.go), receives through an RMP or an XRC SRQ (srqrecv.go), XRC
-// initiator and target QPs (xrc.go). Every other opcode is BAD_OP. The
+// and QP events. Stage 3: UC QPs on the core's UC transport (uc.go),
+// receives through an RMP or an XRC SRQ (srqrecv.go), XRC initiator and
+// target QPs (xrc.go), UD QPs and the GSI QP on the core's UD service
+// (ud.go: datagrams by LID, with a GRH when global, QP1 as QPN 1, so the
+// subnet's SA answers ib_sa and ib_cm's MADs cross). Stage 4: multicast
+// groups (ATTACH_TO_MCG, DETACH_FROM_MCG), 2ERR, INIT2INIT and RTS2RTS.
+// Every other opcode is BAD_OP. The
 // layouts it exchanges with the driver are package emu/mlx5/ifc; this
 // package decides what they mean. It runs on the HCA core (emu/hca: the device lock, the
 // interrupts sent after unlock, the engine) as every model does.
