@@ -140,7 +140,9 @@ func mustContain(t *testing.T, out string, k int, patterns ...string) {
 func TestE2EBringUp(t *testing.T) {
 	needE2E(t)
 	script := guestWait + `
-dmesg | grep -i -e pvrdma -e infiniband
+# u-root's grep keeps one -e: one grep per word.
+dmesg | grep -i pvrdma
+dmesg | grep -i infiniband
 ibv_devices
 ibv_devinfo -v
 ibv_asyncwatch > /tmp/aw.out 2>&1 &

@@ -1,6 +1,8 @@
 package mlx5
 
 import (
+	"errors"
+
 	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/ib/mad"
@@ -63,7 +65,8 @@ func (d *Device) newPortState() mad.PortState {
 	return st
 }
 
-// madIfc: MAD_IFC (spec §5.4.1). The MAD goes to the port's SMA; the
+// madIfc: MAD_IFC (spec §5.4.1). An SMP goes to the port's SMA, a
+// Performance Management MAD to its PMA (ClassPortInfo only); the
 // driver's registers feed it: the capability bits ib_core set through
 // PCAP and the description it wrote through NODE_DESC. M_Key and B_Key
 // are not checked (the port has none), so op_mod's ignore bits change
@@ -78,7 +81,13 @@ func (d *Device) madIfc(in, out []byte) result {
 	}
 	req := in[ifc.MadIfcMADOff : ifc.MadIfcMADOff+ifc.MadIfcMADSize]
 	resp := out[ifc.MadIfcMADOff : ifc.MadIfcMADOff+ifc.MadIfcMADSize]
-	if err := d.port.AnswerSMP(req, resp); err != nil {
+	err := d.port.AnswerSMP(req, resp)
+	if errors.Is(err, mad.ErrClass) {
+		// Not an SMP: the port's PMA answers ClassPortInfo (ib_core asks
+		// when it makes the port's sysfs counters).
+		err = mad.AnswerPerf(req, resp)
+	}
+	if err != nil {
 		// Not a driver mistake in itself (a tool may send any MAD to the
 		// port): refused without a finding.
 		d.log.Debug("MAD_IFC: no answer", "err", err, "class", req[1], "method", req[3], "attr", uint16(req[16])<<8|uint16(req[17]))

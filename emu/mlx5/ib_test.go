@@ -108,6 +108,24 @@ func TestMADIfc(t *testing.T) {
 		t.Errorf("findings %v after a MAD the SMA does not answer", f)
 	}
 
+	// A Performance Management ClassPortInfo Get (ib_core's, as it makes
+	// the port's sysfs counters) is the PMA's: no optional counters.
+	pma := mboxIn(ifc.OpMADIfc, ifc.MadIfcIgnoreMKey|ifc.MadIfcIgnoreBKey, ifc.MadIfcInSize)
+	ifc.MadIfcInPort.Set(pma, 1)
+	h := mad.Header{BaseVersion: 1, MgmtClass: mad.ClassPerf, ClassVersion: mad.PerfClassVersion, Method: mad.MethodGet, TID: 7, AttrID: mad.AttrClassPortInfo}
+	if err := h.Encode(pma[ifc.MadIfcMADOff:]); err != nil {
+		t.Fatal(err)
+	}
+	out, err := drv.Exec(pma, ifc.MadIfcOutSize)
+	if err != nil {
+		t.Fatalf("PerfMgt ClassPortInfo: %v", err)
+	}
+	rh, _ := mad.DecodeHeader(out[ifc.MadIfcMADOff:])
+	cpi, _ := mad.DecodeClassPortInfo(out[ifc.MadIfcMADOff+mad.PerfDataOffset:])
+	if rh.Method != mad.MethodGetResp || rh.Status != mad.StatusOK || rh.TID != 7 || cpi.BaseVersion != 1 || cpi.ClassVersion != 1 || cpi.CapabilityMask != 0 {
+		t.Errorf("PerfMgt answer %+v, ClassPortInfo %+v", rh, cpi)
+	}
+
 	// Close frees the LID: the subnet has the SM's port and hca0's.
 	d2.Close()
 	if ports := sub.Ports(); len(ports) != 2 {

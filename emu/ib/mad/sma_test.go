@@ -184,6 +184,12 @@ func FuzzSMA(f *testing.F) {
 			f.Add(smp(cl, MethodSet, a, 0))
 		}
 	}
+	for _, m := range []uint8{MethodGet, MethodSet, MethodGetResp} {
+		perf := make([]byte, Size)
+		h := Header{BaseVersion: 1, MgmtClass: ClassPerf, ClassVersion: 1, Method: m, AttrID: AttrClassPortInfo}
+		_ = h.Encode(perf)
+		f.Add(perf)
+	}
 	f.Fuzz(func(t *testing.T, req []byte) {
 		st := testPort()
 		before := testPort()
@@ -199,6 +205,9 @@ func FuzzSMA(f *testing.F) {
 			}
 			if !bytes.Equal(resp, bytes.Repeat([]byte{0xA5}, Size)) {
 				t.Fatal("a refusal wrote resp")
+			}
+			if errors.Is(err, ErrClass) {
+				checkPerf(t, req)
 			}
 			return
 		}
@@ -247,4 +256,36 @@ func FuzzSMA(f *testing.F) {
 			t.Fatalf("undefined status %#x", status)
 		}
 	})
+}
+
+// checkPerf is FuzzSMA's oracle for what the SMA refused as not an SMP:
+// the PMA answers a Performance Management request (a GetResp with the
+// request's TID and attribute; ClassPortInfo's data only with status OK,
+// zeroes otherwise) and leaves resp alone for anything else.
+func checkPerf(t *testing.T, req []byte) {
+	resp := bytes.Repeat([]byte{0xA5}, Size)
+	err := AnswerPerf(req, resp)
+	q, qerr := DecodeHeader(req)
+	take := len(req) >= Size && qerr == nil && q.MgmtClass == ClassPerf && !q.IsResponse() && q.Method != MethodTrap && q.Method != MethodTrapRepress
+	if (err == nil) != take {
+		t.Fatalf("AnswerPerf: %v for %+v (%d bytes)", err, q, len(req))
+	}
+	if err != nil {
+		if !bytes.Equal(resp, bytes.Repeat([]byte{0xA5}, Size)) {
+			t.Fatal("a PMA refusal wrote resp")
+		}
+		return
+	}
+	h, _ := DecodeHeader(resp)
+	if h.Method != MethodGetResp || h.TID != q.TID || h.AttrID != q.AttrID || h.MgmtClass != ClassPerf {
+		t.Fatalf("PMA answer %+v to %+v", h, q)
+	}
+	data := resp[PerfDataOffset : PerfDataOffset+ClassPortInfoSize]
+	if h.Status == StatusOK {
+		if cpi, _ := DecodeClassPortInfo(data); cpi != (ClassPortInfo{BaseVersion: 1, ClassVersion: 1, RespTimeValue: 18}) {
+			t.Fatalf("ClassPortInfo %+v", cpi)
+		}
+	} else if !bytes.Equal(data, make([]byte, ClassPortInfoSize)) {
+		t.Fatal("an error answer carries data")
+	}
 }
