@@ -183,17 +183,9 @@ func TestReplayCatchesChanges(t *testing.T) {
 		},
 		want: []string{`event \d+: sent frame #1`, `want: .*psn`, `got: .*psn`, `first difference at byte`},
 	}, {
-		name: "interrupt",
-		alter: func(rec *record.Recording) bool {
-			return alterFirst(rec, func(ev *record.Event) bool {
-				if ev.Kind != record.IRQ {
-					return false
-				}
-				ev.Vector = 31
-				return true
-			})
-		},
-		want: []string{`MSI-X vector 31 raised\n\twant: 1 times\n\t got: 0 times`},
+		name:  "interrupt",
+		alter: alterIRQ(31),
+		want:  []string{`MSI-X vector 31 raised\n\twant: 1 times\n\t got: 0 times`},
 	}, {
 		name: "guest memory the device no longer reads",
 		alter: func(rec *record.Recording) bool {
@@ -224,16 +216,35 @@ func TestReplayCatchesChanges(t *testing.T) {
 				tt.caps(&c)
 				caps = &c
 			}
-			err = replay(t, rec, caps).Err()
-			if err == nil {
-				t.Fatalf("replay of an altered recording passed")
+			checkDiff(t, replay(t, rec, caps).Err(), tt.want)
+		})
+	}
+}
+
+// checkDiff checks that the replay of an altered recording failed with a
+// diff matching the regexps want.
+func checkDiff(t *testing.T, err error, want []string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("replay of an altered recording passed")
+	}
+	t.Logf("the diff:\n%v", err)
+	for _, w := range want {
+		if !regexp.MustCompile(w).MatchString(err.Error()) {
+			t.Errorf("diff lacks %q:\n%v", w, err)
+		}
+	}
+}
+
+// alterIRQ makes the first interrupt of a recording one of vector v.
+func alterIRQ(v int) func(rec *record.Recording) bool {
+	return func(rec *record.Recording) bool {
+		return alterFirst(rec, func(ev *record.Event) bool {
+			if ev.Kind != record.IRQ {
+				return false
 			}
-			t.Logf("the diff:\n%v", err)
-			for _, w := range tt.want {
-				if !regexp.MustCompile(w).MatchString(err.Error()) {
-					t.Errorf("diff lacks %q:\n%v", w, err)
-				}
-			}
+			ev.Vector = v
+			return true
 		})
 	}
 }
