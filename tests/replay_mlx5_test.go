@@ -6,7 +6,9 @@ import (
 	"log/slog"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/ib"
@@ -52,6 +54,22 @@ import (
 // comparison.
 func replayMLX5(t *testing.T, rec *record.Recording) *record.Result {
 	t.Helper()
+	return replayMLX5With(t, rec, mlx5ReplayOpts{})
+}
+
+// mlx5ReplayOpts tune a replay for tests of the replay itself.
+type mlx5ReplayOpts struct {
+	// stalls: after each of the first stalls RC packets that ask for an
+	// ACK, the replay stalls for stall before the next input (the ACK),
+	// as a loaded machine may.
+	stalls int
+	stall  time.Duration
+	// liveTimers: the device's timers run on the wall clock.
+	liveTimers bool
+}
+
+func replayMLX5With(t *testing.T, rec *record.Recording, o mlx5ReplayOpts) *record.Result {
+	t.Helper()
 	if rec.Link != record.LinkInfiniBand || rec.IB == nil {
 		t.Fatalf("recording %s: link %q, want an InfiniBand port", rec.Name, rec.Link)
 	}
@@ -60,14 +78,24 @@ func replayMLX5(t *testing.T, rec *record.Recording) *record.Result {
 	rp := record.NewReplay(rec, record.Options{Frame: describeIBPacket, MemWrite: describeMLX5MemWrite})
 	host := rp.Host()
 	var port record.Port
+	var stallNext atomic.Bool
 	dev := mlx5.New(mlx5.Config{Name: rec.Name, Mem: host.Mem, MSIX: host.MSIX,
 		Log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Subnet: sub, NodeGUID: rec.IB.PortGUID - 1, SequentialQPNs: true, FrozenTimers: true,
+		Subnet: sub, NodeGUID: rec.IB.PortGUID - 1, SequentialQPNs: true, FrozenTimers: !o.liveTimers,
 		Tap: &mlx5.PortTap{
 			// The replay hands the device the recorded packets through
 			// its own receiver, and takes the packets it sends.
 			Receiver: func(rx subnet.Receiver) subnet.Receiver { port = rp.Attach(rx); return rx },
-			Send:     func(func([]byte) bool) func([]byte) bool { return replaySend(&port) },
+			Send: func(func([]byte) bool) func([]byte) bool {
+				send := replaySend(&port)
+				return func(pkt []byte) bool {
+					if p, err := ib.Parse(pkt); err == nil && p.Transport.BTH.AckReq() && o.stalls > 0 {
+						o.stalls--
+						stallNext.Store(true)
+					}
+					return send(pkt)
+				}
+			},
 		}})
 	if p := dev.IBPort(); p == nil || p.LID() != rec.IB.LID || p.GUID() != rec.IB.PortGUID {
 		dev.Close()
@@ -78,6 +106,9 @@ func replayMLX5(t *testing.T, rec *record.Recording) *record.Result {
 		if !stuck && !settle(dev) {
 			stuck = true
 			t.Errorf("replay of %s: the device never became idle", rec.Name)
+		}
+		if stallNext.Swap(false) {
+			time.Sleep(o.stall)
 		}
 	})
 }
@@ -288,4 +319,30 @@ func TestReplayMLX5RecordingsAgree(t *testing.T) {
 		}
 		t.Logf("%s: %d packets from %s, %d from the SA", recs[to].Name, len(received), recs[from].Name, fromSA)
 	}
+}
+
+// TestReplayMLX5Stalled stalls the replay after sent RC packets, longer
+// than their QP's retransmission timeout (ibv_rc_pingpong's timeout 14:
+// 67 ms), before the recorded ACK comes: the replay must not depend on the
+// machine's pace. With the timers on the wall clock the device sends the
+// packets again (checked too, so that the stall is known to reach a
+// timer).
+func TestReplayMLX5Stalled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("stalls for a second")
+	}
+	rec, err := record.ReadFile(mlx5Golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := mlx5ReplayOpts{stalls: 4, stall: 250 * time.Millisecond}
+	if err := replayMLX5With(t, rec, o).Err(); err != nil {
+		t.Errorf("stalled replay: %v", err)
+	}
+	o.liveTimers = true
+	res := replayMLX5With(t, rec, o)
+	if res.RepeatedFrames == 0 {
+		t.Errorf("with timers on the wall clock, the stalls made no retransmission: the test stalls nothing that matters")
+	}
+	t.Logf("with live timers: %d packets sent again, %d differences", res.RepeatedFrames, res.TotalDiffs)
 }
