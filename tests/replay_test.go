@@ -26,8 +26,9 @@ import (
 // holds, per emulated HCA, everything that crossed its boundary while real
 // guests ran a scenario (hcaemu run --record). TestReplay feeds each
 // recording into a fresh device with no QEMU and compares every register
-// reply, guest memory write, interrupt and frame with the recording; a
-// change that alters what the driver sees fails it with a readable diff.
+// reply, guest memory write, interrupt and frame (an InfiniBand packet for
+// the mlx5 scenarios: replay_mlx5_test.go) with the recording; a change
+// that alters what the driver sees fails it with a readable diff.
 //
 //	go test ./tests -run Replay -update    # re-record from real guests
 //
