@@ -26,8 +26,9 @@ import (
 // holds, per emulated HCA, everything that crossed its boundary while real
 // guests ran a scenario (hcaemu run --record). TestReplay feeds each
 // recording into a fresh device with no QEMU and compares every register
-// reply, guest memory write, interrupt and frame with the recording; a
-// change that alters what the driver sees fails it with a readable diff.
+// reply, guest memory write, interrupt and frame (an InfiniBand packet for
+// the mlx5 scenarios: replay_mlx5_test.go) with the recording; a change
+// that alters what the driver sees fails it with a readable diff.
 //
 //	go test ./tests -run Replay -update    # re-record from real guests
 //
@@ -40,6 +41,8 @@ var update = flag.Bool("update", false, "re-record the replay goldens from real 
 var replayScenarios = []struct {
 	name   string
 	guests int
+	// model is the device model (hcaemu run --device; "": PVRDMA).
+	model  string
 	script string
 	// want is what guest 0's and guest 1's output must show for a good
 	// recording.
@@ -53,6 +56,17 @@ var replayScenarios = []struct {
 	guests: 2,
 	script: guestRetry + "run ibv_rc_pingpong -g 1 -c -n 100\nexit $failed\n",
 	want:   []string{`RESULT 0 ibv_rc_pingpong`, `100 iters in`},
+}, {
+	// The emulated ConnectX-4 (--device mlx5): mlx5_core's probe and
+	// mlx5_ib's (the command queue, polling then event mode, MAD_IFC),
+	// ib_ipoib bringing ib0 up (its SA queries and joins: the SA's
+	// answers are received packets of the recording), then an RC
+	// ping-pong between the two HCAs by LID (replay_mlx5_test.go).
+	name:   "mlx5_rc_pingpong",
+	guests: 2,
+	model:  "mlx5",
+	script: guestRetry + "run ibv_rc_pingpong -d mlx5_0 -n 100\nexit $failed\n",
+	want:   []string{`RESULT 0 ibv_rc_pingpong -d mlx5_0 -n 100`, `100 iters in`, `remote address: LID 0x000[2-9]`},
 }}
 
 func TestReplay(t *testing.T) {
@@ -60,7 +74,11 @@ func TestReplay(t *testing.T) {
 		t.Run(sc.name, func(t *testing.T) {
 			dir := filepath.Join("testdata", "replay", sc.name)
 			if *update {
-				recordScenario(t, dir, sc.guests, sc.script, sc.want)
+				var args []string
+				if sc.model != "" {
+					args = []string{"--device", sc.model}
+				}
+				recordScenario(t, dir, sc.guests, sc.script, sc.want, args...)
 			}
 			files, err := filepath.Glob(filepath.Join(dir, "*.rec.gz"))
 			if err != nil {
@@ -75,7 +93,12 @@ func TestReplay(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					res := replay(t, rec, nil)
+					var res *record.Result
+					if sc.model == "mlx5" {
+						res = replayMLX5(t, rec)
+					} else {
+						res = replay(t, rec, nil)
+					}
 					t.Logf("%s: %d inputs, %d guest memory reads (%d beyond the recording's), %d writes, %d interrupts, %d frames sent",
 						file, res.Inputs, res.Reads, res.ExtraReads, res.Writes, res.IRQs, res.Frames)
 					if err := res.Err(); err != nil {
@@ -161,17 +184,9 @@ func TestReplayCatchesChanges(t *testing.T) {
 		},
 		want: []string{`event \d+: sent frame #1`, `want: .*psn`, `got: .*psn`, `first difference at byte`},
 	}, {
-		name: "interrupt",
-		alter: func(rec *record.Recording) bool {
-			return alterFirst(rec, func(ev *record.Event) bool {
-				if ev.Kind != record.IRQ {
-					return false
-				}
-				ev.Vector = 31
-				return true
-			})
-		},
-		want: []string{`MSI-X vector 31 raised\n\twant: 1 times\n\t got: 0 times`},
+		name:  "interrupt",
+		alter: alterIRQ(31),
+		want:  []string{`MSI-X vector 31 raised\n\twant: 1 times\n\t got: 0 times`},
 	}, {
 		name: "guest memory the device no longer reads",
 		alter: func(rec *record.Recording) bool {
@@ -202,16 +217,35 @@ func TestReplayCatchesChanges(t *testing.T) {
 				tt.caps(&c)
 				caps = &c
 			}
-			err = replay(t, rec, caps).Err()
-			if err == nil {
-				t.Fatalf("replay of an altered recording passed")
+			checkDiff(t, replay(t, rec, caps).Err(), tt.want)
+		})
+	}
+}
+
+// checkDiff checks that the replay of an altered recording failed with a
+// diff matching the regexps want.
+func checkDiff(t *testing.T, err error, want []string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("replay of an altered recording passed")
+	}
+	t.Logf("the diff:\n%v", err)
+	for _, w := range want {
+		if !regexp.MustCompile(w).MatchString(err.Error()) {
+			t.Errorf("diff lacks %q:\n%v", w, err)
+		}
+	}
+}
+
+// alterIRQ makes the first interrupt of a recording one of vector v.
+func alterIRQ(v int) func(rec *record.Recording) bool {
+	return func(rec *record.Recording) bool {
+		return alterFirst(rec, func(ev *record.Event) bool {
+			if ev.Kind != record.IRQ {
+				return false
 			}
-			t.Logf("the diff:\n%v", err)
-			for _, w := range tt.want {
-				if !regexp.MustCompile(w).MatchString(err.Error()) {
-					t.Errorf("diff lacks %q:\n%v", w, err)
-				}
-			}
+			ev.Vector = v
+			return true
 		})
 	}
 }
@@ -289,7 +323,10 @@ func replayOnce(t *testing.T, rec *record.Recording, caps *abi.DeviceCaps) *reco
 // Sync once more (a frame the engine took meanwhile is done before that
 // barrier is closed, with the work it queued). It reports false if the
 // device kept finding work.
-func settle(dev *pvrdma.Device) bool {
+func settle(dev interface {
+	Sync()
+	Idle() bool
+}) bool {
 	for range 10000 {
 		dev.Sync()
 		if dev.Idle() {
@@ -313,9 +350,13 @@ func describeFrame(frame []byte) string {
 	if err != nil {
 		return fmt.Sprintf("%v > %v sport %d: bad transport packet (%v)", u.SrcIP, u.DstIP, u.SrcPort, err)
 	}
+	return fmt.Sprintf("%v > %v sport %d: %s", u.SrcIP, u.DstIP, u.SrcPort, describeTransport(&pkt))
+}
+
+// describeTransport shows a transport packet (BTH onward) in one line.
+func describeTransport(pkt *roce.Packet) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%v > %v sport %d: %v dqpn %#x psn %d", u.SrcIP, u.DstIP, u.SrcPort,
-		pkt.Opcode(), pkt.BTH.DestQP(), pkt.BTH.PSN())
+	fmt.Fprintf(&b, "%v dqpn %#x psn %d", pkt.Opcode(), pkt.BTH.DestQP(), pkt.BTH.PSN())
 	if pkt.BTH.AckReq() {
 		b.WriteString(" ackreq")
 	}
@@ -368,13 +409,13 @@ func checkNoGoroutineLeak(t *testing.T) {
 // there. A recording in which a frame was retransmitted (a timer fired) or
 // refused (a full queue) is made again: those depend on the machine's load,
 // not on the device's behaviour.
-func recordScenario(t *testing.T, dir string, guests int, script string, want []string) {
+func recordScenario(t *testing.T, dir string, guests int, script string, want []string, args ...string) {
 	t.Helper()
 	needE2E(t)
 	const attempts = 4
 	for attempt := 1; attempt <= attempts; attempt++ {
 		tmp := t.TempDir()
-		out, code := hcaemuRun(t, "--guests", fmt.Sprint(guests), "--timeout", "8m", "--record", tmp, "--", script)
+		out, code := hcaemuRun(t, append(args, "--guests", fmt.Sprint(guests), "--timeout", "8m", "--record", tmp, "--", script)...)
 		if code != 0 {
 			t.Fatalf("hcaemu run: exit %d", code)
 		}

@@ -255,10 +255,21 @@ func (h *hcas) mlx5Factory(name string, mac [6]byte) vfio.NewDevice {
 		if h.faults != nil {
 			hook = h.faults(name)
 		}
-		d := mlx5.New(mlx5.Config{Name: name, Mem: host.Mem, MSIX: host.MSIX, Log: h.log, Faults: hook,
-			Subnet: h.ib, NodeGUID: mlx5NodeGUID(mac), Strict: h.strict, OnFinding: h.onFinding()})
+		cfg := mlx5.Config{Name: name, Mem: host.Mem, MSIX: host.MSIX, Log: h.log, Faults: hook,
+			Subnet: h.ib, NodeGUID: mlx5NodeGUID(mac), Strict: h.strict, OnFinding: h.onFinding()}
+		if rec != nil {
+			// The port's packets both ways, the SA's answers included;
+			// QPN == handle, as for PVRDMA.
+			cfg.Tap = &mlx5.PortTap{Send: rec.Sender,
+				Receiver: func(rx subnet.Receiver) subnet.Receiver { return subnet.Receiver(rec.Receiver(rx)) }}
+			cfg.SequentialQPNs = true
+		}
+		d := mlx5.New(cfg)
 		var dev vfio.Device = d
 		if rec != nil {
+			if p := d.IBPort(); p != nil {
+				rec.SetInfiniBand(record.IBPort{LID: p.LID(), PortGUID: p.GUID(), GIDPrefix: p.Subnet().GIDPrefix()})
+			}
 			dev = rec.Device(dev)
 		}
 		return h.goLive(name, d, dev), nil

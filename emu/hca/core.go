@@ -56,8 +56,10 @@ type Core struct {
 	// w: the engine goroutine working under the lock, nil for any other
 	// holder (a vCPU's register write, a command).
 	w *Worker
-	// timerGens numbers the armings of the QPs' timers (timer.go).
+	// timerGens numbers the armings of the QPs' timers (timer.go);
+	// frozen: they never expire (FreezeTimers).
 	timerGens uint64
+	frozen    bool
 	// Fatal: the device is dead (a panic in its work, an injected fault,
 	// strict mode's latch): the engine does no more work for it until the
 	// model clears it (a reset). Closed: the device is gone. Both under mu.

@@ -835,7 +835,7 @@ func (env *qpEnv) Transmit(path transport.Path, f roce.PacketFields, payload tra
 		fabric.Release(frame)
 		return err
 	}
-	if !d.ibPort.Send(pkt) {
+	if !d.ibSend(pkt) {
 		return transport.ErrPeerBusy
 	}
 	again := env.q.CountTx(&f, payload.Len)

@@ -127,6 +127,12 @@ type Config struct {
 	SequentialQPNs bool
 	// Faults, when set, is asked at the device's fault points (faults.go).
 	Faults hca.FaultHook
+	// Tap, when set, sits between the device and its IB port (recording
+	// and replay, tap.go).
+	Tap *PortTap
+	// FrozenTimers: the QPs' timers are armed and stopped but never
+	// expire (a replay, which runs at no wall-clock pace: tap.go).
+	FrozenTimers bool
 }
 
 // Device is one emulated ConnectX function.
@@ -152,6 +158,7 @@ type Device struct {
 	// receive queue refused (Stats.RxQueueFull).
 	nodeGUID  uint64
 	ibPort    *subnet.Port
+	ibSend    func(pkt []byte) bool // ibPort.Send, or through Config.Tap
 	rxDropped atomic.Uint64
 
 	// Under the device lock.
@@ -223,6 +230,9 @@ func New(cfg Config) *Device {
 	d.nodeGUID = cfg.NodeGUID
 	if d.nodeGUID == 0 {
 		d.nodeGUID = defaultNodeGUID
+	}
+	if cfg.FrozenTimers {
+		d.core.FreezeTimers()
 	}
 	d.attach(cfg)
 	d.powerOn()

@@ -6,6 +6,7 @@ import (
 	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/ib/mad"
+	"github.com/hcaemu/hcaemu/emu/ib/subnet"
 	"github.com/hcaemu/hcaemu/emu/mlx5/ifc"
 )
 
@@ -32,7 +33,7 @@ func (d *Device) attach(cfg Config) {
 	if cfg.Subnet == nil {
 		return
 	}
-	p, err := cfg.Subnet.Attach(d.name, d.nodeGUID+1, func(pkt []byte) bool {
+	var rx subnet.Receiver = func(pkt []byte) bool {
 		if d.portDown() {
 			// A port held down by a fault: the packet is lost.
 			d.x.port.lost.Add(1)
@@ -44,12 +45,19 @@ func (d *Device) attach(cfg Config) {
 			return false
 		}
 		return true
-	})
+	}
+	if cfg.Tap != nil && cfg.Tap.Receiver != nil {
+		rx = cfg.Tap.Receiver(rx)
+	}
+	p, err := cfg.Subnet.Attach(d.name, d.nodeGUID+1, rx)
 	if err != nil {
 		d.log.Error("InfiniBand port not attached: the port reports LID 0", "err", err)
 		return
 	}
-	d.ibPort = p
+	d.ibPort, d.ibSend = p, p.Send
+	if cfg.Tap != nil && cfg.Tap.Send != nil {
+		d.ibSend = cfg.Tap.Send(p.Send)
+	}
 }
 
 // newPortState is the port's SMA state at power-on: node and port GUIDs,

@@ -6,7 +6,9 @@
 // their replies) and writes, resets and the close from the vfio-user client;
 // reads and writes of guest memory (dma.Memory); MSI-X vectors raised; and,
 // for a function with a network port, the frames it sends and receives and
-// the addresses it announces. A Recorder wraps each of these and writes one
+// the addresses it announces. Frames are Ethernet frames, or InfiniBand
+// packets (LRH through VCRC) for a port on an IB subnet: the header's Link
+// says which, and IB the port's LID, GUID and GID prefix. A Recorder wraps each of these and writes one
 // ordered event stream per function, a gzip-compressed file of JSON lines.
 //
 // The package knows nothing of what the function is: the device model, its
@@ -71,6 +73,47 @@ type Header struct {
 	Name   string `json:"name"`
 	MAC    string `json:"mac,omitempty"`
 	Note   string `json:"note,omitempty"`
+	// Link says what the frames (tx, rx) are: LinkEthernet ("" in
+	// recordings made before there was another) or LinkInfiniBand.
+	Link string `json:"link,omitempty"`
+	// IB is the InfiniBand port's identity on its subnet (Link
+	// LinkInfiniBand), which a replay must give the device again.
+	IB *IBPort `json:"ib,omitempty"`
+}
+
+// Links: what a recording's frames are.
+const (
+	// LinkEthernet: Ethernet frames (RoCEv2 and the rest) on the segment.
+	LinkEthernet = "ethernet"
+	// LinkInfiniBand: native InfiniBand packets, LRH through VCRC, on an
+	// IB subnet (emu/ib/subnet); those received include the SA's answers.
+	LinkInfiniBand = "infiniband"
+)
+
+// IBPort is an InfiniBand port's identity while it was recorded: the LID
+// its subnet's SM gave it, its port GUID and the subnet's GID prefix.
+type IBPort struct {
+	LID       uint16 `json:"lid"`
+	PortGUID  uint64 `json:"port_guid"`
+	GIDPrefix uint64 `json:"gid_prefix"`
+}
+
+// check validates a header read from a file (user input).
+func (h *Header) check() error {
+	switch h.Link {
+	case "", LinkEthernet:
+		if h.IB != nil {
+			return fmt.Errorf("recording %q: an InfiniBand port on an Ethernet link", h.Name)
+		}
+	case LinkInfiniBand:
+		// LIDs 0x0001–0xBFFF are unicast; 1 is the SM's.
+		if h.IB == nil || h.IB.LID < 2 || h.IB.LID >= 0xC000 || h.IB.PortGUID < 2 {
+			return fmt.Errorf("recording %q: InfiniBand link without a valid port (LID 2–0xBFFF, GUID ≥ 2)", h.Name)
+		}
+	default:
+		return fmt.Errorf("recording %q: unknown link %q", h.Name, h.Link)
+	}
+	return nil
 }
 
 // FormatVersion is written in every header.
@@ -221,6 +264,9 @@ func Read(r io.Reader) (*Recording, error) {
 	if rec.Format != FormatVersion {
 		return nil, fmt.Errorf("recording %q: format %d, want %d", rec.Name, rec.Format, FormatVersion)
 	}
+	if err := rec.Header.check(); err != nil {
+		return nil, err
+	}
 	for {
 		var ev Event
 		err := dec.Decode(&ev)
@@ -347,6 +393,25 @@ func (m *recMemory) Access(gpa, n uint64, write bool, fn func(b []byte)) error {
 	return err
 }
 
+// SetInfiniBand says that the function's frames are InfiniBand packets
+// of a port with identity p (written in the header).
+func (r *Recorder) SetInfiniBand(p IBPort) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.hdr.Link, r.hdr.IB = LinkInfiniBand, &p
+}
+
+// Sender wraps a port's send function: each frame sent is recorded (copied
+// before send takes it), with whether the port pushed back.
+func (r *Recorder) Sender(send func(frame []byte) bool) func(frame []byte) bool {
+	return func(frame []byte) bool {
+		ev := r.add(&Event{Kind: FrameTx, Data: clone(frame)})
+		ok := send(frame)
+		r.fill(func() { ev.Refused = !ok })
+		return ok
+	}
+}
+
 // Port is a function's attachment to a network: the method set of the
 // device model's port, so that the device model's own interface accepts it.
 type Port interface {
@@ -378,12 +443,7 @@ type recPort struct {
 	port Port
 }
 
-func (p *recPort) Send(frame []byte) bool {
-	ev := p.rec.add(&Event{Kind: FrameTx, Data: clone(frame)})
-	ok := p.port.Send(frame)
-	p.rec.fill(func() { ev.Refused = !ok })
-	return ok
-}
+func (p *recPort) Send(frame []byte) bool { return p.rec.Sender(p.port.Send)(frame) }
 
 func (p *recPort) SetAddrs(addrs []netip.Addr) error {
 	p.rec.add(&Event{Kind: Addrs, Addrs: addrStrings(addrs)})

@@ -284,6 +284,14 @@ func TestReadRejects(t *testing.T) {
 	if err := write(&future, Header{Format: 99, Name: "x"}, nil); err != nil {
 		t.Fatal(err)
 	}
+	header := func(h Header) []byte {
+		var b bytes.Buffer
+		h.Format = FormatVersion
+		if err := write(&b, h, nil); err != nil {
+			t.Fatal(err)
+		}
+		return b.Bytes()
+	}
 	tests := []struct {
 		name string
 		data []byte
@@ -292,11 +300,20 @@ func TestReadRejects(t *testing.T) {
 		{"not gzip", []byte("{}\n")},
 		{"truncated", good.Bytes()[:good.Len()-10]},
 		{"other format", future.Bytes()},
+		{"unknown link", header(Header{Name: "x", Link: "fddi"})},
+		{"InfiniBand without a port", header(Header{Name: "x", Link: LinkInfiniBand})},
+		{"InfiniBand port at the SM's LID", header(Header{Name: "x", Link: LinkInfiniBand, IB: &IBPort{LID: 1, PortGUID: 5}})},
+		{"InfiniBand port at a multicast LID", header(Header{Name: "x", Link: LinkInfiniBand, IB: &IBPort{LID: 0xC001, PortGUID: 5}})},
+		{"an IB port on Ethernet", header(Header{Name: "x", IB: &IBPort{LID: 2, PortGUID: 5}})},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := Read(bytes.NewReader(tt.data)); err == nil {
-				t.Errorf("accepted")
+			_, err := Read(bytes.NewReader(tt.data))
+			if err == nil {
+				t.Fatalf("accepted")
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Errorf("a multi-line error: %q", err)
 			}
 		})
 	}
@@ -323,5 +340,34 @@ func TestRepeatedFrames(t *testing.T) {
 				t.Errorf("RepeatedFrames() = %d, want %d", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestInfiniBandHeader checks that a recorder of an InfiniBand port writes
+// its link and identity, and records its packets both ways.
+func TestInfiniBandHeader(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "hca0.rec.gz")
+	r := NewRecorder(path, "hca0", "")
+	r.SetInfiniBand(IBPort{LID: 3, PortGUID: 0x0002c90300000101, GIDPrefix: 0xfe80000000000000})
+	send := r.Sender(func([]byte) bool { return false })
+	if send([]byte{1, 2}) {
+		t.Errorf("the wrapped send did not report the port's push-back")
+	}
+	rx := r.Receiver(func([]byte) bool { return true })
+	rx([]byte{3})
+	if err := r.Save(); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Link != LinkInfiniBand || rec.IB == nil || *rec.IB != (IBPort{LID: 3, PortGUID: 0x0002c90300000101, GIDPrefix: 0xfe80000000000000}) {
+		t.Errorf("header: link %q, port %+v", rec.Link, rec.IB)
+	}
+	want := []Event{{Kind: FrameTx, Data: []byte{1, 2}, Refused: true}, {Kind: FrameRx, Data: []byte{3}}}
+	if len(rec.Events) != 2 || rec.Events[0].Kind != want[0].Kind || !rec.Events[0].Refused || rec.Events[1].Kind != want[1].Kind ||
+		!bytes.Equal(rec.Events[0].Data, want[0].Data) || !bytes.Equal(rec.Events[1].Data, want[1].Data) {
+		t.Errorf("events %+v, want %+v", rec.Events, want)
 	}
 }
