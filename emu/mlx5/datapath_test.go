@@ -43,42 +43,53 @@ func newRCEnd(t *testing.T, name string, sub *subnet.Subnet, guid uint64) *rcEnd
 // another is a second end on e's device.
 func (e *rcEnd) another(t *testing.T) *rcEnd { return addRCEnd(t, e.d, e.drv, e.ib) }
 
-func addRCEnd(t *testing.T, d *Device, drv *mlx5test.Driver, ib *mlx5test.IB) *rcEnd {
+func addRCEnd(t testing.TB, d *Device, drv *mlx5test.Driver, ib *mlx5test.IB) *rcEnd {
+	return addRCEndSized(t, d, drv, ib, rcSize{data: 64 << 10, cqes: 64, logSQ: 6})
+}
+
+// rcSize is an rcEnd's geometry: its buffers' bytes, CQEs and SQ WQEBBs.
+type rcSize struct {
+	data  uint64
+	cqes  int
+	logSQ uint32
+}
+
+func addRCEndSized(t testing.TB, d *Device, drv *mlx5test.Driver, ib *mlx5test.IB, sz rcSize) *rcEnd {
 	t.Helper()
 	pd, err := drv.AllocPD()
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The buffers' mkey: 64 KiB by a 16-page MTT, VA = GPA, every
-	// access (a PA key is local only).
-	data := drv.Alloc(64<<10, 4096)
-	mtt := make([]uint64, 16)
+	// The buffers' mkey: sz.data bytes by an MTT of 4 KiB pages, VA =
+	// GPA, every access (a PA key is local only).
+	data := drv.Alloc(sz.data, 4096)
+	mtt := make([]uint64, sz.data>>12)
 	for i := range mtt {
 		mtt[i] = data + uint64(i)<<12
 	}
 	key, err := drv.CreateMkey(drv.CreateMkeyIn(mlx5test.MkeyArgs{PD: pd, Mode: ifc.MkcAccessModeMTT, Access: 0xf,
-		Start: data, Len: 64 << 10, LogPageSize: 12, MTT: mtt}))
+		Start: data, Len: sz.data, LogPageSize: 12, MTT: mtt}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cq, err := drv.KernelCQ(64)
+	cq, err := drv.KernelCQ(sz.cqes)
 	if err != nil {
 		t.Fatal(err)
 	}
 	drv.InitCQ(cq)
 	in, q := drv.CreateQPIn(mlx5test.QPArgs{St: ifc.QPStRC, PD: pd, SndCQ: cq.CQN, RcvCQ: cq.CQN,
-		SRQ: ib.S1.N, XRCD: ib.XRCD1, LogRQ: 4, LogRQStride: 2, LogSQ: 6, UAR: drv.UAR, UserIndex: 0x77})
+		SRQ: ib.S1.N, XRCD: ib.XRCD1, LogRQ: 4, LogRQStride: 2, LogSQ: sz.logSQ, UAR: drv.UAR, UserIndex: 0x77})
 	if q, err = drv.CreateQP(in, q); err != nil {
 		t.Fatal(err)
 	}
 	return &rcEnd{d: d, drv: drv, ib: ib, lid: ib.LID, key: key.Key, cq: cq,
-		wq: &mlx5test.WQ{Q: q, UAR: drv.UAR, LogRQ: 4, RQStride: 64, LogSQ: 6,
+		wq: &mlx5test.WQ{Q: q, UAR: drv.UAR, LogRQ: 4, RQStride: 64, LogSQ: uint8(sz.logSQ),
 			Hold: func(fn func()) { d.core.Lock(); defer d.core.Unlock(); fn() }},
 		data: data}
 }
 
 // connect walks e's QP to RTS towards (lid, qpn).
-func (e *rcEnd) connect(t *testing.T, lid uint16, qpn uint32) {
+func (e *rcEnd) connect(t testing.TB, lid uint16, qpn uint32) {
 	t.Helper()
 	steps := []struct {
 		op  ifc.Opcode

@@ -120,18 +120,28 @@ func (d *Driver) putRecord(w *WQ) {
 // PollCQ returns the 64-byte CQE at the CQ's consumer index if software
 // owns it, advancing the index and publishing it in the doorbell record.
 func (d *Driver) PollCQ(c *CQ, ci *uint32) ([]byte, bool) {
+	out := make([]byte, uverbs.CQESize64)
+	if !d.PollCQTo(c, ci, out) {
+		return nil, false
+	}
+	return out, true
+}
+
+// PollCQTo is PollCQ copying the CQE into out (64 bytes), allocating
+// nothing.
+func (d *Driver) PollCQTo(c *CQ, ci *uint32, out []byte) bool {
 	geo := uverbs.CQ{LogSize: c.LogSize, CQESize: uverbs.CQESize64}
 	at := bufAt(c.Buf, geo.Offset(*ci))
 	cqe := d.Bytes(at, uverbs.CQESize64)
 	if !geo.SoftwareOwns(cqe[uverbs.OpOwnOffset], *ci) {
-		return nil, false
+		return false
 	}
-	out := append([]byte(nil), cqe...)
+	copy(out, cqe)
 	*ci++
 	rec := doorbell.DecodeCQRecord(d.Bytes(c.DBR, doorbell.RecordSize))
 	rec.CI = *ci
 	rec.Encode(d.Bytes(c.DBR, doorbell.RecordSize))
-	return out, true
+	return true
 }
 
 // InitCQ sets every CQE's op_own to invalid, owner 0, as the provider
