@@ -378,7 +378,7 @@ func (env *qpEnv) qpFatal(format string, args ...any) {
 // once each.
 func (env *qpEnv) stage() bool {
 	d, q := env.d, env.q
-	var rec [doorbell.RecordSize]byte
+	rec := &d.scratch.sqRec
 	if err := d.readGuest(rec[:], q.dbr); err != nil {
 		env.qpFatal("qp %#x doorbell record: %v", q.QPN, err)
 		return false
@@ -592,7 +592,8 @@ func (env *qpEnv) Complete(c transport.Completion) {
 	if cq == nil {
 		return
 	}
-	var b [uverbs.CQESize64]byte
+	b := &d.scratch.cqe
+	*b = [uverbs.CQESize64]byte{}
 	geo := uverbs.CQ{LogSize: cq.logSize, CQESize: int(cq.cqeSize)}
 	owner := geo.Owner(cq.pi)
 	counter := uint16(c.WRID)
@@ -622,7 +623,7 @@ func (env *qpEnv) Complete(c transport.Completion) {
 		}
 		cqe.Encode(b[:])
 	}
-	d.writeCQE(cq, &b, c.Solicited || c.Status != transport.StatusSuccess)
+	d.writeCQE(cq, b, c.Solicited || c.Status != transport.StatusSuccess)
 }
 
 // writeCQE writes a CQE at the CQ's producer (the 64-byte structure last
@@ -630,7 +631,7 @@ func (env *qpEnv) Complete(c transport.Completion) {
 // the CQ's arming asks for. A full CQ (by the consumer index of its
 // doorbell record) drops the CQE.
 func (d *Device) writeCQE(c *cq, b *[uverbs.CQESize64]byte, solicited bool) {
-	var rec [doorbell.RecordSize]byte
+	rec := &d.scratch.cqRec
 	if err := d.readGuest(rec[:], c.dbr); err != nil {
 		return
 	}

@@ -40,6 +40,7 @@ import (
 	"sync/atomic"
 
 	"github.com/hcaemu/hcaemu/dma"
+	doorbell "github.com/hcaemu/hcaemu/doorbell/mlx5"
 	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/ib/mad"
@@ -47,6 +48,7 @@ import (
 	"github.com/hcaemu/hcaemu/emu/mlx5/ifc"
 	"github.com/hcaemu/hcaemu/emu/ratelog"
 	"github.com/hcaemu/hcaemu/mmio"
+	uverbs "github.com/hcaemu/hcaemu/uverbs/mlx5"
 )
 
 // PCI identity and layout (spec §1).
@@ -161,6 +163,13 @@ type Device struct {
 	// registration).
 	qpns   hca.QPNs
 	mrKeys hca.MRKeys
+	// scratch is where the engine reads doorbell records and builds
+	// CQEs: a stack array handed to dma.Memory escapes to the heap, one
+	// allocation per WQE and per CQE otherwise.
+	scratch struct {
+		sqRec, cqRec [doorbell.RecordSize]byte
+		cqe          [uverbs.CQESize64]byte
+	}
 }
 
 // Stats counts what the command engine did.
