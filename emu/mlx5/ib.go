@@ -12,8 +12,8 @@ import (
 
 // Syndromes of MAD_IFC's failures.
 const (
-	SyndMADPort = syndBase | 0x0070 // mad_ifc_in.port not the device's one port
-	SyndMAD     = syndBase | 0x0071 // a MAD the SMA does not answer (not an SMP, a response, a trap)
+	SyndMADPort = syndBase | 0x0080 // mad_ifc_in.port not the device's one port
+	SyndMAD     = syndBase | 0x0081 // a MAD the SMA does not answer (not an SMP, a response, a trap)
 )
 
 // defaultNodeGUID is the node GUID the device reports when
