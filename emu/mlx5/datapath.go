@@ -715,16 +715,18 @@ func (env *qpEnv) Transmit(_ transport.Path, f roce.PacketFields, payload transp
 	if d.ibPort == nil {
 		return nil // no subnet: the packet is lost
 	}
-	if cap(env.payload) < payload.Len {
-		env.payload = make([]byte, payload.Len)
-	}
-	f.Payload = env.payload[:payload.Len]
+	frame := fabric.NewFrame()
+	f.Payload = nil
 	if payload.Len > 0 {
+		// Gathered where the packet carries it, so that ib.Build does
+		// not copy it again (roce.Build leaves a payload at its final
+		// offset in place).
+		f.Payload = env.payloadAt(frame, f.BTH.Opcode, payload.Len)
 		if err := env.gather(&payload, f.Payload); err != nil {
+			fabric.Release(frame)
 			return err
 		}
 	}
-	frame := fabric.NewFrame()
 	pkt, err := ib.Build(frame, &ib.PacketFields{
 		LRH:       ib.LRHFields{SL: env.sl, DLID: env.dlid, SLID: d.ibPort.LID()},
 		Transport: f,
@@ -738,6 +740,21 @@ func (env *qpEnv) Transmit(_ transport.Path, f roce.PacketFields, payload transp
 	}
 	env.q.CountTx(&f, payload.Len)
 	return nil
+}
+
+// payloadAt is where a local packet of opcode o built into frame carries
+// its n payload bytes (after the LRH, the BTH and o's extended headers),
+// or env's own buffer when that is not in frame.
+func (env *qpEnv) payloadAt(frame []byte, o roce.Opcode, n int) []byte {
+	if t, err := roce.PacketLen(o, 0); err == nil {
+		if off := ib.HeaderLen(false) + t - roce.ICRCSize; off+n <= len(frame) {
+			return frame[off : off+n]
+		}
+	}
+	if cap(env.payload) < n {
+		env.payload = make([]byte, n)
+	}
+	return env.payload[:n]
 }
 
 // TransmitRun: no runs on the IB port; packets go one at a time.
