@@ -5,6 +5,7 @@
 package benchtest
 
 import (
+	"runtime"
 	"slices"
 	"syscall"
 	"testing"
@@ -64,4 +65,40 @@ func ReportPercentiles(b *testing.B, samples []time.Duration) {
 	b.ReportMetric(float64(at(0.50).Nanoseconds()), "p50-ns")
 	b.ReportMetric(float64(at(0.99).Nanoseconds()), "p99-ns")
 	b.ReportMetric(float64(samples[len(samples)-1].Nanoseconds()), "max-ns")
+}
+
+// Stream is a streaming benchmark's body: run(n) moves n messages of size
+// bytes (at most 128 in flight) and waits for their completions. It warms
+// up (frame pools, maps, timers), times b.N messages and reports them
+// with ReportStream against copy() from src to dst.
+func Stream(b *testing.B, size int, run func(n int), dst, src []byte) {
+	run(min(128, b.N))
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	cpu0 := CPUTime()
+	b.ResetTimer()
+	run(b.N)
+	b.StopTimer()
+	ReportStream(b, cpu0, size, dst, src)
+}
+
+// Spin polls until poll reports a completion, as perftest's latency tests
+// busy-poll their CQ, yielding between polls (the guest's vCPU is a thread
+// of its own; here it shares the Go scheduler's threads with the
+// engines); it fails the benchmark on poll's error or after wait.
+func Spin(b *testing.B, wait time.Duration, poll func() (int, error)) {
+	start := time.Now()
+	for spins := 0; ; spins++ {
+		got, err := poll()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if got > 0 {
+			return
+		}
+		runtime.Gosched()
+		if spins%(1<<16) == 0 && time.Since(start) > wait {
+			b.Fatalf("no completion in %v", wait)
+		}
+	}
 }

@@ -17,7 +17,6 @@ package mlx5
 
 import (
 	"fmt"
-	"runtime"
 	"testing"
 	"time"
 
@@ -156,14 +155,7 @@ func (s *mlxStreamer) run(b *testing.B, n int) {
 
 func benchMLXWrite(b *testing.B, size int) {
 	s := newMLXStreamer(b, size)
-	s.run(b, min(benchSQ, b.N)) // warm up: frame pool, maps, timers
-	b.SetBytes(int64(size))
-	b.ReportAllocs()
-	cpu0 := benchtest.CPUTime()
-	b.ResetTimer()
-	s.run(b, b.N)
-	b.StopTimer()
-	benchtest.ReportStream(b, cpu0, size, s.b.mem(0, size), s.a.mem(0, size))
+	benchtest.Stream(b, size, func(n int) { s.run(b, n) }, s.b.mem(0, size), s.a.mem(0, size))
 }
 
 // BenchmarkRCWrite is ib_write_bw: RC RDMA WRITE, 128 WQEs in flight,
@@ -195,21 +187,8 @@ func BenchmarkLatencyDoorbellToCompletion(b *testing.B) {
 // guest polling its CQ, as perftest's latency tests do.
 func BenchmarkLatencyDoorbellToCompletionPolled(b *testing.B) {
 	benchMLXLatency(b, func(s *mlxStreamer) {
-		start := time.Now()
 		s.a.drv.PostSend(s.a.wq, &s.wqe)
-		for spins := 0; ; spins++ {
-			got, err := s.reap()
-			if err != nil {
-				b.Fatal(err)
-			}
-			if got > 0 {
-				return
-			}
-			runtime.Gosched() // the engines share the scheduler's threads
-			if spins%(1<<16) == 0 && time.Since(start) > benchWait {
-				b.Fatalf("no completion in %v", benchWait)
-			}
-		}
+		benchtest.Spin(b, benchWait, s.reap)
 	})
 }
 

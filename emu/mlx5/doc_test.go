@@ -1,11 +1,13 @@
 package mlx5
 
 import (
+	"cmp"
 	"flag"
 	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -74,16 +76,19 @@ func TestDocMLX5(t *testing.T) {
 var funcStateNames = map[funcState]string{stateDisabled: "any", stateEnabled: "enabled", stateInitialized: "initialized (after INIT_HCA)"}
 
 func docCommands() string {
-	ops := make([]ifc.Opcode, 0, len(commands))
-	for op := range commands {
-		ops = append(ops, op)
-	}
-	slices.Sort(ops)
+	return mdTable("| opcode | MLX5_CMD_OP_ | least inlen | least outlen | function state |\n|---|---|---:|---:|---|\n",
+		commands, func(op ifc.Opcode, c cmdSpec) string {
+			return fmt.Sprintf("| 0x%03x | %s | 0x%x | 0x%x | %s |\n", uint16(op), command(op).Name, c.inLen, c.outLen, funcStateNames[c.state])
+		})
+}
+
+// mdTable is a Markdown table: head, then a row per entry of m in the
+// order of its keys.
+func mdTable[K cmp.Ordered, V any](head string, m map[K]V, row func(K, V) string) string {
 	var b strings.Builder
-	b.WriteString("| opcode | MLX5_CMD_OP_ | least inlen | least outlen | function state |\n|---|---|---:|---:|---|\n")
-	for _, op := range ops {
-		c := commands[op]
-		fmt.Fprintf(&b, "| 0x%03x | %s | 0x%x | 0x%x | %s |\n", uint16(op), command(op).Name, c.inLen, c.outLen, funcStateNames[c.state])
+	b.WriteString(head)
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		b.WriteString(row(k, m[k]))
 	}
 	return b.String()
 }
@@ -103,35 +108,26 @@ func docBadOp() string {
 func docSyndromes(t *testing.T) string {
 	type synd struct {
 		name, doc string
-		v        uint64
+		v         uint64
 	}
 	var all []synd
-	eachFile(t, ".", func(f *ast.File) {
-		for _, d := range f.Decls {
-			g, ok := d.(*ast.GenDecl)
-			if !ok || g.Tok != token.CONST {
-				continue
-			}
-			for _, s := range g.Specs {
-				vs := s.(*ast.ValueSpec)
-				if len(vs.Names) != 1 || !strings.HasPrefix(vs.Names[0].Name, "Synd") || len(vs.Values) != 1 {
-					continue
-				}
-				be, ok := vs.Values[0].(*ast.BinaryExpr)
-				if !ok {
-					continue
-				}
-				lit, ok := be.Y.(*ast.BasicLit)
-				if !ok {
-					continue
-				}
-				v, err := strconv.ParseUint(lit.Value, 0, 32)
-				if err != nil {
-					t.Fatal(err)
-				}
-				all = append(all, synd{vs.Names[0].Name, commentText(vs.Comment, vs.Doc), syndBase | v})
-			}
+	eachConst(t, ".", func(vs *ast.ValueSpec) {
+		if len(vs.Names) != 1 || !strings.HasPrefix(vs.Names[0].Name, "Synd") || len(vs.Values) != 1 {
+			return
 		}
+		be, ok := vs.Values[0].(*ast.BinaryExpr)
+		if !ok {
+			return
+		}
+		lit, ok := be.Y.(*ast.BasicLit)
+		if !ok {
+			return
+		}
+		v, err := strconv.ParseUint(lit.Value, 0, 32)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, synd{vs.Names[0].Name, commentText(vs.Comment, vs.Doc), syndBase | v})
 	})
 	sort.Slice(all, func(i, j int) bool { return all[i].v < all[j].v })
 	for i := 1; i < len(all); i++ {
@@ -191,22 +187,14 @@ func docCaps() string {
 }
 
 func docRegisters() string {
-	ids := make([]uint32, 0, len(registers))
-	for id := range registers {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	var b strings.Builder
-	b.WriteString("| register_id | register | bytes | access |\n|---|---|---:|---|\n")
-	for _, id := range ids {
-		r := registers[id]
-		acc := "read"
-		if r.write != nil {
-			acc = "read, write"
-		}
-		fmt.Fprintf(&b, "| 0x%04x | %s | %d | %s |\n", id, r.name, r.size, acc)
-	}
-	return b.String()
+	return mdTable("| register_id | register | bytes | access |\n|---|---|---:|---|\n",
+		registers, func(id uint32, r registerSpec) string {
+			acc := "read"
+			if r.write != nil {
+				acc = "read, write"
+			}
+			return fmt.Sprintf("| 0x%04x | %s | %d | %s |\n", id, r.name, r.size, acc)
+		})
 }
 
 // mapPairs returns the key and value expressions (as written) of the
@@ -287,29 +275,34 @@ func constValues(t *testing.T, dirs ...string) map[string]uint64 {
 		} else if prefix == "mlx5." {
 			prefix = "uverbs." // imported as uverbs
 		}
-		eachFile(t, dir, func(f *ast.File) {
-			for _, d := range f.Decls {
-				g, ok := d.(*ast.GenDecl)
-				if !ok || g.Tok != token.CONST {
+		eachConst(t, dir, func(vs *ast.ValueSpec) {
+			for i, n := range vs.Names {
+				if i >= len(vs.Values) {
 					continue
 				}
-				for _, s := range g.Specs {
-					vs := s.(*ast.ValueSpec)
-					for i, n := range vs.Names {
-						if i >= len(vs.Values) {
-							continue
-						}
-						if lit, ok := vs.Values[i].(*ast.BasicLit); ok && lit.Kind == token.INT {
-							if v, err := strconv.ParseUint(lit.Value, 0, 64); err == nil {
-								out[prefix+n.Name] = v
-							}
-						}
+				if lit, ok := vs.Values[i].(*ast.BasicLit); ok && lit.Kind == token.INT {
+					if v, err := strconv.ParseUint(lit.Value, 0, 64); err == nil {
+						out[prefix+n.Name] = v
 					}
 				}
 			}
 		})
 	}
 	return out
+}
+
+// eachConst calls fn with every constant declaration of the non-test Go
+// files of dir.
+func eachConst(t *testing.T, dir string, fn func(*ast.ValueSpec)) {
+	eachFile(t, dir, func(f *ast.File) {
+		for _, d := range f.Decls {
+			if g, ok := d.(*ast.GenDecl); ok && g.Tok == token.CONST {
+				for _, s := range g.Specs {
+					fn(s.(*ast.ValueSpec))
+				}
+			}
+		}
+	})
 }
 
 // eachFile parses the non-test Go files of dir.

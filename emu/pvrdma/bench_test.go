@@ -263,17 +263,10 @@ func (s *streamer) reap() (int, error) {
 
 func benchStream(b *testing.B, op uint32, size int) {
 	s := newStreamer(b, op, size)
-	s.run(b, min(benchSQ, b.N)) // warm up: frame pool, maps, timers
-	b.SetBytes(int64(size))
-	b.ReportAllocs()
-	cpu0 := benchtest.CPUTime()
-	b.ResetTimer()
-	s.run(b, b.N)
-	b.StopTimer()
 	// The yardstick, in the same run: copy() of the same size between the
 	// same two guest buffers, and the data path's rate as a share of it.
 	src, dst := s.send.SGE[0].Addr, s.recv.SGE[0].Addr
-	benchtest.ReportStream(b, cpu0, size, s.b.RAM.Mem[dst:dst+uint64(size)], s.a.RAM.Mem[src:src+uint64(size)])
+	benchtest.Stream(b, size, func(n int) { s.run(b, n) }, s.b.RAM.Mem[dst:dst+uint64(size)], s.a.RAM.Mem[src:src+uint64(size)])
 }
 
 // BenchmarkRCWrite is ib_write_bw: RC RDMA_WRITE, 128 WQEs in flight, every
