@@ -39,6 +39,21 @@ type mlxStreamer struct {
 	wqe   uverbs.SendWQE
 	cqe   [uverbs.CQESize64]byte
 	timer *time.Timer
+	// guard makes the guest's reads of what the engines write (CQEs,
+	// EQEs) and its posts hold the device lock, for the race detector
+	// (a real guest orders them by the owner bits; tests only).
+	guard bool
+}
+
+// locked runs fn under d's lock when s.guard is set.
+func (s *mlxStreamer) locked(d *Device, fn func()) {
+	if !s.guard {
+		fn()
+		return
+	}
+	d.core.Lock()
+	defer d.core.Unlock()
+	fn()
 }
 
 // newMLXStreamer connects two devices and prepares a signaled RDMA WRITE
@@ -60,7 +75,7 @@ func newMLXStreamer(b testing.TB, size int) *mlxStreamer {
 		e := addRCEndSized(b, d, drv, ib, rcSize{data: data, cqes: 2 * benchSQ, logSQ: 8})
 		// The guest writes its rings without the device lock, as a
 		// guest does (the race detector would see the device read them
-		// concurrently: run these without -race).
+		// concurrently: TestBenchStreamer sets guard).
 		e.wq.Hold = nil
 		return e
 	}
@@ -128,23 +143,27 @@ func (s *mlxStreamer) waitIRQ() (int, error) {
 		return 0, fmt.Errorf("no completion in %v", benchWait)
 	}
 	s.timer.Stop()
-	for d.NextEQE(d.CompEQ) != nil {
-		s.sn++ // mlx5_cq_completion: cq->arm_sn++
-	}
+	s.locked(s.a.d, func() {
+		for d.NextEQE(d.CompEQ) != nil {
+			s.sn++ // mlx5_cq_completion: cq->arm_sn++
+		}
+	})
 	d.UpdateCI(d.CompEQ, true)
 	return s.reap()
 }
 
 // reap polls a's CQ and returns the number of send completions.
-func (s *mlxStreamer) reap() (int, error) {
-	n := 0
-	for s.a.drv.PollCQTo(s.a.cq, &s.a.ci, s.cqe[:]) {
-		if s.cqe[uverbs.OpOwnOffset]>>4 != uverbs.CQEReq {
-			return n, fmt.Errorf("send completion %+v", uverbs.DecodeErrCQE(s.cqe[:]))
+func (s *mlxStreamer) reap() (n int, err error) {
+	s.locked(s.a.d, func() {
+		for s.a.drv.PollCQTo(s.a.cq, &s.a.ci, s.cqe[:]) {
+			if s.cqe[uverbs.OpOwnOffset]>>4 != uverbs.CQEReq {
+				err = fmt.Errorf("send completion %+v", uverbs.DecodeErrCQE(s.cqe[:]))
+				return
+			}
+			n++
 		}
-		n++
-	}
-	return n, nil
+	})
+	return n, err
 }
 
 func (s *mlxStreamer) run(b *testing.B, n int) {
@@ -214,11 +233,17 @@ func benchMLXLatency(b *testing.B, step func(s *mlxStreamer)) {
 func TestBenchStreamer(t *testing.T) {
 	for _, size := range []int{64, 64 << 10} {
 		s := newMLXStreamer(t, size)
+		s.guard = true
+		s.a.wq.Hold = func(fn func()) { s.locked(s.a.d, fn) }
+		s.a.cq.Hold = s.a.wq.Hold
 		if err := s.stream(3 * benchSQ); err != nil {
 			t.Fatal(err)
 		}
-		if got, want := s.b.mem(0, size), s.a.mem(0, size); string(got) != string(want) {
-			t.Fatalf("%d bytes: the WRITE's data differ", size)
-		}
+		s.b.d.Sync()
+		s.locked(s.b.d, func() {
+			if got, want := s.b.mem(0, size), s.a.mem(0, size); string(got) != string(want) {
+				t.Errorf("%d bytes: the WRITE's data differ", size)
+			}
+		})
 	}
 }

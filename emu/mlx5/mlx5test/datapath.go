@@ -176,11 +176,20 @@ func (d *Driver) ArmCQ(c *CQ, uar uint32, ci uint32, sn uint8, solicited bool) {
 		cmd = doorbell.CQDBReqNotSol
 	}
 	a := doorbell.Arm{SN: sn, Cmd: cmd, CI: ci}
-	rec := doorbell.DecodeCQRecord(d.Bytes(c.DBR, doorbell.RecordSize))
-	rec.Arm = a
-	rec.Encode(d.Bytes(c.DBR, doorbell.RecordSize))
+	if c.Hold != nil {
+		c.Hold(func() { d.putArm(c, a) })
+	} else {
+		d.putArm(c, a)
+	}
 	v := doorbell.CQArm{Arm: a, CQN: c.CQN}.Bytes()
 	if err := d.F.WriteRegion(mmio.RegionBAR0, uint64(uar)*doorbell.UARPageSize+doorbell.CQDoorbell, v[:]); err != nil {
 		panic(err)
 	}
+}
+
+// putArm writes the arm word into the CQ's doorbell record.
+func (d *Driver) putArm(c *CQ, a doorbell.Arm) {
+	rec := doorbell.DecodeCQRecord(d.Bytes(c.DBR, doorbell.RecordSize))
+	rec.Arm = a
+	rec.Encode(d.Bytes(c.DBR, doorbell.RecordSize))
 }
