@@ -420,10 +420,11 @@ func docFields(t *testing.T) string {
 			if len(rows) == 0 {
 				continue
 			}
-			head := "fields"
-			if g.Doc != nil {
-				head = strings.Join(strings.Fields(g.Doc.Text()), " ")
+			if g.Doc == nil {
+				t.Errorf("%s: a block of fields (%s) without a comment naming its structure", fileName(f), rows[0])
+				continue
 			}
+			head := strings.Join(strings.Fields(g.Doc.Text()), " ")
 			fmt.Fprintf(&b, "\n**%s** (`emu/mlx5/ifc/%s`)\n\n| ifc field | bit offset | bits | the device |\n|---|---:|---:|---|\n%s\n",
 				head, filepath.Base(fileName(f)), strings.Join(rows, "\n"))
 		}
