@@ -156,10 +156,11 @@ func (d *Device) compEvent(c *cq) {
 	if e == nil {
 		return
 	}
-	var eqe [ifc.EQESize]byte
+	eqe := &d.scratch.eqe
+	*eqe = [ifc.EQESize]byte{}
 	eqe[ifc.EQEType] = ifc.EventComp
 	binary.BigEndian.PutUint32(eqe[eqeCompCQN:], c.cqn&0xffffff)
-	d.postEQE(e, &eqe)
+	d.postEQE(e, eqe)
 }
 
 // bufAddr is the guest address of byte off of a queue buffer (pages of
@@ -543,7 +544,7 @@ func (env *qpEnv) PeekRecv() (transport.RecvWR, transport.Status, bool) {
 	if q.rqBytes == 0 {
 		return transport.RecvWR{}, 0, false
 	}
-	var rec [doorbell.RecordSize]byte
+	rec := &d.scratch.rqRec
 	if err := d.readGuest(rec[:], q.dbr); err != nil {
 		return transport.RecvWR{}, 0, false
 	}

@@ -164,11 +164,13 @@ type Device struct {
 	qpns   hca.QPNs
 	mrKeys hca.MRKeys
 	// scratch is where the engine reads doorbell records and builds
-	// CQEs: a stack array handed to dma.Memory escapes to the heap, one
-	// allocation per WQE and per CQE otherwise.
+	// CQEs and completion EQEs: a stack array handed to dma.Memory
+	// escapes to the heap, one allocation per WQE, receive, CQE and
+	// event otherwise.
 	scratch struct {
-		sqRec, cqRec [doorbell.RecordSize]byte
-		cqe          [uverbs.CQESize64]byte
+		sqRec, rqRec, cqRec [doorbell.RecordSize]byte
+		cqe                 [uverbs.CQESize64]byte
+		eqe                 [ifc.EQESize]byte // a COMP EQE
 	}
 }
 
