@@ -233,32 +233,33 @@ func exprString(e ast.Expr) string {
 }
 
 func docSendOpcodes(t *testing.T, consts map[string]uint64) string {
-	pairs := mapPairs(t, "mapping.go", "sendOpcodes")
-	sort.Slice(pairs, func(i, j int) bool { return consts[pairs[i][0]] < consts[pairs[j][0]] })
-	var b strings.Builder
-	b.WriteString("| ctrl opcode | MLX5_OPCODE_ (uverbs/mlx5) | carried out as |\n|---|---|---|\n")
-	for _, p := range pairs {
-		v, ok := consts[p[0]]
-		if !ok {
-			t.Fatalf("no value for %s", p[0])
-		}
-		if got := sendOpcodes[uint8(v)]; got == 0 {
-			t.Fatalf("sendOpcodes[%s] is unsupported", p[0])
-		}
-		fmt.Fprintf(&b, "| 0x%02x | %s | %s |\n", v, strings.TrimPrefix(p[0], "uverbs."), p[1])
-	}
-	return b.String()
+	return pairTable(t, "sendOpcodes", consts, 0, "| ctrl opcode | MLX5_OPCODE_ (uverbs/mlx5) | carried out as |\n|---|---|---|\n",
+		func(p [2]string) string {
+			v, ok := consts[p[0]]
+			if !ok || sendOpcodes[uint8(v)] == 0 {
+				t.Fatalf("no value for %s, or sendOpcodes[%s] is unsupported", p[0], p[0])
+			}
+			return fmt.Sprintf("| 0x%02x | %s | %s |\n", v, strings.TrimPrefix(p[0], "uverbs."), p[1])
+		})
 }
 
 func docCQESyndromes(t *testing.T, consts map[string]uint64) string {
-	pairs := mapPairs(t, "mapping.go", "syndromes")
-	sort.Slice(pairs, func(i, j int) bool { return consts[pairs[i][1]] < consts[pairs[j][1]] })
+	return pairTable(t, "syndromes", consts, 1, "| completion status | error CQE syndrome |\n|---|---|\n",
+		func(p [2]string) string {
+			return fmt.Sprintf("| %s | 0x%02x %s |\n", p[0], consts[p[1]], strings.TrimPrefix(p[1], "uverbs."))
+		}) + fmt.Sprintf("| any other | 0x%02x SyndromeLocalQPOpErr |\n", consts["uverbs.SyndromeLocalQPOpErr"])
+}
+
+// pairTable is a Markdown table of mapping.go's map literal name, a row
+// per key-value pair, ordered by the value of the constant in column col.
+func pairTable(t *testing.T, name string, consts map[string]uint64, col int, head string, row func([2]string) string) string {
+	pairs := mapPairs(t, "mapping.go", name)
+	sort.Slice(pairs, func(i, j int) bool { return consts[pairs[i][col]] < consts[pairs[j][col]] })
 	var b strings.Builder
-	b.WriteString("| completion status | error CQE syndrome |\n|---|---|\n")
+	b.WriteString(head)
 	for _, p := range pairs {
-		fmt.Fprintf(&b, "| %s | 0x%02x %s |\n", p[0], consts[p[1]], strings.TrimPrefix(p[1], "uverbs."))
+		b.WriteString(row(p))
 	}
-	fmt.Fprintf(&b, "| any other | 0x%02x SyndromeLocalQPOpErr |\n", consts["uverbs.SyndromeLocalQPOpErr"])
 	return b.String()
 }
 
