@@ -67,9 +67,10 @@ var allowedImports = map[string][]string{
 	"emu/transport":                  {"dma", "emu/mr", "emu/roce"},
 	"emu/transport/rc":               {"dma", "emu/mr", "emu/roce", "emu/transport"},
 	"emu/transport/ud":               {"dma", "emu/mr", "emu/roce", "emu/transport"},
+	"emu/transport/uc":               {"dma", "emu/mr", "emu/roce", "emu/transport"},
 	"emu/transport/transporttest":    {"dma", "emu/mr", "emu/roce", "emu/transport"},
 	"emu/pvrdma":                     {"dma", "dma/pvrdma", "doorbell/pvrdma", "emu/fabric", "emu/hca", "emu/mr", "emu/pvrdma/abi", "emu/ratelog", "emu/roce", "emu/transport", "emu/transport/rc", "emu/transport/ud", "mmio", "uverbs/pvrdma"},
-	"emu/mlx5":                       {"dma", "doorbell/mlx5", "emu/fabric", "emu/hca", "emu/ib", "emu/ib/mad", "emu/ib/subnet", "emu/mlx5/ifc", "emu/mr", "emu/ratelog", "emu/roce", "emu/transport", "emu/transport/rc", "mmio", "uverbs/mlx5"},
+	"emu/mlx5":                       {"dma", "doorbell/mlx5", "emu/fabric", "emu/hca", "emu/ib", "emu/ib/mad", "emu/ib/subnet", "emu/mlx5/ifc", "emu/mr", "emu/ratelog", "emu/roce", "emu/transport", "emu/transport/rc", "emu/transport/uc", "emu/transport/ud", "mmio", "uverbs/mlx5"},
 	"emu/mlx5/mlx5test":              {"dma", "doorbell/mlx5", "emu/mlx5/ifc", "mmio", "uverbs/mlx5"},
 	"emu/verbstest":                  {"dma", "emu/fabric", "emu/fabric/capture", "emu/hca", "emu/mr", "emu/roce", "emu/transport"},
 	"emu/emutest":                    {"dma", "emu/pvrdma", "emu/pvrdma/abi", "uverbs/pvrdma"},
@@ -160,7 +161,7 @@ var deviceModels = []string{"emu/pvrdma", "emu/pvrdma/abi", "uverbs/pvrdma", "do
 // device model imports the core.
 func TestCoreImportsNoModel(t *testing.T) {
 	const mod = "github.com/hcaemu/hcaemu/"
-	for _, pkg := range []string{"emu/hca", "emu/fault", "emu/verbstest", "emu/transport", "emu/transport/rc", "emu/transport/ud", "emu/mr", "emu/fabric", "emu/roce",
+	for _, pkg := range []string{"emu/hca", "emu/fault", "emu/verbstest", "emu/transport", "emu/transport/rc", "emu/transport/uc", "emu/transport/ud", "emu/mr", "emu/fabric", "emu/roce",
 		"emu/ib", "emu/ib/mad", "emu/ib/subnet", "emu/fabric/capture"} {
 		out, err := exec.Command("go", "list", "-deps", mod+pkg).Output()
 		if err != nil {

@@ -59,10 +59,10 @@ type hcas struct {
 	ib     *subnet.Subnet
 	ibPcap *capture.PcapWriter
 
-	// devices are the live devices by name (one connection each), for
-	// hcaemu inspect.
+	// devices are the live devices by name (one connection each), of
+	// every model, for hcaemu inspect, trace and the metrics.
 	devMu   sync.Mutex
-	devices map[string]*pvrdma.Device
+	devices map[string]hca.Observed
 
 	// trace hands the devices' trace events to hcaemu trace's clients.
 	trace *traceHub
@@ -216,29 +216,34 @@ func (h *hcas) factory(name string, mac [6]byte) vfio.NewDevice {
 			cfg.SequentialQPNs = true
 		}
 		d := pvrdma.New(cfg)
-		h.devMu.Lock()
-		if h.devices == nil {
-			h.devices = map[string]*pvrdma.Device{}
-		}
-		h.devices[name] = d
-		h.devMu.Unlock()
-		if h.trace.active() { // after the insertion: a client subscribing now sets it too
-			d.SetTracer(h.trace)
-		}
 		var dev vfio.Device = d
 		if rec != nil {
 			dev = rec.Device(d)
 		}
-		return &liveDevice{Device: dev, h: h, name: name, dev: d}, nil
+		return h.goLive(name, d, dev), nil
 	}
+}
+
+// goLive puts device d (served as dev) in the table of live devices, with
+// the tracer if a client traces, until its connection ends.
+func (h *hcas) goLive(name string, d hca.Observed, dev vfio.Device) vfio.Device {
+	h.devMu.Lock()
+	if h.devices == nil {
+		h.devices = map[string]hca.Observed{}
+	}
+	h.devices[name] = d
+	h.devMu.Unlock()
+	if h.trace.active() { // after the insertion: a client subscribing now sets it too
+		d.SetTracer(h.trace)
+	}
+	return &liveDevice{Device: dev, h: h, name: name, dev: d}
 }
 
 // mlx5Factory returns the vfio.NewDevice of an emulated ConnectX (--device
 // mlx5), its port on the run's InfiniBand subnet (setupIB's, with the
 // fault decorator and the capture; a bare one when setupIB was not
-// called). It is not yet in the table of live devices: inspect, trace and
-// metrics show PVRDMA devices only so far; the device fault hooks are not
-// given to it (only the plan's packet rules act, on the subnet).
+// called), with its device fault hook (--faults), in the table of live
+// devices as a PVRDMA device is (inspect, trace, metrics).
 func (h *hcas) mlx5Factory(name string, mac [6]byte) vfio.NewDevice {
 	h.ibOnce.Do(func() { h.ib = subnet.New(subnet.Config{}) })
 	return func(host vfio.Host) (vfio.Device, error) {
@@ -246,12 +251,17 @@ func (h *hcas) mlx5Factory(name string, mac [6]byte) vfio.NewDevice {
 		if rec != nil {
 			host = rec.Host(host)
 		}
-		var dev vfio.Device = mlx5.New(mlx5.Config{Name: name, Mem: host.Mem, MSIX: host.MSIX, Log: h.log,
+		var hook hca.FaultHook
+		if h.faults != nil {
+			hook = h.faults(name)
+		}
+		d := mlx5.New(mlx5.Config{Name: name, Mem: host.Mem, MSIX: host.MSIX, Log: h.log, Faults: hook,
 			Subnet: h.ib, NodeGUID: mlx5NodeGUID(mac), Strict: h.strict, OnFinding: h.onFinding()})
+		var dev vfio.Device = d
 		if rec != nil {
 			dev = rec.Device(dev)
 		}
-		return dev, nil
+		return h.goLive(name, d, dev), nil
 	}
 }
 
@@ -268,7 +278,7 @@ type liveDevice struct {
 	vfio.Device
 	h    *hcas
 	name string
-	dev  *pvrdma.Device
+	dev  hca.Observed
 }
 
 func (l *liveDevice) Close() {
@@ -281,7 +291,7 @@ func (l *liveDevice) Close() {
 }
 
 // live returns the live devices, by name.
-func (h *hcas) live() []*pvrdma.Device {
+func (h *hcas) live() []hca.Observed {
 	h.devMu.Lock()
 	defer h.devMu.Unlock()
 	names := make([]string, 0, len(h.devices))
@@ -289,7 +299,7 @@ func (h *hcas) live() []*pvrdma.Device {
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	devs := make([]*pvrdma.Device, 0, len(names))
+	devs := make([]hca.Observed, 0, len(names))
 	for _, name := range names {
 		devs = append(devs, h.devices[name])
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hcaemu/hcaemu/emu/emutest"
 	"github.com/hcaemu/hcaemu/emu/fault"
+	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/vfio"
 )
 
@@ -44,13 +45,16 @@ func TestInspectCommand(t *testing.T) {
 	}
 	o, e, code := run("qps")
 	t.Logf("hcaemu inspect qps:\n%s", o)
-	want := regexp.MustCompile(`(?m)^hca0\n  qp ` + itoa(qp.Handle) + ` +qpn 0x[0-9a-f]+ +RC RESET +pd ` + itoa(pd) + ` +sq 8/0/0 +rq 8/0/0`)
+	want := regexp.MustCompile(`(?m)^hca0 \(pvrdma\)\n  qp ` + itoa(qp.Handle) + ` +qpn 0x[0-9a-f]+ +RC RESET +pd ` + itoa(pd) + ` +sq 8/0/0 +rq 8/0/0`)
 	if code != 0 || !want.MatchString(o) {
 		t.Errorf("inspect qps: exit %d, stderr %q, got\n%s", code, e, o)
 	}
 	o, _, code = run("--json", "devices")
-	var devs []inspected
-	if err := json.Unmarshal([]byte(o), &devs); code != 0 || err != nil || len(devs) != 1 || devs[0].Devices == nil ||
+	var devs []struct {
+		Device, Model string
+		Devices       *pvrdma.State
+	}
+	if err := json.Unmarshal([]byte(o), &devs); code != 0 || err != nil || len(devs) != 1 || devs[0].Model != "pvrdma" || devs[0].Devices == nil ||
 		len(devs[0].Devices.QPs) != 1 || devs[0].Devices.QPs[0].QPN != qp.QPN || len(devs[0].Devices.GIDs) != 1 {
 		t.Errorf("inspect --json: exit %d, %v, %s", code, err, o)
 	}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -89,8 +90,8 @@ func (m *metricsServer) close() {
 var (
 	labelsQP = []string{"device", "qpn"}
 
-	descPortFrames  = prometheus.NewDesc("hcaemu_port_frames_total", "Ethernet frames through port 1 of the HCA.", []string{"device", "dir"}, nil)
-	descPortBytes   = prometheus.NewDesc("hcaemu_port_bytes_total", "Bytes of the Ethernet frames through port 1 of the HCA.", []string{"device", "dir"}, nil)
+	descPortFrames  = prometheus.NewDesc("hcaemu_port_frames_total", "Frames through port 1 of the HCA: Ethernet frames (PVRDMA), InfiniBand packets from LRH to VCRC (mlx5).", []string{"device", "dir"}, nil)
+	descPortBytes   = prometheus.NewDesc("hcaemu_port_bytes_total", "Bytes of the frames through port 1 of the HCA (Ethernet frames; mlx5: IB packets).", []string{"device", "dir"}, nil)
 	descLost        = prometheus.NewDesc("hcaemu_device_entries_lost_total", "Async events and CQ notifications the device could not post to the driver's rings (full, broken or not mapped), by ring.", []string{"device", "ring"}, nil)
 	descPortDropped = prometheus.NewDesc("hcaemu_port_dropped_frames_total", "Frames dropped before a QP took them (or lost to a port held down), by reason.", []string{"device", "reason"}, nil)
 	descCommands    = prometheus.NewDesc("hcaemu_commands_total", "Commands of the driver's command channel, by command and errno (0: success).", []string{"device", "command", "errno"}, nil)
@@ -99,6 +100,8 @@ var (
 	descDirectRuns  = prometheus.NewDesc("hcaemu_segment_direct_run_packets_total", "Packets among the direct ones that went inside runs: MIDDLE packets of one message handed over as one, taken by the receiver in one step.", nil, nil)
 	descDirectLent  = prometheus.NewDesc("hcaemu_segment_direct_lent_packets_total", "Packets among the run ones whose payload the sending HCA lent: copied once, from its guest memory straight into the receiver's.", nil, nil)
 	descDirect      = prometheus.NewDesc("hcaemu_segment_direct_packets_total", "Packets among the forwarded ones that went from HCA to HCA of this process without frames (nothing watched the wire: no capture, no fault rule).", nil, nil)
+	descSubnet      = prometheus.NewDesc("hcaemu_subnet_packets_total", "Packets on the InfiniBand subnet (--device mlx5) by outcome: forwarded (delivered to a port, each multicast copy once), paused (an offer a full receiver refused: offered again), dropped (a multicast copy or SA answer refused, a group with no receiver), malformed (a bad LRH or GRH), spoofed (an SLID or SGID not its port's), refused (SMPs: QP0 or VL15), unroutable (no port or group for the DLID).", []string{"outcome"}, nil)
+	descSA          = prometheus.NewDesc("hcaemu_subnet_sa_mads_total", "MADs that reached the subnet's SA, by outcome: answered, dropped (not a valid SA request).", []string{"outcome"}, nil)
 	descFaultMatch  = prometheus.NewDesc("hcaemu_fault_matched_total", "Events a fault rule matched.", []string{"rule"}, nil)
 	descFaultFired  = prometheus.NewDesc("hcaemu_fault_fired_total", "Times a fault rule fired.", []string{"rule"}, nil)
 
@@ -153,7 +156,7 @@ func (c *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descDirectLent, sw.DirectLent.Load())
 		for _, dev := range h.live() {
 			name := dev.Name()
-			st, qps := dev.Stats()
+			st, qps := dev.CoreStats()
 			p := &st.Port
 			counter(descPortFrames, p.FramesIn, name, "in")
 			counter(descPortFrames, p.FramesOut, name, "out")
@@ -177,6 +180,21 @@ func (c *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 			for qpn, qs := range qps {
 				collectQP(counter, qpDescs, &qs, name, "0x"+strconv.FormatUint(uint64(qpn), 16))
 			}
+			for _, m := range dev.ModelStats() {
+				ch <- prometheus.MustNewConstMetric(modelDesc(dev.Model(), m), prometheus.CounterValue, float64(m.Value), name)
+			}
+		}
+		if sub := h.ib; sub != nil {
+			for _, o := range []struct {
+				outcome string
+				n       uint64
+			}{{"forwarded", sub.Forwarded.Load()}, {"paused", sub.Paused.Load()}, {"dropped", sub.Dropped.Load()},
+				{"malformed", sub.Malformed.Load()}, {"spoofed", sub.Spoofed.Load()}, {"refused", sub.Refused.Load()},
+				{"unroutable", sub.Unroutable.Load()}} {
+				counter(descSubnet, o.n, o.outcome)
+			}
+			counter(descSA, sub.SARequests.Load(), "answered")
+			counter(descSA, sub.SADropped.Load(), "dropped")
 		}
 	}
 	if c.inj != nil {
@@ -185,6 +203,27 @@ func (c *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 			counter(descFaultFired, r.Fired, r.Name)
 		}
 	}
+}
+
+// modelDescs are the descriptions of the models' own counters, made at
+// their first scrape.
+var (
+	modelDescsMu sync.Mutex
+	modelDescs   = map[string]*prometheus.Desc{}
+)
+
+// modelDesc describes counter m of model: hcaemu_<model>_<name>_total,
+// labelled with the device.
+func modelDesc(model string, m hca.NamedCount) *prometheus.Desc {
+	name := "hcaemu_" + model + "_" + m.Name + "_total"
+	modelDescsMu.Lock()
+	defer modelDescsMu.Unlock()
+	d := modelDescs[name]
+	if d == nil {
+		d = prometheus.NewDesc(name, m.Help, []string{"device"}, nil)
+		modelDescs[name] = d
+	}
+	return d
 }
 
 func collectQP(counter func(*prometheus.Desc, uint64, ...string), d qpMetricDescs, s *hca.QPStats, labels ...string) {

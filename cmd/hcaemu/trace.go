@@ -192,7 +192,8 @@ Streams what the emulated HCAs of a running "hcaemu run" or "hcaemu serve
 (wqe), a packet sent (tx, or retransmit when its PSN was sent before) or
 received (rx, and dropped when the QP refused it) with its opcode, PSN and
 ACK syndrome, a completion written (cqe) with its status, a QP state
-change (state), an async event (async). The names and the clock are the
+change (state), an async event (async), and on mlx5 a command run
+(command, with its status). The names and the clock are the
 fault log's, so the two read as one story. Runs until interrupted, until
 the run ends, or after --count events. QPNs as the guest sees them
 ("ibv_rc_pingpong" prints them; "hcaemu inspect qps" lists them).

@@ -48,16 +48,6 @@ func isPacketAction(kind string) bool {
 	return !dev
 }
 
-// wcStatusNames are the ibv_wc_status values (enum ibv_wc_status; the
-// driver passes the CQE's status through: pvrdma_wc_status_to_ib, and the
-// rdma-core provider copies it).
-var wcStatusNames = []string{
-	"SUCCESS", "LOC_LEN_ERR", "LOC_QP_OP_ERR", "LOC_EEC_OP_ERR", "LOC_PROT_ERR", "WR_FLUSH_ERR",
-	"MW_BIND_ERR", "BAD_RESP_ERR", "LOC_ACCESS_ERR", "REM_INV_REQ_ERR", "REM_ACCESS_ERR", "REM_OP_ERR",
-	"RETRY_EXC_ERR", "RNR_RETRY_EXC_ERR", "LOC_RDD_VIOL_ERR", "REM_INV_RD_REQ_ERR", "REM_ABORT_ERR",
-	"INV_EECN_ERR", "INV_EEC_STATE_ERR", "FATAL_ERR", "RESP_TIMEOUT_ERR", "GENERAL_ERR",
-}
-
 // qpEvents are the async events a qp_error raises.
 var qpEvents = map[string]hca.Event{
 	"QP_FATAL": hca.EventQPFatal, "QP_REQ_ERR": hca.EventQPReqErr, "QP_ACCESS_ERR": hca.EventQPAccessErr,
@@ -212,7 +202,7 @@ func compileDeviceAction(c *rule, a *Action) error {
 		}
 	case ActCompleteStatus:
 		name := strings.TrimPrefix(strings.ToUpper(a.Status), "IBV_WC_")
-		i := slices.Index(wcStatusNames, name)
+		i := slices.Index(hca.WCStatusNames[:], name)
 		if i < 0 {
 			return fieldError("action.status", "%q is not an ibv_wc_status (IBV_WC_SUCCESS … IBV_WC_GENERAL_ERR)", a.Status)
 		}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/hcaemu/hcaemu/emu/roce"
 	"github.com/hcaemu/hcaemu/emu/transport"
+	"github.com/hcaemu/hcaemu/emu/transport/rc"
 )
 
 // Fault injection inside an HCA. The device asks its FaultHook at named
@@ -104,4 +105,79 @@ var WROpcodeNames = [...]string{
 	transport.WCCompSwap: "comp_swap", transport.WCFetchAdd: "fetch_add",
 	transport.WCLocalInv: "local_inv", transport.WCFastReg: "fast_reg_mr",
 	transport.WCRecv: "recv", transport.WCRecvWriteImm: "recv_rdma_with_imm",
+}
+
+// ResponderEvent is the FaultAtResponder event of the in-order request
+// packet pkt of local QP qpn: its PSN, opcode and payload size, and the
+// rkey of its RETH or AtomicETH.
+func ResponderEvent(qpn uint32, pkt *roce.Packet) FaultEvent {
+	ev := FaultEvent{Point: FaultAtResponder, QPN: qpn, PSN: pkt.BTH.PSN(), Opcode: pkt.Opcode(), Size: uint32(len(pkt.Payload))}
+	switch {
+	case pkt.Headers()&roce.HasRETH != 0:
+		ev.Key, ev.HasKey = pkt.RETH.RKey(), true
+	case pkt.Headers()&roce.HasAtomicETH != 0:
+		ev.Key, ev.HasKey = pkt.AtomicETH.RKey(), true
+	}
+	return ev
+}
+
+// ResponderAnswer is what the RC responder does for a transport action
+// (nak, rnr_nak, suppress_ack); false for an action the device carries
+// out itself.
+func ResponderAnswer(act FaultAction) (rc.ResponderFault, bool) {
+	switch act.Kind {
+	case FaultNAK:
+		return rc.ResponderFault{Kind: rc.FaultNAK, NAK: act.NAK}, true
+	case FaultRNRNAK:
+		return rc.ResponderFault{Kind: rc.FaultRNRNAK, RNRTimer: act.RNRTimer}, true
+	case FaultSuppressACK:
+		return rc.ResponderFault{Kind: rc.FaultSuppressACK}, true
+	}
+	return rc.ResponderFault{}, false
+}
+
+// WROpcodeName is the fault plans' name of a completion opcode ("" for
+// one they have none for).
+func WROpcodeName(op transport.WCOpcode) string {
+	if int(op) < len(WROpcodeNames) {
+		return WROpcodeNames[op]
+	}
+	return ""
+}
+
+// PortHold is the timer of a port a fault holds down (port_down): each
+// Hold restarts it; when it runs out, up runs with the device lock held,
+// unless a later Hold or a Release came, or the device closed.
+type PortHold struct {
+	gen   uint64
+	timer *time.Timer
+}
+
+// Hold (device lock held) runs up after dur under the device lock, which
+// the timer takes with c.Lock and releases with unlock (the model's own,
+// when it publishes before the lock goes).
+func (h *PortHold) Hold(c *Core, dur time.Duration, unlock, up func()) {
+	h.gen++
+	gen := h.gen
+	if h.timer != nil {
+		h.timer.Stop()
+	}
+	h.timer = time.AfterFunc(dur, func() {
+		c.Lock()
+		defer unlock()
+		if c.Closed || h.gen != gen {
+			return
+		}
+		h.timer = nil
+		up()
+	})
+}
+
+// Release (device lock held) cancels the pending up.
+func (h *PortHold) Release() {
+	h.gen++
+	if h.timer != nil {
+		h.timer.Stop()
+		h.timer = nil
+	}
 }

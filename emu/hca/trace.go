@@ -13,20 +13,24 @@ type TraceEvent struct {
 	// QPN is the QP's number as the guest knows it (0: a device event, not
 	// a QP's: a port or CQ event).
 	QPN uint32 `json:"qpn,omitempty"`
-	// Event: wqe, tx, retransmit, rx, dropped, cqe, state, async.
+	// Event: wqe, tx, retransmit, rx, dropped, cqe, state, async,
+	// command.
 	Event string `json:"event"`
+	// Command is a command's name (command; its outcome in Status, a
+	// failure's syndrome in Syndrome where the model has one).
+	Command string `json:"command,omitempty"`
 	// Packets (tx, retransmit, rx).
 	Dir      string  `json:"dir,omitempty"` // tx or rx
 	PSN      *uint32 `json:"psn,omitempty"`
 	Opcode   string  `json:"opcode,omitempty"`   // the BTH opcode; for wqe and cqe the work request's
-	Syndrome string  `json:"syndrome,omitempty"` // an ACK's AETH: ACK, NAK(...), RNR NAK(...)
+	Syndrome string  `json:"syndrome,omitempty"` // an ACK's AETH: ACK, NAK(...), RNR NAK(...); a failed command's syndrome
 	DestQPN  uint32  `json:"dest_qpn,omitempty"`
 	Len      int     `json:"len,omitempty"` // payload bytes
 	// Dropped says why a received packet was dropped before its QP saw it.
 	Dropped string `json:"dropped,omitempty"`
 	// Work requests and completions (wqe, cqe).
 	WRID    *uint64 `json:"wr_id,omitempty"`
-	Status  string  `json:"status,omitempty"` // cqe: the ibv_wc_status name
+	Status  string  `json:"status,omitempty"` // cqe: the ibv_wc_status name; command: the model's status
 	ByteLen uint32  `json:"byte_len,omitempty"`
 	Recv    bool    `json:"recv,omitempty"` // cqe: a receive completion
 	// State changes (state).

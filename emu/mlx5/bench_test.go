@@ -72,7 +72,7 @@ func newMLXStreamer(b testing.TB, size int) *mlxStreamer {
 			b.Fatal(err)
 		}
 		data := uint64(max(size, 4096)+4095) &^ 4095
-		e := addRCEndSized(b, d, drv, ib, rcSize{data: data, cqes: 2 * benchSQ, logSQ: 8})
+		e := addEndSized(b, d, drv, ib, rcSize{data: data, cqes: 2 * benchSQ, logSQ: 8}, nil)
 		// The guest writes its rings without the device lock, as a
 		// guest does (the race detector would see the device read them
 		// concurrently: TestBenchStreamer sets guard).

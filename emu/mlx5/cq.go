@@ -25,6 +25,8 @@ type cq struct {
 	// error CQE) says the next CQE posts a COMP EQE.
 	pi            uint32
 	armed, armSol bool
+	// broken: a cq_error fault posted CQ_ERROR; the CQ takes no more CQEs.
+	broken bool
 }
 
 // createCQ: CREATE_CQ. The cq context: log_cq_size within log_max_cq_sz,

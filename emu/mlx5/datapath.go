@@ -14,6 +14,7 @@ import (
 	"github.com/hcaemu/hcaemu/emu/roce"
 	"github.com/hcaemu/hcaemu/emu/transport"
 	"github.com/hcaemu/hcaemu/emu/transport/rc"
+	"github.com/hcaemu/hcaemu/emu/transport/ud"
 	uverbs "github.com/hcaemu/hcaemu/uverbs/mlx5"
 )
 
@@ -215,6 +216,9 @@ type qpEnv struct {
 	// The IB path: the remote LID and SL of the primary address path.
 	dlid uint16
 	sl   uint8
+	// A datagram being received: its LRH's source LID and SL (its CQE's).
+	rxSLID uint16
+	rxSL   uint8
 	// The SQ: its WQEBBs copied once into sq (the ring's image) from
 	// sqCons up to sqStaged; sqCons is the counter of the next WQE.
 	sq               []byte
@@ -234,6 +238,29 @@ type qpEnv struct {
 	recvSt    transport.Status
 	recvSegs  []mr.Seg
 	payload   []byte
+	srqEnv    // receives from an SRQ (srqrecv.go)
+}
+
+// newEnv is the env of QP q, made when it first leaves RST.
+func (d *Device) newEnv(q *qp) *qpEnv {
+	return &qpEnv{d: d, q: q, mem: d.space(), sq: make([]byte, q.sqBytes), st: uverbs.ST(q.st)}
+}
+
+// setPath takes the IB path from the QP context's primary address path.
+func (env *qpEnv) setPath() {
+	ctx := env.q.ctx[:]
+	env.dlid = uint16(ifc.PriPath(ifc.ADSRLID).Get(ctx))
+	env.sl = uint8(ifc.PriPath(ifc.ADSSL).Get(ctx) & 0xf)
+}
+
+// reset forgets the queue counters (the QP back in RST; nothing for a QP
+// that has no env yet).
+func (env *qpEnv) reset() {
+	if env == nil {
+		return
+	}
+	env.sqCons, env.sqStaged, env.rqCons, env.rqPeeked = 0, 0, 0, false
+	clear(env.inline)
 }
 
 // space is the memory the device's transports reach.
@@ -244,7 +271,12 @@ func (d *Device) space() mr.Space {
 // qpTransition gives an RC QP its transport when it leaves RST and hands
 // it the merged context at every transition; 2RST forgets its state.
 func (d *Device) qpTransition(q *qp) {
-	if q.st != ifc.QPStRC && q.st != ifc.QPStQP0 && q.st != ifc.QPStQP1 {
+	d.traceState(q)
+	if q.st == ifc.QPStUC {
+		d.ucTransition(q) // uc.go
+		return
+	}
+	if q.st != ifc.QPStRC && q.st != ifc.QPStXRC && q.st != ifc.QPStQP0 && !isDatagram(q.st) {
 		return
 	}
 	if q.state == ifc.QPStateRST {
@@ -252,20 +284,27 @@ func (d *Device) qpTransition(q *qp) {
 			q.RC.Reset()
 			q.RC.SetState(transport.StateReset)
 		}
-		if q.env != nil {
-			q.env.sqCons, q.env.sqStaged, q.env.rqCons, q.env.rqPeeked = 0, 0, 0, false
-			clear(q.env.inline)
+		if q.UD != nil {
+			q.UD.SetState(transport.StateReset)
 		}
+		q.env.reset()
 		return
 	}
 	if q.env == nil {
-		q.env = &qpEnv{d: d, q: q, mem: d.space(), sq: make([]byte, q.sqBytes), st: uverbs.ST(q.st)}
-		if q.st == ifc.QPStRC {
+		q.env = d.newEnv(q)
+		switch {
+		case q.st == ifc.QPStRC || q.st == ifc.QPStXRC:
 			q.RC = rc.New(q.env, q.env.mem, d.log.With("qpn", q.QPN))
+		case isDatagram(q.st):
+			q.UD = ud.New(q.env, q.env.mem, d.log.With("qpn", q.QPN))
 		}
 	}
+	if q.UD != nil {
+		d.configureUD(q)
+		return
+	}
 	if q.RC == nil {
-		return // QP0, QP1: sendSink
+		return // QP0: sendSink
 	}
 	ctx := q.ctx[:]
 	var access uint32
@@ -278,8 +317,7 @@ func (d *Device) qpTransition(q *qp) {
 	if ifc.QPCRAE.Get(ctx) != 0 {
 		access |= mr.RemoteAtomic
 	}
-	q.env.dlid = uint16(ifc.PriPath(ifc.ADSRLID).Get(ctx))
-	q.env.sl = uint8(ifc.PriPath(ifc.ADSSL).Get(ctx) & 0xf)
+	q.env.setPath()
 	q.RC.Configure(rc.Config{
 		PD: q.PD, DestQPN: ifc.QPCRemoteQPN.Get(ctx), PMTU: transport.PMTU(ifc.QPCMTU.Get(ctx)),
 		SQPSN: ifc.QPCNextSendPSN.Get(ctx), RQPSN: ifc.QPCNextRcvPSN.Get(ctx),
@@ -287,7 +325,9 @@ func (d *Device) qpTransition(q *qp) {
 		RetryCnt: uint8(ifc.QPCRetryCount.Get(ctx)), RNRRetry: uint8(ifc.QPCRNRRetry.Get(ctx)),
 		Timeout: uint8(ifc.PriPath(ifc.ADSAckTimeout).Get(ctx)), MinRNRTimer: uint8(ifc.QPCMinRNRNak.Get(ctx)),
 		MaxRdAtomic: logCount(ifc.QPCLogSRAMax.Get(ctx)), MaxDestRdAtomic: logCount(ifc.QPCLogRRAMax.Get(ctx)),
-		Access: access,
+		Access:    access,
+		Responder: q.env.responder(),
+		XRC:       q.st == ifc.QPStXRC, // xrc.go
 	})
 	q.RC.SetState(transportState(q.state))
 }
@@ -305,8 +345,19 @@ func (d *Device) serviceQP(h uint32, work hca.Work, gen uint64, expired bool) {
 	if q == nil || q.env == nil || q.state == ifc.QPStateRST {
 		return
 	}
+	d.faultPending(q)
+	if q.uc != nil {
+		d.serviceUC(q, work) // uc.go
+		return
+	}
 	if q.RC == nil {
-		if work&hca.WorkSend != 0 && q.state == ifc.QPStateRTS {
+		switch {
+		case q.state == ifc.QPStateERR:
+			q.env.flush()
+		case work&hca.WorkSend == 0 || q.state != ifc.QPStateRTS:
+		case q.UD != nil:
+			q.env.sendUD()
+		default:
 			q.env.sendSink()
 		}
 		return
@@ -329,9 +380,8 @@ func (d *Device) serviceQP(h uint32, work hca.Work, gen uint64, expired bool) {
 	}
 }
 
-// sendSink completes the send WQEs of QP0 and QP1 (spec §11 Stage 1:
-// ib_mad's QP1 sends completed) without sending them: the subnet's SM
-// and SA do not answer MADs on the wire before Stage 4. The WQEs are
+// sendSink completes the send WQEs of QP0 without sending them: the
+// subnet carries no SMPs (its SM assigns LIDs without MADs). The WQEs are
 // taken and validated as any (an error CQE for a bad one).
 func (env *qpEnv) sendSink() {
 	n, ok := env.PendingSends()
@@ -344,26 +394,42 @@ func (env *qpEnv) sendSink() {
 	}
 }
 
-// receiveFrame is an IB packet the port delivered (lock held): it goes to
-// the RC QP its BTH names if it came from that QP's remote LID to this
-// port's LID with the default P_Key.
+// receiveFrame is an IB packet the port delivered (lock held): with the
+// default P_Key, a datagram goes to its UD or GSI QPs (receiveDatagram),
+// and any other to the RC QP its BTH names if it came from that QP's
+// remote LID to this port's LID.
 func (d *Device) receiveFrame(frame []byte) {
 	defer fabric.Release(frame)
+	d.portIn(len(frame))
 	pkt, err := ib.Parse(frame)
-	if err != nil || d.ibPort == nil {
+	if err != nil || d.ibPort == nil || pkt.Transport.BTH.PKey()&0x7fff != 0x7fff {
 		d.stats.RxDropped++
 		return
 	}
+	if op := pkt.Transport.BTH.Opcode(); op == roce.UDSendOnly || op == roce.UDSendOnlyWithImmediate {
+		if !d.receiveDatagram(&pkt) {
+			d.stats.RxDropped++
+		}
+		return
+	}
 	q := d.qpByQPN(pkt.Transport.BTH.DestQP())
+	if q != nil && q.uc != nil && q.env != nil {
+		d.receiveUC(q, &pkt) // uc.go
+		return
+	}
 	switch {
 	case q == nil || q.RC == nil || q.env == nil,
 		pkt.LRH.DLID() != d.ibPort.LID(),
-		pkt.LRH.SLID() != q.env.dlid,
-		pkt.Transport.BTH.PKey()&0x7fff != 0x7fff:
+		pkt.LRH.SLID() != q.env.dlid:
+		d.stats.RxDropped++
+		return
+	}
+	if q.st == ifc.QPStXRC && !d.xrcAccept(q, &pkt.Transport) { // xrc.go
 		d.stats.RxDropped++
 		return
 	}
 	q.CountRx(&pkt.Transport, 1, len(pkt.Transport.Payload))
+	d.received(q, &pkt.Transport)
 	q.RC.Receive(&pkt.Transport)
 }
 
@@ -452,12 +518,16 @@ func (env *qpEnv) TakeSend(wr *transport.SendWR) bool {
 		wr.Opcode, wr.Status = transport.OpSend, transport.StatusLocQPOpErr
 		return true
 	}
+	if w.Segs&uverbs.HasAV != 0 {
+		env.takeAV(wr, &w.AV)
+	}
 	switch wr.Opcode {
 	case transport.OpSendImm, transport.OpWriteImm:
 		wr.Imm = w.Ctrl.Imm
 	case transport.OpSendInv:
 		wr.InvalidateKey = w.Ctrl.Imm
 	}
+	wr.XRCSRQN = w.XRCSRQN // XRC initiators (the WQE's XRC segment)
 	switch wr.Opcode {
 	case transport.OpWrite, transport.OpWriteImm, transport.OpRead:
 		wr.RemoteAddr, wr.RKey = w.RAddr.RAddr, w.RAddr.RKey
@@ -473,6 +543,9 @@ func (env *qpEnv) TakeSend(wr *transport.SendWR) bool {
 		return true
 	}
 	wr.Segs, wr.Length, wr.Status = env.segs(w.Data, wr.Opcode.WritesLocal(), wr.Segs[:0])
+	if wr.Status == transport.StatusSuccess && env.d.faultDMA(env.q, wr, w.Data) {
+		wr.Status = transport.StatusLocProtErr
+	}
 	return true
 }
 
@@ -538,6 +611,9 @@ func (env *qpEnv) segs(data []uverbs.DataSeg, write bool, dst []mr.Seg) ([]mr.Se
 
 func (env *qpEnv) PeekRecv() (transport.RecvWR, transport.Status, bool) {
 	d, q := env.d, env.q
+	if env.usesSRQ() {
+		return env.peekSRQ() // srqrecv.go
+	}
 	if env.rqPeeked {
 		return env.recv, env.recvSt, true
 	}
@@ -573,6 +649,10 @@ func (env *qpEnv) PeekRecv() (transport.RecvWR, transport.Status, bool) {
 }
 
 func (env *qpEnv) PopRecv() {
+	if env.usesSRQ() {
+		env.popSRQ() // srqrecv.go
+		return
+	}
 	env.rqCons++
 	env.rqPeeked = false
 }
@@ -585,9 +665,12 @@ func (env *qpEnv) Complete(c transport.Completion) {
 			return
 		}
 	}
-	cqn := q.sndCQ
+	if !d.faultCompletion(q, &c) {
+		return
+	}
+	cqn, uidx := q.sndCQ, q.userIndex
 	if c.Recv {
-		cqn = q.rcvCQ
+		cqn, uidx = env.recvCompletion() // srqrecv.go
 	}
 	cq := d.fn.obj.cqs.Get(cqn)
 	if cq == nil {
@@ -599,7 +682,7 @@ func (env *qpEnv) Complete(c transport.Completion) {
 	owner := geo.Owner(cq.pi)
 	counter := uint16(c.WRID)
 	if c.Status != transport.StatusSuccess {
-		e := uverbs.ErrCQE{SRQN: q.userIndex & 0xffffff, Syndrome: syndromeOf(c.Status), VendorErrSynd: uint8(c.Status),
+		e := uverbs.ErrCQE{SRQN: uidx & 0xffffff, Syndrome: syndromeOf(c.Status), VendorErrSynd: uint8(c.Status),
 			QPN: q.QPN, WQECounter: counter, Opcode: uverbs.CQEReqErr, Owner: owner}
 		if c.Recv {
 			e.Opcode = uverbs.CQERespErr
@@ -608,7 +691,7 @@ func (env *qpEnv) Complete(c transport.Completion) {
 		}
 		e.Encode(b[:])
 	} else {
-		cqe := uverbs.CQE{SRQNUIdx: q.userIndex & 0xffffff, ByteCnt: c.ByteLen, QPN: q.QPN,
+		cqe := uverbs.CQE{SRQNUIdx: uidx & 0xffffff, ByteCnt: c.ByteLen, QPN: q.QPN,
 			WQECounter: counter, Opcode: uverbs.CQEReq, Owner: owner}
 		if c.Recv {
 			cqe.Opcode = uverbs.RespOpcode(c.Opcode == transport.WCRecvWriteImm, c.HasImm, c.Invalidated)
@@ -619,12 +702,16 @@ func (env *qpEnv) Complete(c transport.Completion) {
 			} else if c.Invalidated {
 				cqe.ImmInvalPkey = binary.LittleEndian.Uint32(c.Imm[:])
 			}
+			if q.UD != nil {
+				env.udCQE(&cqe, &c)
+			}
 		} else {
 			cqe.SOpcode = uint8(c.WRID >> 16)
 		}
 		cqe.Encode(b[:])
 	}
 	d.writeCQE(cq, b, c.Solicited || c.Status != transport.StatusSuccess)
+	d.traceCQE(q, &c)
 }
 
 // writeCQE writes a CQE at the CQ's producer (the 64-byte structure last
@@ -669,6 +756,13 @@ func (env *qpEnv) Error(ev transport.Event) {
 	if q.RC != nil {
 		q.RC.SetState(transport.StateErr)
 	}
+	if q.uc != nil {
+		q.uc.SetState(transport.StateErr)
+	}
+	if q.UD != nil {
+		q.UD.SetState(transport.StateErr)
+	}
+	env.d.traceState(q)
 	env.d.qpEvent(q, ev)
 	env.Kick(transport.WorkSend, false)
 }
@@ -701,20 +795,23 @@ func (env *qpEnv) flush() {
 func (env *qpEnv) Drained() {}
 func (env *qpEnv) Publish() {}
 
-// Path: the RoCE path is unused on IB (Transmit takes the LIDs from the
-// env); a QP without a remote LID sends nothing.
-func (env *qpEnv) Path() (transport.Path, bool) { return transport.Path{}, env.dlid != 0 }
-
-func (env *qpEnv) PathTo(*transport.AddressHandle) (transport.Path, bool) {
-	return transport.Path{}, false
+// Path is a connected QP's IB path: the remote LID and SL of its primary
+// address path (no GRH: the subnet is one); a QP without a remote LID
+// sends nothing.
+func (env *qpEnv) Path() (transport.Path, bool) {
+	return transport.Path{DLID: env.dlid, SL: env.sl}, env.dlid != 0
 }
 
-// Transmit builds an IB packet (LRH, BTH..., ICRC, VCRC) and sends it
-// through the device's port.
-func (env *qpEnv) Transmit(_ transport.Path, f roce.PacketFields, payload transport.Payload) error {
+// Transmit builds an IB packet (LRH, a GRH when the path is global, BTH...,
+// ICRC, VCRC) and sends it through the device's port.
+func (env *qpEnv) Transmit(path transport.Path, f roce.PacketFields, payload transport.Payload) error {
 	d := env.d
 	if d.ibPort == nil {
 		return nil // no subnet: the packet is lost
+	}
+	if d.portDown() {
+		d.x.port.lost.Add(1)
+		return nil // a port held down by a fault: lost
 	}
 	frame := fabric.NewFrame()
 	f.Payload = nil
@@ -722,16 +819,20 @@ func (env *qpEnv) Transmit(_ transport.Path, f roce.PacketFields, payload transp
 		// Gathered where the packet carries it, so that ib.Build does
 		// not copy it again (roce.Build leaves a payload at its final
 		// offset in place).
-		f.Payload = env.payloadAt(frame, f.BTH.Opcode, payload.Len)
+		f.Payload = env.payloadAt(frame, f.BTH.Opcode, payload.Len, path.Global)
 		if err := env.gather(&payload, f.Payload); err != nil {
 			fabric.Release(frame)
 			return err
 		}
 	}
-	pkt, err := ib.Build(frame, &ib.PacketFields{
-		LRH:       ib.LRHFields{SL: env.sl, DLID: env.dlid, SLID: d.ibPort.LID()},
-		Transport: f,
-	})
+	pf := ib.PacketFields{LRH: ib.LRHFields{SL: path.SL, DLID: path.DLID, SLID: d.ibPort.LID()}, Transport: f}
+	var grh ib.GRHFields
+	if path.Global {
+		grh = ib.GRHFields{TClass: path.TClass, FlowLabel: path.FlowLabel, HopLmt: path.HopLimit,
+			SGID: d.ibPort.GID(), DGID: path.Dst.As16()}
+		pf.GRH = &grh
+	}
+	pkt, err := ib.Build(frame, &pf)
 	if err != nil {
 		fabric.Release(frame)
 		return err
@@ -739,16 +840,17 @@ func (env *qpEnv) Transmit(_ transport.Path, f roce.PacketFields, payload transp
 	if !d.ibPort.Send(pkt) {
 		return transport.ErrPeerBusy
 	}
-	env.q.CountTx(&f, payload.Len)
+	again := env.q.CountTx(&f, payload.Len)
+	d.sent(env.q, &f, payload.Len, len(pkt), again)
 	return nil
 }
 
-// payloadAt is where a local packet of opcode o built into frame carries
-// its n payload bytes (after the LRH, the BTH and o's extended headers),
-// or env's own buffer when that is not in frame.
-func (env *qpEnv) payloadAt(frame []byte, o roce.Opcode, n int) []byte {
+// payloadAt is where a packet of opcode o built into frame carries its n
+// payload bytes (after the LRH, the GRH when global, the BTH and o's
+// extended headers), or env's own buffer when that is not in frame.
+func (env *qpEnv) payloadAt(frame []byte, o roce.Opcode, n int, global bool) []byte {
 	if t, err := roce.PacketLen(o, 0); err == nil {
-		if off := ib.HeaderLen(false) + t - roce.ICRCSize; off+n <= len(frame) {
+		if off := ib.HeaderLen(global) + t - roce.ICRCSize; off+n <= len(frame) {
 			return frame[off : off+n]
 		}
 	}

@@ -28,6 +28,7 @@ type rcEnd struct {
 	ib   *mlx5test.IB
 	lid  uint16
 	key  uint32
+	pd   uint32
 	cq   *mlx5test.CQ
 	ci   uint32
 	wq   *mlx5test.WQ
@@ -44,17 +45,32 @@ func newRCEnd(t *testing.T, name string, sub *subnet.Subnet, guid uint64) *rcEnd
 func (e *rcEnd) another(t *testing.T) *rcEnd { return addRCEnd(t, e.d, e.drv, e.ib) }
 
 func addRCEnd(t testing.TB, d *Device, drv *mlx5test.Driver, ib *mlx5test.IB) *rcEnd {
-	return addRCEndSized(t, d, drv, ib, rcSize{data: 64 << 10, cqes: 64, logSQ: 6})
+	t.Helper()
+	return addEnd(t, d, drv, ib, ifc.QPStRC)
 }
 
-// rcSize is an rcEnd's geometry: its buffers' bytes, CQEs and SQ WQEBBs.
+// addEnd is an end whose QP has service type st.
+func addEnd(t testing.TB, d *Device, drv *mlx5test.Driver, ib *mlx5test.IB, st uint32) *rcEnd {
+	t.Helper()
+	return addEndWith(t, d, drv, ib, func(a *mlx5test.QPArgs) { a.St = st })
+}
+
+// addEndWith is an end whose QP's creation arguments (an RC QP's) tweak
+// changes (nil: none).
+func addEndWith(t testing.TB, d *Device, drv *mlx5test.Driver, ib *mlx5test.IB, tweak func(*mlx5test.QPArgs)) *rcEnd {
+	t.Helper()
+	return addEndSized(t, d, drv, ib, rcSize{data: 64 << 10, cqes: 64, logSQ: 6}, tweak)
+}
+
+// rcSize is an end's geometry: its buffers' bytes, CQEs and SQ WQEBBs.
 type rcSize struct {
 	data  uint64
 	cqes  int
 	logSQ uint32
 }
 
-func addRCEndSized(t testing.TB, d *Device, drv *mlx5test.Driver, ib *mlx5test.IB, sz rcSize) *rcEnd {
+// addEndSized is addEndWith with the geometry sz.
+func addEndSized(t testing.TB, d *Device, drv *mlx5test.Driver, ib *mlx5test.IB, sz rcSize, tweak func(*mlx5test.QPArgs)) *rcEnd {
 	t.Helper()
 	pd, err := drv.AllocPD()
 	if err != nil {
@@ -77,13 +93,21 @@ func addRCEndSized(t testing.TB, d *Device, drv *mlx5test.Driver, ib *mlx5test.I
 		t.Fatal(err)
 	}
 	drv.InitCQ(cq)
-	in, q := drv.CreateQPIn(mlx5test.QPArgs{St: ifc.QPStRC, PD: pd, SndCQ: cq.CQN, RcvCQ: cq.CQN,
-		SRQ: ib.S1.N, XRCD: ib.XRCD1, LogRQ: 4, LogRQStride: 2, LogSQ: sz.logSQ, UAR: drv.UAR, UserIndex: 0x77})
+	args := mlx5test.QPArgs{St: ifc.QPStRC, PD: pd, SndCQ: cq.CQN, RcvCQ: cq.CQN,
+		SRQ: ib.S1.N, XRCD: ib.XRCD1, LogRQ: 4, LogRQStride: 2, LogSQ: sz.logSQ, UAR: drv.UAR, UserIndex: 0x77}
+	if tweak != nil {
+		tweak(&args)
+	}
+	in, q := drv.CreateQPIn(args)
 	if q, err = drv.CreateQP(in, q); err != nil {
 		t.Fatal(err)
 	}
-	return &rcEnd{d: d, drv: drv, ib: ib, lid: ib.LID, key: key.Key, cq: cq,
-		wq: &mlx5test.WQ{Q: q, UAR: drv.UAR, LogRQ: 4, RQStride: 64, LogSQ: uint8(sz.logSQ),
+	rqStride := uint64(64)
+	if args.RQType != ifc.RQTypeRegular {
+		rqStride = 0
+	}
+	return &rcEnd{d: d, drv: drv, ib: ib, lid: ib.LID, key: key.Key, cq: cq, pd: pd,
+		wq: &mlx5test.WQ{Q: q, UAR: drv.UAR, LogRQ: 4, RQStride: rqStride, LogSQ: uint8(args.LogSQ),
 			Hold: func(fn func()) { d.core.Lock(); defer d.core.Unlock(); fn() }},
 		data: data}
 }

@@ -23,7 +23,9 @@
 // transitions and QUERY_QP, and the HCA vport context. Stage 2's data
 // path (datapath.go): UAR doorbells, WQEs copied once, RC QPs on the
 // core's transport with their packets on the IB subnet, CQEs, completion
-// and QP events. Every other opcode is BAD_OP. The
+// and QP events. Stage 3 but UD: UC QPs on the core's UC transport
+// (uc.go), receives through an RMP or an XRC SRQ (srqrecv.go), XRC
+// initiator and target QPs (xrc.go). Every other opcode is BAD_OP. The
 // layouts it exchanges with the driver are package emu/mlx5/ifc; this
 // package decides what they mean. It runs on the HCA core (emu/hca: the device lock, the
 // interrupts sent after unlock, the engine) as every model does.
@@ -121,6 +123,8 @@ type Config struct {
 	// SequentialQPNs makes every QPN its handle (recording and replaying)
 	// instead of random high bits (hca.QPNs).
 	SequentialQPNs bool
+	// Faults, when set, is asked at the device's fault points (faults.go).
+	Faults hca.FaultHook
 }
 
 // Device is one emulated ConnectX function.
@@ -172,6 +176,9 @@ type Device struct {
 		cqe                 [uverbs.CQESize64]byte
 		eqe                 [ifc.EQESize]byte // a COMP EQE
 	}
+	// x is the fault injection and observation state (faults.go,
+	// port.go, observe.go).
+	x extras
 }
 
 // Stats counts what the command engine did.
@@ -191,6 +198,8 @@ type Stats struct {
 	CQOverruns    uint64 // CQEs dropped: their CQ was full
 	RxDropped     uint64 // IB packets the device took and dropped
 	RxQueueFull   uint64 // IB packets refused: the engine's receive queue was full (the sender retries)
+	// QKeyViolations: datagrams a UD or GSI QP dropped for their Q_Key.
+	QKeyViolations uint64
 }
 
 // New creates a device in its power-on state.
@@ -217,6 +226,7 @@ func New(cfg Config) *Device {
 		}, bars, &mmio.MSIX{Vectors: vectors, TableBAR: regionMSIX, PBABAR: regionMSIX, PBAOff: PBAOff},
 			&mmio.PCIe{LinkSpeed: 3, LinkWidth: 16}), // 8 GT/s x16, a ConnectX-4's
 	}
+	d.x.fault.hook = cfg.Faults
 	d.nodeGUID = cfg.NodeGUID
 	if d.nodeGUID == 0 {
 		d.nodeGUID = defaultNodeGUID
@@ -234,6 +244,7 @@ func (d *Device) powerOn() {
 	d.cmdq = cmdq{}
 	d.fn = function{}
 	d.port = d.newPortState()
+	d.portUp() // a reset ends a port_down
 	// Strict mode's latch survives resets: the device stays dead.
 	if d.core.Fatal = d.strict.Latched(); d.core.Fatal {
 		d.seg.synd = ifc.HealthSyndFWErr

@@ -117,6 +117,11 @@ func init() {
 		ifc.OpInit2RTRQP:           {ifc.ModifyQPInSize, ifc.ModifyQPOutSize, stateInitialized, (*Device).init2rtrQP},
 		ifc.OpRTR2RTSQP:            {ifc.ModifyQPInSize, ifc.ModifyQPOutSize, stateInitialized, (*Device).rtr2rtsQP},
 		ifc.Op2RstQP:               {ifc.QP2RstInSize, ifc.QP2RstOutSize, stateInitialized, (*Device).qp2rst},
+		ifc.OpInit2InitQP:          {ifc.ModifyQPInSize, ifc.ModifyQPOutSize, stateInitialized, (*Device).init2initQP},
+		ifc.OpRTS2RTSQP:            {ifc.ModifyQPInSize, ifc.ModifyQPOutSize, stateInitialized, (*Device).rts2rtsQP},
+		ifc.Op2ErrQP:               {ifc.QP2ErrInSize, ifc.QP2ErrOutSize, stateInitialized, (*Device).qp2err},
+		ifc.OpAttachToMCG:          {ifc.AttachToMCGInSize, ifc.AttachToMCGOutSize, stateInitialized, (*Device).attachMCG},
+		ifc.OpDetachFromMCG:        {ifc.DetachFromMCGInSize, ifc.DetachFromMCGOutSize, stateInitialized, (*Device).detachMCG},
 		ifc.OpQueryQP:              {ifc.QueryQPInSize, ifc.QueryQPOutSize, stateInitialized, (*Device).queryQP},
 		ifc.OpCreateRMP:            {ifc.CreateRMPInSize, ifc.CreateRMPOutSize, stateInitialized, (*Device).createRMP},
 		ifc.OpDestroyRMP:           {ifc.DestroyRMPInSize, ifc.DestroyRMPOutSize, stateInitialized, (*Device).destroyRMP},
@@ -144,6 +149,7 @@ func (d *Device) execute(in, out []byte) {
 	op := ifc.Opcode(ifc.MboxInOpcode.Get(in))
 	opMod := ifc.MboxInOpMod.Get(in)
 	r := d.dispatch(op, in, out)
+	d.commandDone(op, r)
 	if r != ok {
 		// A failed command's output is its header alone.
 		clear(out)
@@ -161,6 +167,9 @@ func (d *Device) dispatch(op ifc.Opcode, in, out []byte) result {
 		return result{ifc.StatIntErr, SyndDeviceFatal}
 	case !known:
 		return result{ifc.StatBadOpErr, SyndUnsupportedOpcode}
+	}
+	if r, failed := d.faultCommand(op); failed {
+		return r
 	}
 	if uid := ifc.MboxInUID.Get(in); uid != 0 {
 		return d.refuse(ifc.StatBadParamErr, SyndUID, hca.FindingCommand, op, "mbox_in.uid=%#x: no user contexts (log_max_uctx=0)", uid)

@@ -73,12 +73,12 @@ func TestDocMLX5(t *testing.T) {
 	t.Errorf("docs/mlx5.md is stale: the code answers other commands, caps, registers or fields than it says; regenerate it:\n\tgo test ./emu/mlx5 -run TestDocMLX5 -update-doc")
 }
 
-var funcStateNames = map[funcState]string{stateDisabled: "any", stateEnabled: "enabled", stateInitialized: "initialized (after INIT_HCA)"}
+var docStates = map[funcState]string{stateDisabled: "any", stateEnabled: "enabled", stateInitialized: "initialized (after INIT_HCA)"}
 
 func docCommands() string {
 	return mdTable("| opcode | MLX5_CMD_OP_ | least inlen | least outlen | function state |\n|---|---|---:|---:|---|\n",
 		commands, func(op ifc.Opcode, c cmdSpec) string {
-			return fmt.Sprintf("| 0x%03x | %s | 0x%x | 0x%x | %s |\n", uint16(op), command(op).Name, c.inLen, c.outLen, funcStateNames[c.state])
+			return fmt.Sprintf("| 0x%03x | %s | 0x%x | 0x%x | %s |\n", uint16(op), command(op).Name, c.inLen, c.outLen, docStates[c.state])
 		})
 }
 
@@ -127,7 +127,8 @@ func docSyndromes(t *testing.T) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		all = append(all, synd{vs.Names[0].Name, commentText(vs.Comment, vs.Doc), syndBase | v})
+		name := vs.Names[0].Name
+		all = append(all, synd{name, strings.TrimPrefix(commentText(vs.Comment, vs.Doc), name+" is "), syndBase | v})
 	})
 	sort.Slice(all, func(i, j int) bool { return all[i].v < all[j].v })
 	for i := 1; i < len(all); i++ {
@@ -299,7 +300,11 @@ func eachConst(t *testing.T, dir string, fn func(*ast.ValueSpec)) {
 		for _, d := range f.Decls {
 			if g, ok := d.(*ast.GenDecl); ok && g.Tok == token.CONST {
 				for _, s := range g.Specs {
-					fn(s.(*ast.ValueSpec))
+					vs := s.(*ast.ValueSpec)
+					if vs.Doc == nil && !g.Lparen.IsValid() {
+						vs.Doc = g.Doc // const X = ... with its comment above
+					}
+					fn(vs)
 				}
 			}
 		}

@@ -171,6 +171,7 @@ func (d *Device) postEQE(e *eq, eqe *[ifc.EQESize]byte) bool {
 	}
 	e.pi++
 	d.stats.EQEs++
+	d.traceEQE(eqe)
 	if e.armed {
 		e.armed = false
 		d.core.Raise(e.intr)

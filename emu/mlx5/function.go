@@ -3,6 +3,7 @@ package mlx5
 import (
 	doorbell "github.com/hcaemu/hcaemu/doorbell/mlx5"
 	"github.com/hcaemu/hcaemu/emu/hca"
+	"github.com/hcaemu/hcaemu/emu/ib"
 	"github.com/hcaemu/hcaemu/emu/mlx5/ifc"
 )
 
@@ -33,6 +34,11 @@ type function struct {
 	pins hca.PinBudget
 	// latches pair the halves of the 64-bit doorbells of each UAR page.
 	latches map[uint32]*doorbell.Latch
+	// gsi is the handle of the GSI QP (st QP1) datagrams to QP 1 go to,
+	// re-validated on every use; mcgs are the multicast groups by GID,
+	// each the QPNs attached (ud.go).
+	gsi  uint32
+	mcgs map[ib.GID]map[uint32]struct{}
 }
 
 // SupportedISSI is the ISSIs the device supports (bit n: ISSI n): 0 and 1,

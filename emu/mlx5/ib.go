@@ -1,6 +1,7 @@
 package mlx5
 
 import (
+	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/ib/mad"
 	"github.com/hcaemu/hcaemu/emu/mlx5/ifc"
@@ -30,6 +31,12 @@ func (d *Device) attach(cfg Config) {
 		return
 	}
 	p, err := cfg.Subnet.Attach(d.name, d.nodeGUID+1, func(pkt []byte) bool {
+		if d.portDown() {
+			// A port held down by a fault: the packet is lost.
+			d.x.port.lost.Add(1)
+			fabric.Release(pkt)
+			return true
+		}
 		if !d.core.Receive(pkt) {
 			d.rxDropped.Add(1)
 			return false

@@ -53,6 +53,14 @@ func (d *Device) reg32(reg uint64) uint32 {
 		return ifc.FWRev(FWMajor, FWMinor)
 	case ifc.HealthIriscIndex: // irisc_index, synd, ext_synd
 		return uint32(d.seg.synd) << 16
+	case ifc.HealthRFRSeverity:
+		// A syndrome asks for a reset (rfr, bit 7 of the byte): with
+		// both, the driver's health poll enters its internal error
+		// state (sensor_fw_synd_rfr).
+		if d.seg.synd != 0 {
+			return ifc.HealthRFR << 24
+		}
+		return 0
 	case ifc.InitSegHealthCounter:
 		d.seg.healthCounter++
 		return d.seg.healthCounter

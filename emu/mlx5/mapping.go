@@ -58,13 +58,17 @@ var syndromes = map[transport.Status]uint8{
 	transport.StatusRNRRetryExc: uverbs.SyndromeRNRRetryExcErr,
 }
 
-// syndromeOf is the error CQE syndrome of status s (a status without one
-// reports a local QP operation error).
+// syndromeOf is the error CQE syndrome of status s: the transport's, or
+// one only a fault plan gives (faults.go); a status without one gets a
+// syndrome the provider reports as IBV_WC_GENERAL_ERR.
 func syndromeOf(s transport.Status) uint8 {
 	if v, ok := syndromes[s]; ok {
 		return v
 	}
-	return uverbs.SyndromeLocalQPOpErr
+	if v, ok := faultSyndromes[s]; ok {
+		return v
+	}
+	return syndromeGeneral
 }
 
 // sendOpcodes maps the send WQE opcodes of an RC QP (MLX5_OPCODE_*,

@@ -4,6 +4,7 @@ import (
 	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/mlx5/ifc"
 	"github.com/hcaemu/hcaemu/emu/transport"
+	"github.com/hcaemu/hcaemu/emu/transport/uc"
 )
 
 // qp is a queue pair (spec §6.7): the core's hca.QP (handle, QPN, PD),
@@ -27,9 +28,15 @@ type qp struct {
 	pageOffset                uint64
 	pas                       []uint64
 	rqBytes, sqBytes          uint64
-	// env is the RC transport's environment (datapath.go), from the
-	// first transition out of RST.
+	// env is the transport's environment (datapath.go), from the first
+	// transition out of RST.
 	env *qpEnv
+	// uc is a UC QP's transport (uc.go), bound with env.
+	uc *uc.QP
+	// mcgs counts the multicast groups the QP is attached to (ud.go).
+	mcgs int
+	// fault is the QP's deferred fault (faults.go).
+	fault qpFault
 }
 
 // stNames names the service types the device takes.
@@ -192,8 +199,10 @@ func (d *Device) destroyQP(in, _ []byte) result {
 		q.RC.Reset()
 		d.core.StopTimer(&q.QP)
 	}
+	d.detachAll(q)
 	d.qpRefs(q, -1)
 	d.fn.pins.Unpin(len(q.pas))
+	d.retire(q)
 	d.fn.obj.qps.Del(q.Handle)
 	return ok
 }
@@ -283,8 +292,8 @@ func join(groups ...[]ifc.Field) []ifc.Field {
 // LAG port affinity (no LAG) and the counter set (no Q counters).
 const ignoredOpt = ifc.OptLagTxAff | ifc.OptCounterSetID
 
-// transitions are the modify commands of Stage 1 (INIT2INIT, RTS2RTS,
-// SQERR2RTS and 2ERR come with Stages 4 and 6).
+// transitions are the modify commands (2ERR is qp2err; SQERR2RTS and
+// SQD2RTS come with Stage 6).
 var transitions = map[ifc.Opcode]*transition{
 	ifc.OpRst2InitQP: {
 		name: "rst2init_qp_in", from: ifc.QPStateRST, to: ifc.QPStateINIT,
@@ -324,6 +333,26 @@ var transitions = map[ifc.Opcode]*transition{
 			classUD: {ifc.OptQKey: fQKey},
 		},
 	},
+	// INIT2INIT and RTS2RTS carry optional fields only (the driver's
+	// opt_mask; spec §6.7.2). IPoIB needs RTS2RTS at Stage 4, not 6:
+	// ipoib_mcast_attach sets its UD QP's Q_Key, in RTS, to the broadcast
+	// group's once the join answers.
+	ifc.OpInit2InitQP: {
+		name: "init2init_qp_in", from: ifc.QPStateINIT, to: ifc.QPStateINIT,
+		optional: [numClasses]map[uint32][]ifc.Field{
+			classRC: {ifc.OptRRE: fRRE, ifc.OptRAE: fRAE, ifc.OptRWE: fRWE, ifc.OptPKeyIndex: fPKey, ifc.OptPriPort: fPort},
+			classUC: {ifc.OptRWE: fRWE, ifc.OptPKeyIndex: fPKey, ifc.OptPriPort: fPort},
+			classUD: {ifc.OptPKeyIndex: fPKey, ifc.OptQKey: fQKey, ifc.OptPriPort: fPort},
+		},
+	},
+	ifc.OpRTS2RTSQP: {
+		name: "rts2rts_qp_in", from: ifc.QPStateRTS, to: ifc.QPStateRTS,
+		optional: [numClasses]map[uint32][]ifc.Field{
+			classRC: {ifc.OptAltAddrPath: altPath, ifc.OptRRE: fRRE, ifc.OptRAE: fRAE, ifc.OptRWE: fRWE, ifc.OptPMState: fPM, ifc.OptRNRTimeout: fRNR},
+			classUC: {ifc.OptAltAddrPath: altPath, ifc.OptRWE: fRWE, ifc.OptPMState: fPM},
+			classUD: {ifc.OptQKey: fQKey},
+		},
+	},
 	ifc.Op2RstQP: {name: "qp_2rst_in", from: -1, to: ifc.QPStateRST},
 }
 
@@ -334,7 +363,8 @@ const (
 	mtu4096  = 5
 )
 
-// modifyQP: RST2INIT_QP, INIT2RTR_QP, RTR2RTS_QP, 2RST_QP. The QP must be
+// modifyQP: RST2INIT_QP, INIT2INIT_QP, INIT2RTR_QP, RTR2RTS_QP, RTS2RTS_QP,
+// 2RST_QP. The QP must be
 // in the state the transition leaves (else BAD_QP_STATE); the optional
 // bits must be ones the transition takes for the QP's class; the values
 // it sets must be in range. Then the QP context takes the fields the
@@ -476,10 +506,12 @@ func copyField(dst, src []byte, f ifc.Field) {
 }
 
 // The modify commands as the dispatcher runs them.
-func (d *Device) rst2initQP(in, _ []byte) result { return d.modifyQP(ifc.OpRst2InitQP, in) }
-func (d *Device) init2rtrQP(in, _ []byte) result { return d.modifyQP(ifc.OpInit2RTRQP, in) }
-func (d *Device) rtr2rtsQP(in, _ []byte) result  { return d.modifyQP(ifc.OpRTR2RTSQP, in) }
-func (d *Device) qp2rst(in, _ []byte) result     { return d.modifyQP(ifc.Op2RstQP, in) }
+func (d *Device) rst2initQP(in, _ []byte) result  { return d.modifyQP(ifc.OpRst2InitQP, in) }
+func (d *Device) init2rtrQP(in, _ []byte) result  { return d.modifyQP(ifc.OpInit2RTRQP, in) }
+func (d *Device) rtr2rtsQP(in, _ []byte) result   { return d.modifyQP(ifc.OpRTR2RTSQP, in) }
+func (d *Device) qp2rst(in, _ []byte) result      { return d.modifyQP(ifc.Op2RstQP, in) }
+func (d *Device) init2initQP(in, _ []byte) result { return d.modifyQP(ifc.OpInit2InitQP, in) }
+func (d *Device) rts2rtsQP(in, _ []byte) result   { return d.modifyQP(ifc.OpRTS2RTSQP, in) }
 
 // QPState is the state of the QP with number qpn as the device keeps it
 // (mlx5 numbering) and as the transport sees it; found is false when

@@ -25,6 +25,8 @@ type srq struct {
 	pas        []uint64
 	// refs counts the QPs whose srqn_rmpn_xrqn names it.
 	refs int
+	// st is the consumption of its linked list (srqrecv.go).
+	st srqState
 }
 
 // maxLogRQWQE is log2 of the largest receive WQE (max_wqe_sz_rq).

@@ -360,9 +360,10 @@ func (d *Device) queryHCAVportContext(in, out []byte) result {
 	ctx := out[ifc.QueryHCAVportContextOutCtx.ByteOff():]
 	ifc.HCAVportHasSMI.Set(ctx, 1)
 	ifc.HCAVportGRHRequired.Set(ctx, 0)
-	ifc.HCAVportPortPhysicalState.Set(ctx, portPhysStateLink)
-	ifc.HCAVportPortState.Set(ctx, portStateActive)
-	ifc.HCAVportVportState.Set(ctx, portStateActive)
+	state, phys := d.vportStates() // the SMA's: ACTIVE and LinkUp unless a fault holds the port down
+	ifc.HCAVportPortPhysicalState.Set(ctx, phys)
+	ifc.HCAVportPortState.Set(ctx, state)
+	ifc.HCAVportVportState.Set(ctx, state)
 	ifc.HCAVportSystemImageGUID.Set64(ctx, d.port.SystemImageGUID)
 	ifc.HCAVportPortGUID.Set64(ctx, d.port.PortGUID)
 	ifc.HCAVportNodeGUID.Set64(ctx, d.port.NodeGUID)

@@ -21,7 +21,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync/atomic"
-	"time"
 
 	"github.com/hcaemu/hcaemu/dma"
 	"github.com/hcaemu/hcaemu/emu/hca"
@@ -136,10 +135,9 @@ type Device struct {
 	dirtyCQs []*cq
 	dirtySQs []*qp
 	// stats are the device's counters (stats.go).
-	stats     deviceCounters
-	strict    hca.Strict  // strict mode: counts are atomic, the latch is under mu
-	portGen   uint64      // generation of the port-down timer
-	portTimer *time.Timer // brings the port back up
+	stats    deviceCounters
+	strict   hca.Strict   // strict mode: counts are atomic, the latch is under mu
+	portHold hca.PortHold // brings the port back up after a port_down
 }
 
 // New creates a device in its power-on state.
@@ -209,11 +207,7 @@ func (d *Device) powerOn() {
 	d.active = false
 	d.core.Fatal = d.strict.Latched() // strict mode's latch survives resets
 	d.wire.Down = false
-	d.portGen++
-	if d.portTimer != nil {
-		d.portTimer.Stop()
-		d.portTimer = nil
-	}
+	d.portHold.Release()
 	d.wire.MAC = d.mac
 	d.wire.QKeyViolations = 0
 	d.res.init(&d.caps)

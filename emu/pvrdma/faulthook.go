@@ -48,11 +48,7 @@ func (d *Device) faultCompletion(qp *qp, cqe *uverbs.CQE, op transport.WCOpcode,
 	if d.faults == nil {
 		return true
 	}
-	name := ""
-	if int(op) < len(hca.WROpcodeNames) {
-		name = hca.WROpcodeNames[op]
-	}
-	act := d.fault(&hca.FaultEvent{Point: hca.FaultAtCompletion, QPN: qp.QPN, WROpcode: name, Size: cqe.ByteLen, Status: cqe.Status})
+	act := d.fault(&hca.FaultEvent{Point: hca.FaultAtCompletion, QPN: qp.QPN, WROpcode: hca.WROpcodeName(op), Size: cqe.ByteLen, Status: cqe.Status})
 	switch act.Kind {
 	case hca.FaultCompleteStatus:
 		cqe.Status = act.Status
@@ -82,10 +78,7 @@ func (d *Device) faultDMA(qp *qp, op transport.WCOpcode, sges []uverbs.SGE, size
 	if d.faults == nil {
 		return false
 	}
-	ev := hca.FaultEvent{Point: hca.FaultAtDMA, QPN: qp.QPN, Size: size}
-	if int(op) < len(hca.WROpcodeNames) {
-		ev.WROpcode = hca.WROpcodeNames[op]
-	}
+	ev := hca.FaultEvent{Point: hca.FaultAtDMA, QPN: qp.QPN, Size: size, WROpcode: hca.WROpcodeName(op)}
 	if len(sges) > 0 {
 		ev.Key, ev.HasKey = sges[0].LKey, true
 	}
@@ -99,24 +92,12 @@ func (d *Device) faultDMA(qp *qp, op transport.WCOpcode, sges []uverbs.SGE, size
 
 // responderFault is an RC QP's rc.Config.Responder.
 func (env *qpEnv) responderFault(pkt roce.Packet) rc.ResponderFault {
-	d := env.d
-	ev := hca.FaultEvent{Point: hca.FaultAtResponder, QPN: env.qp.QPN, PSN: pkt.BTH.PSN(), Opcode: pkt.Opcode(), Size: uint32(len(pkt.Payload))}
-	switch {
-	case pkt.Headers()&roce.HasRETH != 0:
-		ev.Key, ev.HasKey = pkt.RETH.RKey(), true
-	case pkt.Headers()&roce.HasAtomicETH != 0:
-		ev.Key, ev.HasKey = pkt.AtomicETH.RKey(), true
+	ev := hca.ResponderEvent(env.qp.QPN, &pkt)
+	act := env.d.fault(&ev)
+	if f, ok := hca.ResponderAnswer(act); ok {
+		return f
 	}
-	act := d.fault(&ev)
-	switch act.Kind {
-	case hca.FaultNAK:
-		return rc.ResponderFault{Kind: rc.FaultNAK, NAK: act.NAK}
-	case hca.FaultRNRNAK:
-		return rc.ResponderFault{Kind: rc.FaultRNRNAK, RNRTimer: act.RNRTimer}
-	case hca.FaultSuppressACK:
-		return rc.ResponderFault{Kind: rc.FaultSuppressACK}
-	}
-	d.deviceFault(act, env.qp, nil)
+	env.d.deviceFault(act, env.qp, nil)
 	return rc.ResponderFault{}
 }
 
@@ -193,19 +174,11 @@ func (d *Device) portDownFor(dur time.Duration) {
 		d.event(hca.EventPortErr, 1)
 		d.log.Info("port down: fault injected", "for", dur)
 	}
-	d.portGen++
-	gen := d.portGen
-	if d.portTimer != nil {
-		d.portTimer.Stop()
-	}
-	d.portTimer = time.AfterFunc(dur, func() {
-		d.core.Lock()
-		defer d.unlock()
-		if d.core.Closed || !d.wire.Down || d.portGen != gen {
+	d.portHold.Hold(&d.core, dur, d.unlock, func() {
+		if !d.wire.Down {
 			return
 		}
 		d.wire.Down = false
-		d.portTimer = nil
 		d.event(hca.EventPortActive, 1)
 		d.log.Info("port up: fault injected flap over")
 	})

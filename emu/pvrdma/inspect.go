@@ -3,7 +3,6 @@ package pvrdma
 import (
 	"net"
 	"net/netip"
-	"strings"
 
 	"github.com/hcaemu/hcaemu/dma"
 	"github.com/hcaemu/hcaemu/emu/hca"
@@ -126,17 +125,12 @@ func (d *Device) Inspect() State {
 	r := &d.res
 	st := State{Device: d.name, Active: d.active, Fatal: d.core.Fatal, PinnedPages: r.pins.Pinned(),
 		Counters: Counters{QKeyViolations: d.wire.QKeyViolations},
-		Findings: map[string]uint64{}}
+		Findings: hca.FindingCounts(d.Findings())}
 	st.Port.State = "ACTIVE"
 	if d.wire.Down {
 		st.Port.State = "DOWN"
 	}
 	st.Port.MAC = net.HardwareAddr(d.wire.MAC[:]).String()
-	for k, n := range d.Findings() {
-		if n != 0 {
-			st.Findings[hca.FindingKind(k).String()] = n
-		}
-	}
 	for i, g := range r.gids {
 		if g.Valid {
 			typ := "RoCEv2"
@@ -163,7 +157,7 @@ func (d *Device) Inspect() State {
 			kind = "frmr"
 		}
 		st.MRs = append(st.MRs, MRState{Handle: h, PD: m.PD, Context: m.Ctx, Kind: kind, LKey: m.LKey, RKey: m.RKey,
-			Start: m.Start, Length: m.Length, Access: accessString(m.Access), Valid: m.Valid})
+			Start: m.Start, Length: m.Length, Access: mr.AccessString(m.Access), Valid: m.Valid})
 	}
 	for _, h := range r.cq.handles() {
 		c := r.cq.get(h)
@@ -215,22 +209,4 @@ func (d *Device) inspectQP(qp *qp) QPState {
 	}
 	q.Stats = qp.StatsNow()
 	return q
-}
-
-// accessString names MR access flags as the verbs do.
-func accessString(access uint32) string {
-	var names []string
-	for _, f := range []struct {
-		bit  uint32
-		name string
-	}{{mr.LocalWrite, "LOCAL_WRITE"}, {mr.RemoteWrite, "REMOTE_WRITE"}, {mr.RemoteRead, "REMOTE_READ"},
-		{mr.RemoteAtomic, "REMOTE_ATOMIC"}, {mr.MWBind, "MW_BIND"}} {
-		if access&f.bit != 0 {
-			names = append(names, f.name)
-		}
-	}
-	if len(names) == 0 {
-		return "LOCAL_READ"
-	}
-	return strings.Join(names, "|")
 }

@@ -2,7 +2,6 @@ package pvrdma
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/pvrdma/abi"
@@ -86,20 +85,7 @@ func (d *Device) statsLocked() (hca.DeviceStats, map[uint32]hca.QPStats) {
 		}
 		st.Commands = append(st.Commands, hca.CommandCount{Command: name, Errno: k.errno, Count: n})
 	}
-	slices.SortFunc(st.Commands, func(a, b hca.CommandCount) int {
-		if a.Command != b.Command {
-			if a.Command < b.Command {
-				return -1
-			}
-			return 1
-		}
-		return int(a.Errno) - int(b.Errno)
-	})
-	st.Findings = map[string]uint64{}
-	for k, n := range d.Findings() {
-		if n > 0 {
-			st.Findings[hca.FindingKind(k).String()] = n
-		}
-	}
+	hca.SortCommands(st.Commands)
+	st.Findings = hca.FindingCounts(d.Findings())
 	return st, qps
 }

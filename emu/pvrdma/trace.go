@@ -26,7 +26,7 @@ func (d *Device) traceWQE(qp *qp, wr *transport.SendWR) {
 		ev.Opcode = hca.WROpcodeNames[op]
 	}
 	if wr.Status != transport.StatusSuccess {
-		ev.Status = wcStatusName(wcStatus(wr.Status))
+		ev.Status = hca.WCStatusName(wcStatus(wr.Status))
 	}
 	d.trace(&ev)
 }
@@ -34,7 +34,7 @@ func (d *Device) traceWQE(qp *qp, wr *transport.SendWR) {
 // traceCQE reports a completion written for a QP.
 func (d *Device) traceCQE(qp *qp, cqe *uverbs.CQE, op transport.WCOpcode, recv bool) {
 	id := cqe.WRID
-	ev := hca.TraceEvent{QPN: qp.QPN, Event: "cqe", WRID: &id, Status: wcStatusName(cqe.Status), ByteLen: cqe.ByteLen, Recv: recv}
+	ev := hca.TraceEvent{QPN: qp.QPN, Event: "cqe", WRID: &id, Status: hca.WCStatusName(cqe.Status), ByteLen: cqe.ByteLen, Recv: recv}
 	if int(op) < len(hca.WROpcodeNames) {
 		ev.Opcode = hca.WROpcodeNames[op]
 	}
@@ -62,21 +62,6 @@ func (d *Device) traceAsync(typ hca.Event, info uint32) {
 func stateName(s uint8) string {
 	if int(s) < len(stateNames) {
 		return stateNames[s]
-	}
-	return "?"
-}
-
-// wcStatusNames are the ibv_wc_status names of the CQE statuses.
-var wcStatusNames = [...]string{
-	"SUCCESS", "LOC_LEN_ERR", "LOC_QP_OP_ERR", "LOC_EEC_OP_ERR", "LOC_PROT_ERR", "WR_FLUSH_ERR",
-	"MW_BIND_ERR", "BAD_RESP_ERR", "LOC_ACCESS_ERR", "REM_INV_REQ_ERR", "REM_ACCESS_ERR", "REM_OP_ERR",
-	"RETRY_EXC_ERR", "RNR_RETRY_EXC_ERR", "LOC_RDD_VIOL_ERR", "REM_INV_RD_REQ_ERR", "REM_ABORT_ERR",
-	"INV_EECN_ERR", "INV_EEC_STATE_ERR", "FATAL_ERR", "RESP_TIMEOUT_ERR", "GENERAL_ERR",
-}
-
-func wcStatusName(s uint32) string {
-	if int(s) < len(wcStatusNames) {
-		return wcStatusNames[s]
 	}
 	return "?"
 }

@@ -32,6 +32,9 @@ func normalize(p *Packet, b []byte) []byte {
 	if p.DETH != nil {
 		n[BTHSize+4] = 0
 	}
+	if p.XRCETH != nil {
+		n[BTHSize] = 0 // the XRCETH's reserved byte (it follows the BTH: XRC has no DETH)
+	}
 	if p.CNPPad != nil {
 		clear(n[BTHSize : BTHSize+CNPPadSize])
 	}

@@ -275,6 +275,14 @@ func (i ImmDt) Encode(v uint32) { i.SetValue(v) }
 // IETH is a view of the 4-byte Invalidate Extended Transport Header.
 type IETH []byte
 
+// XRCETH is the XRC extended transport header (IBTA 9.2, 4 bytes): 8
+// reserved bits and the 24-bit number of the XRC SRQ the request is for.
+type XRCETH []byte
+
+// SRQ returns the XRC SRQ number; SetSRQ writes it (reserved bits zero).
+func (x XRCETH) SRQ() uint32     { return binary.BigEndian.Uint32(x) & Mask24 }
+func (x XRCETH) SetSRQ(v uint32) { binary.BigEndian.PutUint32(x, v&Mask24) }
+
 // RKey returns the R_Key to invalidate.
 func (i IETH) RKey() uint32     { return binary.BigEndian.Uint32(i) }
 func (i IETH) SetRKey(v uint32) { binary.BigEndian.PutUint32(i, v) }

@@ -58,6 +58,37 @@ const (
 	CNP                     Opcode = 0x81
 )
 
+// xrcOffset is what an RC opcode's XRC counterpart adds (IBTA 9.2:
+// XRC_SEND_FIRST 0xA0 ... XRC_SEND_ONLY_WITH_INVALIDATE 0xB7).
+const xrcOffset = 0xA0
+
+// XRC is the XRC opcode of the RC operation o (an RC opcode through
+// RC_SEND_ONLY_WITH_INVALIDATE); RC is the RC opcode of the XRC opcode
+// o. Each returns o itself for any other opcode.
+func (o Opcode) XRC() Opcode {
+	if o <= RCSendOnlyWithInvalidate && opcodeTable[o].Op != OpInvalid {
+		return o + xrcOffset
+	}
+	return o
+}
+
+// UC is the UC opcode of the RC SEND or RDMA WRITE opcode o (RC_SEND_FIRST
+// through RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE); o itself for any other.
+func (o Opcode) UC() Opcode {
+	if o <= RCRDMAWriteOnlyWithImmediate {
+		return o + UCSendFirst
+	}
+	return o
+}
+
+// RC: see XRC.
+func (o Opcode) RC() Opcode {
+	if o >= xrcOffset && o <= xrcOffset+RCSendOnlyWithInvalidate && opcodeTable[o].Op != OpInvalid {
+		return o - xrcOffset
+	}
+	return o
+}
+
 // Transport is the transport service selected by opcode bits 7–5.
 type Transport uint8
 
@@ -86,6 +117,7 @@ type ExtHeaders uint16
 // FLUSH, spec §2.1).
 const (
 	HasDETH ExtHeaders = 1 << iota
+	HasXRCETH
 	HasFETH
 	HasRETH
 	HasAtomicETH
@@ -101,6 +133,7 @@ const (
 const (
 	BTHSize          = 12
 	DETHSize         = 8
+	XRCETHSize       = 4
 	FETHSize         = 4
 	RETHSize         = 16
 	AtomicETHSize    = 28
@@ -113,12 +146,12 @@ const (
 )
 
 var extHeaderSizes = [numExtHeaders]int{
-	DETHSize, FETHSize, RETHSize, AtomicETHSize, AETHSize, AtomicAckETHSize,
+	DETHSize, XRCETHSize, FETHSize, RETHSize, AtomicETHSize, AETHSize, AtomicAckETHSize,
 	ImmDtSize, IETHSize, CNPPadSize,
 }
 
 var extHeaderNames = [numExtHeaders]string{
-	"DETH", "FETH", "RETH", "AtomicETH", "AETH", "AtomicAckETH", "ImmDt", "IETH", "CNPPad",
+	"DETH", "XRCETH", "FETH", "RETH", "AtomicETH", "AETH", "AtomicAckETH", "ImmDt", "IETH", "CNPPad",
 }
 
 // Len is the total size in bytes of the headers in h.
@@ -292,6 +325,21 @@ func init() {
 	def(UCRDMAWriteOnly, "UC_RDMA_WRITE_ONLY", OpRDMAWrite, PosOnly, HasRETH, PayloadOnly, false, false)
 	def(UCRDMAWriteOnlyWithImmediate, "UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE", OpRDMAWrite, PosOnly, HasRETH|HasImmDt, PayloadOnly, false, true)
 
+	// XRC (IBTA 9.2 and Annex A14): the RC operations with the XRC
+	// transport's opcodes, the XRCETH (the destination XRC SRQ) after
+	// the BTH of every request; responses carry none.
+	for o := RCSendFirst; o <= RCSendOnlyWithInvalidate; o++ {
+		rc := opcodeTable[o]
+		if rc.Op == OpInvalid {
+			continue
+		}
+		h := rc.Headers
+		if !rc.Response {
+			h |= HasXRCETH
+		}
+		def(o+xrcOffset, "XRC"+rc.Name[2:], rc.Op, rc.Pos, h, rc.Payload, rc.Response, rc.ConsumesRQ)
+	}
+
 	// UD and CNP, spec §2.3.
 	def(UDSendOnly, "UD_SEND_ONLY", OpSend, PosOnly, HasDETH, PayloadOnly, false, true)
 	def(UDSendOnlyWithImmediate, "UD_SEND_ONLY_WITH_IMMEDIATE", OpSend, PosOnly, HasDETH|HasImmDt, PayloadOnly, false, true)
@@ -299,7 +347,7 @@ func init() {
 }
 
 // Info returns the table entry for o; ok is false for opcodes the spec does
-// not list (reserved, RD, XRC).
+// not list (reserved, RD).
 func (o Opcode) Info() (info OpcodeInfo, ok bool) {
 	info = opcodeTable[o]
 	return info, info.Op != OpInvalid

@@ -24,6 +24,7 @@ var (
 type Packet struct {
 	BTH          BTH
 	DETH         DETH
+	XRCETH       XRCETH
 	FETH         FETH
 	RETH         RETH
 	AtomicETH    AtomicETH
@@ -143,6 +144,7 @@ func parse(b []byte, count, absent int) (Packet, error) {
 		return v
 	}
 	p.DETH = take(HasDETH, DETHSize)
+	p.XRCETH = take(HasXRCETH, XRCETHSize)
 	p.FETH = take(HasFETH, FETHSize)
 	p.RETH = take(HasRETH, RETHSize)
 	p.AtomicETH = take(HasAtomicETH, AtomicETHSize)
@@ -163,6 +165,7 @@ func parse(b []byte, count, absent int) (Packet, error) {
 type PacketFields struct {
 	BTH          BTHFields // PadCount is ignored: Build derives it from Payload
 	DETH         DETHFields
+	XRCETH       uint32 // the XRC SRQ number (24 bits)
 	FETH         uint32
 	RETH         RETHFields
 	AtomicETH    AtomicETHFields
@@ -180,6 +183,9 @@ func (p *Packet) Fields() PacketFields {
 	f := PacketFields{BTH: p.BTH.Fields(), Payload: p.Payload}
 	if p.DETH != nil {
 		f.DETH = p.DETH.Fields()
+	}
+	if p.XRCETH != nil {
+		f.XRCETH = p.XRCETH.SRQ()
 	}
 	if p.FETH != nil {
 		f.FETH = p.FETH.Value()
@@ -266,6 +272,7 @@ func build(out []byte, f *PacketFields, count, absent int) ([]byte, error) {
 	}
 	if f.BTH.DestQP > Mask24 || f.BTH.PSN > Mask24 ||
 		(info.Headers&HasDETH != 0 && f.DETH.SrcQP > Mask24) ||
+		(info.Headers&HasXRCETH != 0 && f.XRCETH > Mask24) ||
 		(info.Headers&HasAETH != 0 && f.AETH.MSN > Mask24) {
 		return nil, ErrFieldRange
 	}
@@ -291,6 +298,10 @@ func build(out []byte, f *PacketFields, count, absent int) ([]byte, error) {
 	if h&HasDETH != 0 {
 		DETH(out[off:]).Encode(&f.DETH)
 		off += DETHSize
+	}
+	if h&HasXRCETH != 0 {
+		XRCETH(out[off:]).SetSRQ(f.XRCETH)
+		off += XRCETHSize
 	}
 	if h&HasFETH != 0 {
 		FETH(out[off:]).SetValue(f.FETH)

@@ -61,6 +61,29 @@ func TestOpcodeTable(t *testing.T) {
 		{0x2B, "UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE", HasRETH | HasImmDt, 20, PayloadOnly, true},
 		{0x64, "UD_SEND_ONLY", HasDETH, 8, PayloadOnly, true},
 		{0x65, "UD_SEND_ONLY_WITH_IMMEDIATE", HasDETH | HasImmDt, 12, PayloadOnly, true},
+		{0xA0, "XRC_SEND_FIRST", HasXRCETH, 4, PayloadFull, true},
+		{0xA1, "XRC_SEND_MIDDLE", HasXRCETH, 4, PayloadFull, false},
+		{0xA2, "XRC_SEND_LAST", HasXRCETH, 4, PayloadLast, false},
+		{0xA3, "XRC_SEND_LAST_WITH_IMMEDIATE", HasXRCETH | HasImmDt, 8, PayloadLast, false},
+		{0xA4, "XRC_SEND_ONLY", HasXRCETH, 4, PayloadOnly, true},
+		{0xA5, "XRC_SEND_ONLY_WITH_IMMEDIATE", HasXRCETH | HasImmDt, 8, PayloadOnly, true},
+		{0xA6, "XRC_RDMA_WRITE_FIRST", HasXRCETH | HasRETH, 20, PayloadFull, false},
+		{0xA7, "XRC_RDMA_WRITE_MIDDLE", HasXRCETH, 4, PayloadFull, false},
+		{0xA8, "XRC_RDMA_WRITE_LAST", HasXRCETH, 4, PayloadLast, false},
+		{0xA9, "XRC_RDMA_WRITE_LAST_WITH_IMMEDIATE", HasXRCETH | HasImmDt, 8, PayloadLast, true},
+		{0xAA, "XRC_RDMA_WRITE_ONLY", HasXRCETH | HasRETH, 20, PayloadOnly, false},
+		{0xAB, "XRC_RDMA_WRITE_ONLY_WITH_IMMEDIATE", HasXRCETH | HasRETH | HasImmDt, 24, PayloadOnly, true},
+		{0xAC, "XRC_RDMA_READ_REQUEST", HasXRCETH | HasRETH, 20, PayloadNone, false},
+		{0xAD, "XRC_RDMA_READ_RESPONSE_FIRST", HasAETH, 4, PayloadFull, false},
+		{0xAE, "XRC_RDMA_READ_RESPONSE_MIDDLE", 0, 0, PayloadFull, false},
+		{0xAF, "XRC_RDMA_READ_RESPONSE_LAST", HasAETH, 4, PayloadLast, false},
+		{0xB0, "XRC_RDMA_READ_RESPONSE_ONLY", HasAETH, 4, PayloadOnly, false},
+		{0xB1, "XRC_ACKNOWLEDGE", HasAETH, 4, PayloadNone, false},
+		{0xB2, "XRC_ATOMIC_ACKNOWLEDGE", HasAETH | HasAtomicAckETH, 12, PayloadNone, false},
+		{0xB3, "XRC_COMPARE_SWAP", HasXRCETH | HasAtomicETH, 32, PayloadNone, false},
+		{0xB4, "XRC_FETCH_ADD", HasXRCETH | HasAtomicETH, 32, PayloadNone, false},
+		{0xB6, "XRC_SEND_LAST_WITH_INVALIDATE", HasXRCETH | HasIETH, 8, PayloadLast, false},
+		{0xB7, "XRC_SEND_ONLY_WITH_INVALIDATE", HasXRCETH | HasIETH, 8, PayloadOnly, true},
 		{0x81, "CNP", HasCNPPad, 16, PayloadNone, false},
 	}
 	listed := map[Opcode]bool{}
@@ -81,11 +104,11 @@ func TestOpcodeTable(t *testing.T) {
 		if r.op.String() != r.name {
 			t.Errorf("%#x String = %q", uint8(r.op), r.op.String())
 		}
-		wantT := map[Opcode]Transport{0: TransportRC, 0x20: TransportUC, 0x60: TransportUD, 0x80: TransportCNP}[r.op&0xE0]
+		wantT := map[Opcode]Transport{0: TransportRC, 0x20: TransportUC, 0x60: TransportUD, 0x80: TransportCNP, 0xA0: TransportXRC}[r.op&0xE0]
 		if r.op.Transport() != wantT {
 			t.Errorf("%v: transport %v", r.op, r.op.Transport())
 		}
-		if info.Response != (r.op >= 0x0D && r.op <= 0x12) {
+		if info.Response != (r.op&^0xA0 >= 0x0D && r.op&^0xA0 <= 0x12 && r.op&0x40 == 0) {
 			t.Errorf("%v: Response = %v", r.op, info.Response)
 		}
 	}
@@ -385,6 +408,7 @@ func allOpcodeSamples() []PacketFields {
 		f := PacketFields{
 			BTH:          BTHFields{Opcode: op, PKey: 0xFFFF, DestQP: 0x000012, PSN: 0xFFFFFE, AckReq: info.Pos == PosLast || info.Pos == PosOnly},
 			DETH:         DETHFields{QKey: 0x11111111, SrcQP: 0x11},
+			XRCETH:       0x00abcd,
 			FETH:         0x21,
 			RETH:         RETHFields{VA: 0x7F0000001000, RKey: 0x1234, DMALength: 3000},
 			AtomicETH:    AtomicETHFields{VA: 0x7F0000002000, RKey: 0x5678, SwapAdd: 9, Compare: 10},
@@ -415,6 +439,9 @@ func zeroAbsent(f PacketFields) PacketFields {
 	h := opcodeTable[f.BTH.Opcode].Headers
 	if h&HasDETH == 0 {
 		f.DETH = DETHFields{}
+	}
+	if h&HasXRCETH == 0 {
+		f.XRCETH = 0
 	}
 	if h&HasFETH == 0 {
 		f.FETH = 0

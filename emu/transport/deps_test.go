@@ -17,6 +17,7 @@ func TestDeps(t *testing.T) {
 		".":     {"dma", "emu/mr", "emu/roce"},
 		"rc":    {"dma", "emu/mr", "emu/roce", "emu/transport"},
 		"ud":    {"dma", "emu/mr", "emu/roce", "emu/transport"},
+		"uc":    {"dma", "emu/mr", "emu/roce", "emu/transport"},
 		"../mr": {"dma"},
 	}
 	for dir, imports := range allowed {

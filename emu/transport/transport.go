@@ -4,8 +4,8 @@
 // error events, the path a QP's packets take, and the Env a transport
 // object reaches its device through. The services themselves are its
 // subpackages: rc, the Reliable Connected requester and responder
-// (rocev2.md §3, §4), and ud, the Unreliable Datagram service and the GSI
-// QP. It belongs to no device model: a device takes work requests from its
+// (rocev2.md §3, §4), uc, the Unreliable Connected service, and ud, the
+// Unreliable Datagram service and the GSI QP. It belongs to no device model: a device takes work requests from its
 // own rings, turns them into SendWR and RecvWR values, hands received
 // packets to the QP's rc.QP or ud.QP, and turns the Completion values it
 // gets back into its own completion format.
@@ -122,6 +122,12 @@ type AddressHandle struct {
 	HopLimit     uint8
 	TrafficClass uint8
 	FlowLabel    uint32
+	// The InfiniBand link layer (an IB port's datagrams): the destination
+	// LID and SL of the LRH, and whether a GRH follows it (Global; RoCE
+	// packets always carry their IP header).
+	DLID   uint16
+	SL     uint8
+	Global bool
 }
 
 // SendWR is a send work request as the transport sees it: copied out of the
@@ -150,6 +156,8 @@ type SendWR struct {
 	DestQPN uint32 // UD
 	QKey    uint32
 	AH      AddressHandle
+
+	XRCSRQN uint32 // XRC: the remote XRC SRQ (the packets' XRCETH)
 }
 
 // RecvWR is a receive work request: where an incoming message goes.
@@ -187,6 +195,12 @@ type Path struct {
 	TClass    uint8
 	FlowLabel uint32
 	SrcPort   uint16
+	// The InfiniBand link layer: the LRH's destination LID and SL, and
+	// Global when a GRH follows it (its SGID and DGID are Src and Dst,
+	// 16-byte addresses). RoCE paths leave them zero.
+	DLID   uint16
+	SL     uint8
+	Global bool
 }
 
 // ErrPeerBusy reports a frame the receiver's full queue refused: send it
@@ -341,3 +355,35 @@ func SegsStatus(err error) Status {
 	}
 	return StatusLocProtErr
 }
+
+// Position is where packet i of a message of n packets sits: 0 first, 1
+// middle, 2 last, 3 only (the index of SendOpcodes and WriteOpcodes).
+func Position(i, n uint32) int {
+	switch {
+	case n == 1:
+		return 3
+	case i == 0:
+		return 0
+	case i == n-1:
+		return 2
+	}
+	return 1
+}
+
+// SendOpcodes and WriteOpcodes are the RC opcodes of the packets of a SEND
+// and an RDMA WRITE message, by Position and by immediate data on the last
+// packet ([plain, imm]); a UC message's are their roce.Opcode.UC.
+var (
+	SendOpcodes = [4][2]roce.Opcode{
+		{roce.RCSendFirst, roce.RCSendFirst},
+		{roce.RCSendMiddle, roce.RCSendMiddle},
+		{roce.RCSendLast, roce.RCSendLastWithImmediate},
+		{roce.RCSendOnly, roce.RCSendOnlyWithImmediate},
+	}
+	WriteOpcodes = [4][2]roce.Opcode{
+		{roce.RCRDMAWriteFirst, roce.RCRDMAWriteFirst},
+		{roce.RCRDMAWriteMiddle, roce.RCRDMAWriteMiddle},
+		{roce.RCRDMAWriteLast, roce.RCRDMAWriteLastWithImmediate},
+		{roce.RCRDMAWriteOnly, roce.RCRDMAWriteOnlyWithImmediate},
+	}
+)

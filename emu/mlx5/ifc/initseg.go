@@ -35,6 +35,7 @@ const (
 	HealthFWVer         = 0x230
 	HealthHWID          = 0x234
 	HealthRFRSeverity   = 0x238 // u8: bit 7 = MLX5_RFR_BIT_OFFSET (FW requests reset)
+	HealthRFR           = 0x80  // rfr_severity's rfr bit
 	HealthIriscIndex    = 0x23c // u8
 	HealthSynd          = 0x23d // u8
 	HealthExtSynd       = 0x23e // __be16

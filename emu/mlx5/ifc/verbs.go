@@ -34,6 +34,12 @@ const (
 	ModifyQPOutSize               = 0x08
 	QP2RstInSize                  = 0x0c
 	QP2RstOutSize                 = 0x08
+	QP2ErrInSize                  = 0x0c
+	QP2ErrOutSize                 = 0x08
+	AttachToMCGInSize             = 0x20 // through multicast_gid
+	AttachToMCGOutSize            = 0x08
+	DetachFromMCGInSize           = 0x20
+	DetachFromMCGOutSize          = 0x08
 	QueryQPInSize                 = 0x0c
 	QueryQPOutSize                = 0x100 // through the qpc
 	DestroyQPInSize               = 0x0c
@@ -62,6 +68,7 @@ const (
 	Linux612CreateRMPInSize       = 0x110 // create_rmp_in without pas[]
 	Linux612CreateXRCSRQInSize    = 0x110 // create_xrc_srq_in without pas[]
 	Linux612QueryHCAVportCtxOutSz = 0x210 // query_hca_vport_context_out
+	Linux612MCGInSize             = 0x20  // attach_to_mcg_in, detach_from_mcg_in
 )
 
 // The object number every alloc/create output and every
@@ -71,6 +78,11 @@ var (
 	ObjIn  = F(0x48, 0x18)
 	ObjOut = F(0x48, 0x18)
 )
+
+// attach_to_mcg_in and detach_from_mcg_in: the QP (ObjIn, the qpn at
+// byte 0x09) and the group's GID (spec §6.8; the LID ib_attach_mcast
+// takes is not sent).
+var MCGInMulticastGID = F(0x80, 0x80)
 
 // create_mkey_in and its mkey context (mkc, at memory_key_mkey_entry).
 var (
@@ -142,6 +154,7 @@ var (
 	QPCState         = F(0x00, 4)
 	QPCSt            = F(0x08, 8)
 	QPCPMState       = F(0x13, 2)
+	QPCBlockLbMc     = F(0x21, 1)
 	QPCPD            = F(0x28, 0x18)
 	QPCMTU           = F(0x40, 3)
 	QPCLogMsgMax     = F(0x43, 5)

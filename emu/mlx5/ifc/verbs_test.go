@@ -20,6 +20,9 @@ func TestVerbsLayoutsAgainstSpec(t *testing.T) {
 		"create_qp_in.qpc.st":                     {qp(QPCSt), dw(6, 23, 16)},
 		"create_qp_in.qpc.pm_state":               {qp(QPCPMState), dw(6, 12, 11)},
 		"create_qp_in.qpc.pd":                     {qp(QPCPD), dw(7, 23, 0)},
+		"create_qp_in.qpc.block_lb_mc":            {qp(QPCBlockLbMc), dw(7, 30, 30)},
+		"attach_to_mcg_in.qpn":                    {ObjIn, dw(2, 23, 0)},
+		"attach_to_mcg_in.multicast_gid":          {MCGInMulticastGID, Field{4 * 32, 128}},
 		"create_qp_in.qpc.mtu":                    {qp(QPCMTU), dw(8, 31, 29)},
 		"create_qp_in.qpc.log_msg_max":            {qp(QPCLogMsgMax), dw(8, 28, 24)},
 		"create_qp_in.qpc.log_rq_size":            {qp(QPCLogRQSize), dw(8, 22, 19)},
@@ -155,6 +158,9 @@ func TestVerbsLayoutsAgainstSpec(t *testing.T) {
 		"least create_xrc_srq_in: db addr end":  {At(CreateXRCSRQInCtx, XRCSRQCDBRAddrL).End(), CreateXRCSRQInSize},
 		"least vport out: sm_sl's word end":     {(At(QueryHCAVportContextOutCtx, HCAVportSMSL).Off/32 + 1) * 4, QueryHCAVportContextOutSize},
 		"least object in/out: the number's end": {ObjIn.End(), DeallocPDInSize},
+		"least qp_2err_in: the qpn's end":       {ObjIn.End(), QP2ErrInSize},
+		"least attach_to_mcg_in: the gid's end": {MCGInMulticastGID.End(), AttachToMCGInSize},
+		"least detach_from_mcg_in: gid's end":   {MCGInMulticastGID.End(), DetachFromMCGInSize},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s: %#x, spec %#x", name, c.got, c.want)

@@ -591,3 +591,23 @@ func (d *Driver) IBUnload(ib *IB) error {
 	}
 	return nil
 }
+
+// ToERR is 2ERR_QP.
+func (d *Driver) ToERR(q *QP) error {
+	_, err := d.Obj(ifc.Op2ErrQP, q.QPN, ifc.Linux612CmdSize)
+	return err
+}
+
+// AttachMCG is mlx5_cmd_attach_mcg: QP q joins the multicast group gid
+// (ATTACH_TO_MCG; DETACH_FROM_MCG when detach).
+func (d *Driver) AttachMCG(q *QP, gid [16]byte, detach bool) error {
+	op := ifc.OpAttachToMCG
+	if detach {
+		op = ifc.OpDetachFromMCG
+	}
+	in := cmdIn(op, 0, ifc.Linux612MCGInSize)
+	ifc.ObjIn.Set(in, q.QPN)
+	copy(ifc.MCGInMulticastGID.Bytes(in), gid[:])
+	_, err := d.Exec(in, ifc.Linux612CmdSize)
+	return err
+}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/hcaemu/hcaemu/emu/roce"
 	"github.com/hcaemu/hcaemu/emu/transport"
+	"github.com/hcaemu/hcaemu/emu/transport/transporttest"
 )
 
 // FuzzRC plays a hostile peer against one RC QP with no device: arbitrary
@@ -15,18 +16,7 @@ import (
 // panic, keep its response queue bounded, and complete each request at
 // most once.
 func FuzzRC(f *testing.F) {
-	seed := func(fields ...roce.PacketFields) []byte {
-		var out []byte
-		for _, pf := range fields {
-			b, err := roce.Build(make([]byte, 8192), &pf)
-			if err != nil {
-				f.Fatal(err)
-			}
-			out = binary.BigEndian.AppendUint16(out, uint16(len(b)))
-			out = append(out, b...)
-		}
-		return out
-	}
+	seed := func(fields ...roce.PacketFields) []byte { return transporttest.Seed(f, fields...) }
 	f.Add(seed(reqPacket(roce.RCSendOnly, testRQPSN, true, make([]byte, 100))))
 	f.Add(seed(ack(testSQPSN, ackOK, 1), ack(testSQPSN+1, roce.NAKSyndrome(roce.NAKPSNSequenceError), 1)))
 	f.Add(seed(ack(testSQPSN, roce.RNRNAKSyndrome(3), 0)))

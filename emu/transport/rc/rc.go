@@ -46,6 +46,10 @@ type Config struct {
 	MaxRdAtomic     uint8  // READ/atomic requests in flight
 	MaxDestRdAtomic uint8  // responder resources
 	Access          uint32 // remote access flags (mr.RemoteWrite ...)
+	// XRC: the QP is an XRC initiator or target (IBTA 9.2): its packets
+	// go with the XRC opcodes, its requests with the XRCETH of their
+	// SendWR.XRCSRQN, and it takes XRC packets only (Receive).
+	XRC bool
 	// Responder, when set, is asked before the responder executes each
 	// in-order request packet (fault injection); its answer may replace
 	// the packet's fate with a NAK or an RNR NAK, or keep its ACK back.
@@ -279,4 +283,20 @@ func (qp *QP) SetState(next transport.State) {
 func (qp *QP) Reset() {
 	qp.env.StopTimer()
 	*qp = QP{env: qp.env, mem: qp.mem, log: qp.log, cfg: qp.cfg, state: qp.state, stats: qp.stats}
+}
+
+// transmit sends a packet through the Env, with the XRC opcode of an XRC
+// QP; transmitRun likewise sends a run.
+func (qp *QP) transmit(path transport.Path, f roce.PacketFields, payload transport.Payload) error {
+	if qp.cfg.XRC {
+		f.BTH.Opcode = f.BTH.Opcode.XRC()
+	}
+	return qp.env.Transmit(path, f, payload)
+}
+
+func (qp *QP) transmitRun(path transport.Path, f roce.PacketFields, payload transport.Payload, n int) (int, error) {
+	if qp.cfg.XRC {
+		f.BTH.Opcode = f.BTH.Opcode.XRC()
+	}
+	return qp.env.TransmitRun(path, f, payload, n)
 }

@@ -149,34 +149,6 @@ func (qp *QP) Pump() {
 	}
 }
 
-var sendOps = [4][2]roce.Opcode{ // [first, middle, last, only][plain, imm]
-	{roce.RCSendFirst, roce.RCSendFirst},
-	{roce.RCSendMiddle, roce.RCSendMiddle},
-	{roce.RCSendLast, roce.RCSendLastWithImmediate},
-	{roce.RCSendOnly, roce.RCSendOnlyWithImmediate},
-}
-
-var writeOps = [4][2]roce.Opcode{
-	{roce.RCRDMAWriteFirst, roce.RCRDMAWriteFirst},
-	{roce.RCRDMAWriteMiddle, roce.RCRDMAWriteMiddle},
-	{roce.RCRDMAWriteLast, roce.RCRDMAWriteLastWithImmediate},
-	{roce.RCRDMAWriteOnly, roce.RCRDMAWriteOnlyWithImmediate},
-}
-
-// position is where packet i of n sits in its message: 0 first, 1 middle,
-// 2 last, 3 only.
-func position(i, n uint32) int {
-	switch {
-	case n == 1:
-		return 3
-	case i == 0:
-		return 0
-	case i == n-1:
-		return 2
-	}
-	return 1
-}
-
 // fields starts the fields of a packet to the QP's peer.
 func (qp *QP) fields(op roce.Opcode, psn uint32) roce.PacketFields {
 	f := roce.PacketFields{}
@@ -193,8 +165,9 @@ func (qp *QP) sendPacket(path transport.Path, req *request) error {
 	pmtu := uint32(qp.cfg.PMTU)
 	i := req.next
 	f := qp.fields(0, roce.PSNAdd(req.first, int(i)))
+	f.XRCETH = wr.XRCSRQN & roce.Mask24
 	var n, off uint32
-	pos := position(i, req.npsn)
+	pos := transport.Position(i, req.npsn)
 	last := pos >= 2
 	switch wr.Opcode {
 	case transport.OpSend, transport.OpSendImm, transport.OpSendInv:
@@ -204,7 +177,7 @@ func (qp *QP) sendPacket(path transport.Path, req *request) error {
 		if wr.Opcode == transport.OpSendImm {
 			imm = 1
 		}
-		f.BTH.Opcode = sendOps[pos][imm]
+		f.BTH.Opcode = transport.SendOpcodes[pos][imm]
 		if last {
 			if wr.Opcode == transport.OpSendImm {
 				f.ImmDt = wr.Imm
@@ -225,7 +198,7 @@ func (qp *QP) sendPacket(path transport.Path, req *request) error {
 		if wr.Opcode == transport.OpWriteImm {
 			imm = 1
 		}
-		f.BTH.Opcode = writeOps[pos][imm]
+		f.BTH.Opcode = transport.WriteOpcodes[pos][imm]
 		if i == 0 {
 			f.RETH = roce.RETHFields{VA: wr.RemoteAddr, RKey: wr.RKey, DMALength: req.length}
 		}
@@ -257,7 +230,7 @@ func (qp *QP) sendPacket(path transport.Path, req *request) error {
 	if n > 0 {
 		payload.Segs, payload.Off = wr.Segs, uint64(off)
 	}
-	return qp.env.Transmit(path, f, payload)
+	return qp.transmit(path, f, payload)
 }
 
 // runLength is how many packets from req.next on (PSN psn) could go as one
@@ -285,14 +258,15 @@ func (qp *QP) runLength(req *request, psn uint32) uint32 {
 func (qp *QP) sendRun(path transport.Path, req *request, n uint32) (int, error) {
 	wr := &req.wr
 	pmtu := uint32(qp.cfg.PMTU)
-	f := qp.fields(sendOps[1][0], roce.PSNAdd(req.first, int(req.next)))
+	f := qp.fields(transport.SendOpcodes[1][0], roce.PSNAdd(req.first, int(req.next)))
+	f.XRCETH = wr.XRCSRQN & roce.Mask24
 	if wr.Opcode == transport.OpWrite || wr.Opcode == transport.OpWriteImm {
-		f.BTH.Opcode = writeOps[1][0]
+		f.BTH.Opcode = transport.WriteOpcodes[1][0]
 	}
 	ackReq := qp.sinceAck+int(n) >= rcAckEvery
 	f.BTH.AckReq = ackReq
 	payload := transport.Payload{Len: int(n * pmtu), Segs: wr.Segs, Off: uint64(req.next * pmtu)}
-	taken, err := qp.env.TransmitRun(path, f, payload, int(n))
+	taken, err := qp.transmitRun(path, f, payload, int(n))
 	if err != nil || taken <= 0 {
 		return 0, err
 	}

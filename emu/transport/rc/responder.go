@@ -138,7 +138,16 @@ func (qp *QP) executeRun(pkt *roce.Packet, n int, from mr.Source) bool {
 // Receive handles an RC packet for this QP (a request for the responder,
 // or a response for the requester) whose addresses the caller has checked
 // (ReceiveFrom does; tests of the state machine call Receive directly).
+//
+// An XRC QP takes XRC packets only, and any other QP no XRC packet: an
+// XRC packet's BTH opcode is rewritten to its RC operation's (the packet
+// is the caller's, received) before it goes on as an RC one.
 func (qp *QP) Receive(pkt *roce.Packet) {
+	if x := pkt.Opcode().Transport() == roce.TransportXRC; x != qp.cfg.XRC {
+		return
+	} else if x {
+		pkt.BTH.SetOpcode(pkt.Opcode().RC())
+	}
 	op := pkt.Opcode()
 	info, _ := op.Info()
 	if info.Response {
@@ -511,7 +520,7 @@ func (qp *QP) readPacket(res *resource, i uint32) error {
 	}
 	pmtu := uint32(qp.cfg.PMTU)
 	f := qp.fields(0, roce.PSNAdd(res.first, int(i)))
-	switch position(i, res.count()) {
+	switch transport.Position(i, res.count()) {
 	case 0:
 		f.BTH.Opcode = roce.RCRDMAReadResponseFirst
 	case 1:
@@ -535,7 +544,7 @@ func (qp *QP) readPacket(res *resource, i uint32) error {
 			return mr.ErrStale
 		}
 	}
-	err := qp.env.Transmit(path, f, payload)
+	err := qp.transmit(path, f, payload)
 	if err != nil && !errors.Is(err, transport.ErrPeerBusy) {
 		qp.log.Debug("READ response failed", "err", err)
 		return nil
@@ -552,7 +561,7 @@ func (qp *QP) atomicAck(res *resource) error {
 	f := qp.fields(roce.RCAtomicAcknowledge, res.first)
 	f.AETH = roce.AETHFields{Syndrome: roce.SyndromeACKNoCredit, MSN: qp.msn}
 	f.AtomicAckETH = res.orig
-	return qp.env.Transmit(path, f, transport.Payload{})
+	return qp.transmit(path, f, transport.Payload{})
 }
 
 // duplicate answers a duplicate request (rocev2.md §4.6).

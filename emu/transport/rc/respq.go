@@ -135,7 +135,7 @@ func (qp *QP) sendAckNow(psn uint32, syn roce.Syndrome, msn uint32) error {
 	}
 	f := qp.fields(roce.RCAcknowledge, psn)
 	f.AETH = roce.AETHFields{Syndrome: syn, MSN: msn}
-	return qp.env.Transmit(path, f, transport.Payload{})
+	return qp.transmit(path, f, transport.Payload{})
 }
 
 // nak sends a class-C NAK (at once: the QP stops here) and moves the QP to

@@ -8,6 +8,7 @@ package transporttest
 
 import (
 	"bytes"
+	"encoding/binary"
 	"testing"
 	"time"
 
@@ -116,6 +117,20 @@ func (env *Env) Segs(off, n int) []mr.Seg {
 // PostRecv queues a receive request over [off, off+n).
 func (env *Env) PostRecv(id uint64, off, n int) {
 	env.Recvs = append(env.Recvs, transport.RecvWR{ID: id, Segs: env.Segs(off, n), Cap: uint32(n)})
+}
+
+// Post queues a send request over [off, off+n) of the region (the QP
+// takes it when pumped).
+func (env *Env) Post(wr transport.SendWR, off, n int) {
+	wr.Segs, wr.Length = env.Segs(off, n), uint32(n)
+	env.Sends = append(env.Sends, wr)
+}
+
+// Connect moves qp from RESET through INIT and RTR to RTS.
+func Connect(qp QP) {
+	for _, s := range []transport.State{transport.StateInit, transport.StateRTR, transport.StateRTS} {
+		qp.SetState(s)
+	}
 }
 
 // Take returns and forgets the packets sent so far.
@@ -244,5 +259,49 @@ func CheckPayload(t *testing.T, what string, got, want []byte) {
 	t.Helper()
 	if !bytes.Equal(got, want) {
 		t.Errorf("%s: %d bytes differ from the %d expected", what, len(got), len(want))
+	}
+}
+
+// --- packets from a peer --------------------------------------------------------
+
+// Parsed builds the packet f and parses it back: a packet from the peer.
+func Parsed(tb testing.TB, f roce.PacketFields) *roce.Packet {
+	tb.Helper()
+	b, err := roce.Build(make([]byte, 8192), &f)
+	if err != nil {
+		tb.Fatalf("build %v: %v", f.BTH.Opcode, err)
+	}
+	p, err := roce.Parse(b)
+	if err != nil {
+		tb.Fatalf("parse %v: %v", f.BTH.Opcode, err)
+	}
+	return &p
+}
+
+// Seed is a fuzz input of the packets fields describes, each after its
+// 2-byte length (what Packets takes apart).
+func Seed(tb testing.TB, fields ...roce.PacketFields) []byte {
+	tb.Helper()
+	var out []byte
+	for _, f := range fields {
+		b, err := roce.Build(make([]byte, 8192), &f)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		out = binary.BigEndian.AppendUint16(out, uint16(len(b)))
+		out = append(out, b...)
+	}
+	return out
+}
+
+// Packets takes a fuzz input made as Seed makes it apart: at most max
+// length-prefixed chunks (a length beyond the input takes the rest), each
+// copied out and handed to fn.
+func Packets(in []byte, max int, fn func(b []byte)) {
+	for n := 0; len(in) >= 2 && n < max; n++ {
+		l := min(int(binary.BigEndian.Uint16(in)), len(in)-2)
+		b := append([]byte(nil), in[2:2+l]...)
+		in = in[2+l:]
+		fn(b)
 	}
 }

@@ -127,7 +127,9 @@ func (qp *QP) fail(wr *transport.SendWR, status transport.Status, ev transport.E
 }
 
 // Receive delivers a datagram into the QP's next receive request: the GRH
-// area (ipHeader, the received IP header), then the payload. It returns
+// area (ipHeader, the received IP header or IB GRH; none, nil, on an IB
+// packet without a GRH: the area is skipped and the completion says no
+// GRH), then the payload. It returns
 // false for a Q_Key violation (the datagram is dropped; the device counts
 // it).
 func (qp *QP) Receive(pkt *roce.Packet, ipHeader []byte) bool {
@@ -154,21 +156,26 @@ func (qp *QP) Receive(pkt *roce.Packet, ipHeader []byte) bool {
 	}
 	var grh [GRHSize]byte
 	hdrType := uint8(2)
-	if len(ipHeader) == 20 {
+	switch len(ipHeader) {
+	case 0:
+		hdrType = 0 // an IB packet without a GRH: the area is left as it was
+	case 20:
 		copy(grh[20:], ipHeader)
 		hdrType = 1
-	} else {
+	default:
 		copy(grh[:], ipHeader)
 	}
-	if err := qp.mem.Copy(recv.Segs, 0, grh[:], true); err != nil {
-		return true
+	if hdrType != 0 {
+		if err := qp.mem.Copy(recv.Segs, 0, grh[:], true); err != nil {
+			return true
+		}
 	}
 	if err := qp.mem.Copy(recv.Segs, GRHSize, payload, true); err != nil {
 		return true
 	}
 	qp.env.PopRecv()
 	c := transport.Completion{Recv: true, WRID: recv.ID, Opcode: transport.WCRecv, ByteLen: uint32(need),
-		SrcQP: pkt.DETH.SrcQP(), GRH: true, NetworkHdrType: hdrType, Solicited: pkt.BTH.SE()}
+		SrcQP: pkt.DETH.SrcQP(), GRH: hdrType != 0, NetworkHdrType: hdrType, Solicited: pkt.BTH.SE()}
 	if pkt.ImmDt != nil {
 		copy(c.Imm[:], pkt.ImmDt)
 		c.HasImm = true

@@ -91,6 +91,7 @@ func TestUDReceive(t *testing.T) {
 	}{
 		{"IPv4", 0x1234, ipv4, 256, true, true, 1},
 		{"IPv6", 0x1234, ipv6, 256, true, true, 2},
+		{"IB without GRH", 0x1234, nil, 256, true, true, 0},
 		{"wrong Q_Key", 0x1235, ipv4, 256, false, false, 0},
 		{"does not fit", 0x1234, ipv4, GRHSize + 4, true, false, 0},
 	}
@@ -121,13 +122,16 @@ func TestUDReceive(t *testing.T) {
 				return
 			}
 			transporttest.CheckCompletions(t, done, []transport.Completion{{WRID: 8, Opcode: transport.WCRecv, ByteLen: GRHSize + 8, Recv: true}})
-			if c := done[0]; !c.GRH || c.NetworkHdrType != tt.hdrType || c.SrcQP != 0x55 {
+			if c := done[0]; c.GRH != (tt.hdrType != 0) || c.NetworkHdrType != tt.hdrType || c.SrcQP != 0x55 {
 				t.Errorf("completion %+v", c)
 			}
 			grh := h.BytesAt(0, GRHSize)
-			if tt.hdrType == 1 {
+			switch tt.hdrType {
+			case 0: // the area is left as the receive buffer had it
+				transporttest.CheckPayload(t, "GRH area", grh, make([]byte, GRHSize))
+			case 1:
 				transporttest.CheckPayload(t, "GRH area", grh[20:], ipv4)
-			} else {
+			default:
 				transporttest.CheckPayload(t, "GRH area", grh, ipv6)
 			}
 			transporttest.CheckPayload(t, "payload", h.BytesAt(GRHSize, 8), []byte("datagram"))
