@@ -20,8 +20,6 @@ import (
 // stock ibv_rc_pingpong runs between the two HCAs by LID (4 KiB, then
 // 64 KiB with completion events) and on one HCA to itself (loopback by
 // LID), its data checks passing. No driver error, no command timeout.
-// (Unloading mlx5_ib is not checked yet: ib_mad's QP1 receives need UD on
-// the wire, stage 3/4.)
 //
 // The same boot runs with --pcap and a fault plan that drops every 200th
 // RC packet to or from LID 2: RC recovers, the rule fired, and PATH's .ib
@@ -35,7 +33,9 @@ import (
 // a port_down rule on hca1's next CREATE_CQ, which an ibv_rc_pingpong
 // with no server makes): ibv_asyncwatch sees IBV_EVENT_PORT_ERR then
 // IBV_EVENT_PORT_ACTIVE (PORT_CHANGE EQEs), ibv_devinfo shows PORT_DOWN
-// meanwhile (the SMA's PortInfo follows) and PORT_ACTIVE after.
+// meanwhile (the SMA's PortInfo follows) and PORT_ACTIVE after; then it
+// unloads mlx5_ib and mlx5_core and loads them again: the port comes back
+// ACTIVE.
 func TestE2EMLX5Probe(t *testing.T) {
 	needE2E(t)
 	dir := t.TempDir()
@@ -85,6 +85,14 @@ if [ -n "$HCAEMU_SERVER_IP" ]; then
   echo "ASYNC BEGIN"
   cat /tmp/aw.out
   echo "ASYNC END"
+  # Unload and reload the drivers in the running guest: mlx5_ib's
+  # teardown destroys ib_mad's QP0/QP1 and the UMR QP, mlx5_core's
+  # returns the pages and disables the function; the reload probes again.
+  timeout -t 60s rmmod mlx5_ib; echo "RMMOD mlx5_ib $?"
+  timeout -t 60s rmmod mlx5_core; echo "RMMOD mlx5_core $?"
+  insmod /modules/mlx5_core.ko && insmod /modules/mlx5_ib.ko; echo "INSMOD $?"
+  bounded 'ibv_devinfo -d mlx5_0 2>/dev/null | grep -q PORT_ACTIVE'
+  echo "RELOADED: $(ibv_devinfo -d mlx5_0 | grep state:)"
 fi
 echo "DMESG BEGIN"
 dmesg | grep -i -e mlx5 -e ipoib
@@ -115,7 +123,8 @@ echo "DMESG END"
 	}
 	mustContain(t, out, 1, `LOOPBACK 0`, `(?s)LOOPBACK 0.*102400 bytes in [0-9.]+ seconds`,
 		`FLAPDOWN: \s+state:\s+PORT_DOWN \(1\)`, `FLAPUP: \s+state:\s+PORT_ACTIVE \(4\)`,
-		`(?s)ASYNC BEGIN.*IBV_EVENT_PORT_ERR.*IBV_EVENT_PORT_ACTIVE.*ASYNC END`)
+		`(?s)ASYNC BEGIN.*IBV_EVENT_PORT_ERR.*IBV_EVENT_PORT_ACTIVE.*ASYNC END`,
+		`RMMOD mlx5_ib 0`, `RMMOD mlx5_core 0`, `INSMOD 0`, `RELOADED: \s+state:\s+PORT_ACTIVE \(4\)`)
 	if m := regexp.MustCompile(`hcaemu: faults: rule ibflap: fired ([0-9]+) `).FindStringSubmatch(out); m == nil || m[1] != "1" {
 		t.Errorf("rule ibflap: %v, want fired 1", m)
 	}
@@ -196,41 +205,41 @@ func checkMLX5Stage3(t *testing.T, out string) {
 // boot: UD (ibv_ud_pingpong between the HCAs by LID and on one HCA), the
 // GSI QP and IPoIB (ib0 joined the broadcast group through the SA and is
 // up; ping over it), rdma_cm over IPoIB addresses (rping, ucmatose), and
-// multicast (mckey: a group made on demand by the SA, a sender in guest 1
-// and a receiver in guest 0, which joins first: guest 1 sends only after
-// a barrier pingpong). Ports 18650-18659.
-const mlx5Stage4Script = `
+// multicast (mckey: a group made on demand by the SA, a receiver in guest
+// 0 and a sender in guest 1, which sends bursts until the receiver has
+// had its messages and listens for a barrier pingpong: mckey's progress
+// lines are buffered, so the receiver's join cannot be waited for).
+// Perftest (mlx5PerftestScript) runs between UD and rdma_cm. Ports
+// 18650-18669.
+var mlx5Stage4Script = `
 try 18650 ibv_ud_pingpong -d mlx5_0 -n 50 -s 1024
 if [ -n "$HCAEMU_SERVER_IP" ]; then
   lo 18651 ibv_ud_pingpong -d mlx5_0 -n 20 -s 512
 fi
-echo "IB0: $(ip link show ib0 | grep -o 'state [A-Z]*')"
+echo "IB0: $(cat /sys/class/net/ib0/operstate)"
+` + mlx5PerftestScript + `
 if [ -z "$HCAEMU_SERVER_IP" ]; then
   timeout -t 120s rping -s -v -C 5 -a 10.0.1.1 -p 18652; echo "RESULT $? rping-server"
-  timeout -t 120s ucmatose -b 10.0.1.1 -P 18653; echo "RESULT $? ucmatose-server"
-  mckey -m 239.255.1.1 -b 10.0.1.1 -C 5 > /tmp/mckey.out 2>&1 &
-  bounded 'grep -q "receiving data" /tmp/mckey.out'
-  try 18654 ibv_rc_pingpong -d mlx5_0 -n 1
-  bounded 'grep -q "test complete" /tmp/mckey.out'
-  cat /tmp/mckey.out
+  timeout -t 120s ucmatose -b 10.0.1.1 -p 18653; echo "RESULT $? ucmatose-server"
+  timeout -t 120s rdma_server -p 18669; echo "RESULT $? rdma_server"
+  timeout -t 120s mckey -m 239.255.1.1 -b 10.0.1.1 -C 5 > /tmp/mckey.out 2>&1; st=$?
+  cat /tmp/mckey.out; echo "RESULT $st mckey-recv"
+  timeout -t 120s ibv_rc_pingpong -d mlx5_0 -n 1 -p 18654; echo "RESULT $? barrier"
 else
   ping -c 3 -w 5000 $HCAEMU_SERVER_IPOIB; echo "RESULT $? ping"
+  retry rping -c -v -C 5 -a $HCAEMU_SERVER_IPOIB -p 18652; echo "RESULT $st rping"
+  retry ucmatose -s $HCAEMU_SERVER_IPOIB -p 18653; echo "RESULT $st ucmatose"
+  retry rdma_client -s $HCAEMU_SERVER_IPOIB -p 18669; echo "RESULT $st rdma_client"
+  # Send bursts until guest 0's receiver has had its 5 messages (it then
+  # listens for the barrier pingpong): its join may come after ours.
   i=0
   while true; do
-    out=$(rping -c -v -C 5 -a $HCAEMU_SERVER_IPOIB -p 18652 2>&1); st=$?
-    if [ $st -ne 0 ] && [ $i -lt 120 ]; then i=$((i+1)); sleep 0.5; continue; fi
-    break
+    mckey -m 239.255.1.1 -s -b 10.0.1.2 -C 5 > /tmp/mckey.out 2>&1; st=$?
+    if ibv_rc_pingpong -d mlx5_0 -n 1 -p 18654 $HCAEMU_SERVER_IP > /tmp/barrier.out 2>&1; then break; fi
+    i=$((i+1)); if [ $i -ge 120 ]; then echo "TIMEOUT waiting for the mckey receiver"; break; fi
+    sleep 0.5
   done
-  echo "$out"; echo "RESULT $st rping"
-  i=0
-  while true; do
-    out=$(ucmatose -s $HCAEMU_SERVER_IPOIB -P 18653 2>&1); st=$?
-    if [ $st -ne 0 ] && [ $i -lt 120 ]; then i=$((i+1)); sleep 0.5; continue; fi
-    break
-  done
-  echo "$out"; echo "RESULT $st ucmatose"
-  try 18654 ibv_rc_pingpong -d mlx5_0 -n 1
-  mckey -m 239.255.1.1 -s -b 10.0.1.2 -C 5; echo "RESULT $? mckey-send"
+  cat /tmp/mckey.out; echo "RESULT $st mckey-send"
 fi
 `
 
@@ -239,15 +248,83 @@ func checkMLX5Stage4(t *testing.T, out string) {
 	t.Helper()
 	for k := range 2 {
 		mustContain(t, out, k,
-			regexp.QuoteMeta("RESULT 0 ibv_ud_pingpong -d mlx5_0 -n 50 -s 1024"), `51200 bytes in [0-9.]+ seconds`,
-			`IB0: state UP`)
+			regexp.QuoteMeta("RESULT 0 ibv_ud_pingpong -d mlx5_0 -n 50 -s 1024"), `102400 bytes in [0-9.]+ seconds`,
+			`IB0: up`)
 	}
 	mustContain(t, out, 0, `RESULT 0 rping-server`, `RESULT 0 ucmatose-server`,
-		`mckey: joined dgid: ff12:401b:ffff::efff:101 mlid 0xc[0-9a-f]{3}`, `(?s)receiving data transfers.*data transfers complete.*return status 0`)
-	mustContain(t, out, 1,
+		// rdma_cm's MGID of 239.255.1.1 in its UDP port space (cma_set_mgid:
+		// the RDMA CM signature 0x4001 where IPoIB has 0x401b).
+		`mckey: joined dgid: ff12:4001:ffff::fff:101 mlid 0xc[0-9a-f]{3}`,
+		`(?s)receiving data transfers.*data transfers complete.*return status 0.*RESULT 0 mckey-recv`, `RESULT 0 barrier`)
+	for k := range 2 {
+		for _, p := range mlx5Perftests {
+			mustContain(t, out, k, regexp.QuoteMeta("RESULT 0 "+p))
+		}
+	}
+	mustContain(t, out, 0, `RESULT 0 rdma_server`)
+	mustContain(t, out, 1, `RESULT 0 rdma_client`,
 		regexp.QuoteMeta("LOOPBACK 0 ibv_ud_pingpong -d mlx5_0 -n 20 -s 512"),
 		`RESULT 0 ping`,
 		`ping data: rdma-ping-4`, `RESULT 0 rping`,
 		`(?s)cmatose: connecting.*data transfers complete.*RESULT 0 ucmatose`,
 		`(?s)mckey: joined dgid.*initiating data transfers.*RESULT 0 mckey-send`)
 }
+
+// mlx5PerftestScript runs perftest between the two HCAs: by LID with the
+// connection data over TCP, then with rdma_cm (-R) to guest 0's IPoIB
+// address (the client retries while the server is not listening: rdma_cm
+// has no "Couldn't connect" to tell it from a failure). 200 messages of
+// perftest's 64 KiB in the bandwidth tests keep the capture small.
+var mlx5PerftestScript = tryIB + `
+try 18655 ib_send_bw -d mlx5_0 -F -n 200
+try 18656 ib_write_bw -d mlx5_0 -F -n 200
+try 18657 ib_read_bw -d mlx5_0 -F -n 200
+try 18658 ib_atomic_bw -d mlx5_0 -F -n 200
+try 18659 ib_send_lat -d mlx5_0 -F -n 200
+try 18660 ib_write_lat -d mlx5_0 -F -n 200
+try 18661 ib_read_lat -d mlx5_0 -F -n 200
+tryib 18662 ib_send_bw -d mlx5_0 -F -R -s 4096 -n 100
+tryib 18663 ib_write_bw -d mlx5_0 -F -R -s 4096 -n 100
+tryib 18664 ib_read_bw -d mlx5_0 -F -R -s 4096 -n 100
+tryib 18665 ib_atomic_bw -d mlx5_0 -F -R -n 100
+tryib 18666 ib_send_lat -d mlx5_0 -F -R -n 100
+tryib 18667 ib_write_lat -d mlx5_0 -F -R -n 100
+tryib 18668 ib_read_lat -d mlx5_0 -F -R -n 100
+`
+
+// mlx5Perftests are the commands of mlx5PerftestScript, as RESULT lines
+// name them.
+var mlx5Perftests = []string{
+	"ib_send_bw -d mlx5_0 -F -n 200", "ib_write_bw -d mlx5_0 -F -n 200", "ib_read_bw -d mlx5_0 -F -n 200",
+	"ib_atomic_bw -d mlx5_0 -F -n 200", "ib_send_lat -d mlx5_0 -F -n 200", "ib_write_lat -d mlx5_0 -F -n 200",
+	"ib_read_lat -d mlx5_0 -F -n 200",
+	"ib_send_bw -d mlx5_0 -F -R -s 4096 -n 100", "ib_write_bw -d mlx5_0 -F -R -s 4096 -n 100",
+	"ib_read_bw -d mlx5_0 -F -R -s 4096 -n 100", "ib_atomic_bw -d mlx5_0 -F -R -n 100",
+	"ib_send_lat -d mlx5_0 -F -R -n 100", "ib_write_lat -d mlx5_0 -F -R -n 100", "ib_read_lat -d mlx5_0 -F -R -n 100",
+}
+
+// tryIB defines retry CMD...: runs CMD until it succeeds, at most 120
+// times 0.5 s apart, then prints its output (its status in $st); and
+// tryib PORT CMD...: try's rdma_cm form. Guest 0 runs CMD -p PORT under a
+// time limit; the others retry CMD -p PORT with guest 0's IPoIB address.
+// Each prints its output, then RESULT <status> <cmd>.
+const tryIB = `retry() {
+  i=0
+  while true; do
+    out=$("$@" 2>&1); st=$?
+    if [ $st -ne 0 ] && [ $i -lt 120 ]; then i=$((i+1)); sleep 0.5; continue; fi
+    break
+  done
+  echo "$out"
+}
+tryib() {
+  port=$1; shift
+  if [ -z "$HCAEMU_SERVER_IP" ]; then
+    timeout -t 120s "$@" -p $port 2>&1
+    st=$?
+  else
+    retry "$@" -p $port $HCAEMU_SERVER_IPOIB
+  fi
+  echo "RESULT $st $*"
+}
+`

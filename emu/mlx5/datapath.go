@@ -74,15 +74,17 @@ func (d *Device) qpEvent(q *qp, ev transport.Event) {
 // kicks its QP (the WQEs are read by the engine, not here), a whole CQ
 // arm doorbell arms its CQ.
 //
-// The send doorbell registers are the BlueFlame registers' first 8 bytes
-// (log_bf_reg_size): a BlueFlame copy (the whole WQE written to the
-// register, the provider's mlx5_bf_copy, in 8-byte stores or one long
-// write) rings with its first 8 bytes, the control segment's, which are
-// the doorbell; the rest is the WQE the buffer holds too, ignored.
+// The send doorbell registers are the first 8 bytes of each half of the
+// BlueFlame registers (1<<log_bf_reg_size bytes each; the kernel and the
+// provider ring the two halves in turn, bf->offset ^= buf_size, spec
+// §7.4): a BlueFlame copy (the whole WQE written to the half, the
+// provider's mlx5_bf_copy, in 8-byte stores or one long write) rings with
+// its first 8 bytes, the control segment's, which are the doorbell; the
+// rest is the WQE the buffer holds too, ignored.
 func (d *Device) uarDoorbell(uar uint32, reg uint64, p []byte) {
 	if reg >= doorbell.SendDoorbellStart && reg < doorbell.SendDoorbellEnd {
-		bf := uint64(1) << capMax(ifc.CmdHCACapLogBFRegSize)
-		if (reg-doorbell.SendDoorbellStart)%bf >= 8 {
+		half := uint64(1) << capMax(ifc.CmdHCACapLogBFRegSize) / 2
+		if (reg-doorbell.SendDoorbellStart)%half >= 8 {
 			return
 		}
 		if len(p) > 8 && reg%8 == 0 {

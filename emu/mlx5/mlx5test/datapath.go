@@ -13,6 +13,10 @@ import (
 // or two 32-bit halves), CQEs polled by their owner bit with the consumer
 // index published in the CQ's doorbell record, and CQ arming.
 
+// BFBufSize is the half of the BlueFlame register a doorbell goes to
+// (log_bf_reg_size 9: 512-byte registers).
+const BFBufSize = 256
+
 // WQ is a QP's work queues as the provider keeps them: the buffer's
 // geometry and the producer counters.
 type WQ struct {
@@ -23,6 +27,10 @@ type WQ struct {
 	LogSQ         uint8
 	SQPI, RQPI    uint16
 	SplitDoorbell bool // ring send doorbells as two 32-bit writes
+	// bfOffset toggles between the two halves of the BlueFlame register
+	// after every doorbell, as the kernel and the provider do
+	// (bf->offset ^= buf_size, buf_size = (1<<log_bf_reg_size)/2).
+	bfOffset uint64
 	// Hold, when set, runs the writes to guest memory of a post (WQE and
 	// doorbell record) as the device's lock holder would: the device
 	// reads them concurrently, which a guest does not mind and the race
@@ -88,7 +96,8 @@ func (d *Driver) PostSend(w *WQ, wqe *uverbs.SendWQE) uint16 {
 	}
 	ctrl := &w.db
 	copy(ctrl[:], b[:8])
-	off := uint64(w.UAR)*doorbell.UARPageSize + doorbell.SendDoorbellStart
+	off := uint64(w.UAR)*doorbell.UARPageSize + doorbell.SendDoorbellStart + w.bfOffset
+	w.bfOffset ^= BFBufSize
 	if w.SplitDoorbell {
 		if err := d.F.WriteRegion(mmio.RegionBAR0, off, ctrl[:4]); err != nil {
 			panic(err)
