@@ -30,6 +30,8 @@ import (
 //   - the PVRDMA device model: emu/pvrdma (its ABI: emu/pvrdma/abi)
 //   - the ConnectX (mlx5) device model: emu/mlx5 (its PRM layouts:
 //     emu/mlx5/ifc; its fake driver: emu/mlx5/mlx5test)
+//   - the models' benchmarks' shared yardstick and metrics: emu/benchtest
+//     (the standard library only)
 //   - fault injection: emu/fault (a fabric decorator for packet faults, the
 //     same for the InfiniBand subnet, and the hca.FaultHook a device asks
 //     for its own faults), which imports the core, emu/ib and
@@ -72,6 +74,7 @@ var allowedImports = map[string][]string{
 	"emu/mlx5/mlx5test":              {"dma", "doorbell/mlx5", "emu/mlx5/ifc", "mmio", "uverbs/mlx5"},
 	"emu/verbstest":                  {"dma", "emu/fabric", "emu/fabric/capture", "emu/hca", "emu/mr", "emu/roce", "emu/transport"},
 	"emu/emutest":                    {"dma", "emu/pvrdma", "emu/pvrdma/abi", "uverbs/pvrdma"},
+	"emu/benchtest":                  nil,
 	"vfio":                           {"dma"},
 	"vfio/record":                    {"dma", "vfio"},
 	"vfio/vfiotest":                  {"vfio"},

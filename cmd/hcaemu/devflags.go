@@ -13,7 +13,7 @@ import (
 
 // registerDeviceFlag is --device: the model of the emulated HCAs.
 func registerDeviceFlag(fs *flag.FlagSet) *string {
-	return fs.String("device", string(qemu.ModelPVRDMA), "the emulated HCAs' model: pvrdma (VMware PVRDMA, vmw_pvrdma, RoCE v2 beside the guests' vmxnet3) or mlx5 (ConnectX-4 with an InfiniBand port, mlx5_core and mlx5_ib: being built; its command interface answers every command BAD_OP today, so mlx5_core stops at ENABLE_HCA)")
+	return fs.String("device", string(qemu.ModelPVRDMA), "the emulated HCAs' model: pvrdma (VMware PVRDMA, vmw_pvrdma, RoCE v2 beside the guests' vmxnet3) or mlx5 (ConnectX-4 with an InfiniBand port, mlx5_core and mlx5_ib: being built: RC, UC, UD, XRC and SRQs, IPoIB and rdma_cm work; docs/mlx5.md)")
 }
 
 // deviceModel checks --device's value.

@@ -2,6 +2,7 @@ package ib
 
 import (
 	"encoding/binary"
+	"hash/crc32"
 
 	"github.com/hcaemu/hcaemu/emu/roce"
 )
@@ -27,7 +28,10 @@ func ICRC(pkt []byte) (uint32, error) {
 		return 0, ErrTooShort
 	}
 	c := roce.UpdateCRC32(0, hdr[:n])
-	return roce.UpdateCRC32(c, pkt[n:len(pkt)-roce.ICRCSize-VCRCSize]), nil
+	// The payload is the caller's (no stack copy to keep off the heap):
+	// hash/crc32, which uses the CPU's carry-less multiply where there is
+	// one, several times faster than a table.
+	return crc32.Update(c, crc32.IEEETable, pkt[n:len(pkt)-roce.ICRCSize-VCRCSize]), nil
 }
 
 // icrcHeaders returns the masked copy of pkt's LRH, GRH and BTH, and their
@@ -75,8 +79,11 @@ func PutICRC(pkt []byte) error {
 // bit-reversed for the LSB-first register the ICRC uses too.
 const vcrcPoly = 0xD008
 
-var vcrcTable = func() (t [256]uint16) {
-	for i := range t {
+// vcrcTables are the VCRC's slicing-by-8 tables: [0] is the byte-at-a-time
+// table (the register after 8 shifts of a byte), [k] the same byte
+// followed by k zero bytes.
+var vcrcTables = func() (t [8][256]uint16) {
+	for i := range t[0] {
 		c := uint16(i)
 		for range 8 {
 			if c&1 != 0 {
@@ -85,10 +92,32 @@ var vcrcTable = func() (t [256]uint16) {
 				c >>= 1
 			}
 		}
-		t[i] = c
+		t[0][i] = c
+	}
+	for k := 1; k < 8; k++ {
+		for i := range t[k] {
+			c := t[k-1][i]
+			t[k][i] = c>>8 ^ t[0][byte(c)]
+		}
 	}
 	return t
 }()
+
+// vcrcUpdate runs the VCRC's register over p, eight bytes at a time (the
+// register is 16 bits: the first two bytes of each eight meet it).
+func vcrcUpdate(reg uint16, p []byte) uint16 {
+	t := &vcrcTables
+	for len(p) >= 8 {
+		r := reg ^ binary.LittleEndian.Uint16(p)
+		reg = t[7][byte(r)] ^ t[6][r>>8] ^ t[5][p[2]] ^ t[4][p[3]] ^
+			t[3][p[4]] ^ t[2][p[5]] ^ t[1][p[6]] ^ t[0][p[7]]
+		p = p[8:]
+	}
+	for _, c := range p {
+		reg = t[0][byte(reg)^c] ^ reg>>8
+	}
+	return reg
+}
 
 // VCRC returns the variant CRC of a native IB packet (IBA 7.8.2): CRC-16
 // with polynomial 0x100B over every byte of pkt (LRH through ICRC) but its
@@ -104,11 +133,7 @@ func VCRC(pkt []byte) (uint16, error) {
 	if len(pkt) < LRHSize+VCRCSize {
 		return 0, ErrTooShort
 	}
-	reg := uint16(0xFFFF)
-	for _, c := range pkt[:len(pkt)-VCRCSize] {
-		reg = vcrcTable[byte(reg)^c] ^ reg>>8
-	}
-	return ^reg, nil
+	return ^vcrcUpdate(0xFFFF, pkt[:len(pkt)-VCRCSize]), nil
 }
 
 // PutVCRC computes the VCRC of pkt and stores it in its last two bytes.

@@ -159,10 +159,11 @@ func (d *Device) compEvent(c *cq) {
 	if e == nil {
 		return
 	}
-	var eqe [ifc.EQESize]byte
+	eqe := &d.scratch.eqe
+	*eqe = [ifc.EQESize]byte{}
 	eqe[ifc.EQEType] = ifc.EventComp
 	binary.BigEndian.PutUint32(eqe[eqeCompCQN:], c.cqn&0xffffff)
-	d.postEQE(e, &eqe)
+	d.postEQE(e, eqe)
 }
 
 // bufAddr is the guest address of byte off of a queue buffer (pages of
@@ -446,7 +447,7 @@ func (env *qpEnv) qpFatal(format string, args ...any) {
 // once each.
 func (env *qpEnv) stage() bool {
 	d, q := env.d, env.q
-	var rec [doorbell.RecordSize]byte
+	rec := &d.scratch.sqRec
 	if err := d.readGuest(rec[:], q.dbr); err != nil {
 		env.qpFatal("qp %#x doorbell record: %v", q.QPN, err)
 		return false
@@ -621,7 +622,7 @@ func (env *qpEnv) PeekRecv() (transport.RecvWR, transport.Status, bool) {
 	if q.rqBytes == 0 {
 		return transport.RecvWR{}, 0, false
 	}
-	var rec [doorbell.RecordSize]byte
+	rec := &d.scratch.rqRec
 	if err := d.readGuest(rec[:], q.dbr); err != nil {
 		return transport.RecvWR{}, 0, false
 	}
@@ -677,7 +678,8 @@ func (env *qpEnv) Complete(c transport.Completion) {
 	if cq == nil {
 		return
 	}
-	var b [uverbs.CQESize64]byte
+	b := &d.scratch.cqe
+	*b = [uverbs.CQESize64]byte{}
 	geo := uverbs.CQ{LogSize: cq.logSize, CQESize: int(cq.cqeSize)}
 	owner := geo.Owner(cq.pi)
 	counter := uint16(c.WRID)
@@ -710,7 +712,7 @@ func (env *qpEnv) Complete(c transport.Completion) {
 		}
 		cqe.Encode(b[:])
 	}
-	d.writeCQE(cq, &b, c.Solicited || c.Status != transport.StatusSuccess)
+	d.writeCQE(cq, b, c.Solicited || c.Status != transport.StatusSuccess)
 	d.traceCQE(q, &c)
 }
 
@@ -719,7 +721,7 @@ func (env *qpEnv) Complete(c transport.Completion) {
 // the CQ's arming asks for. A full CQ (by the consumer index of its
 // doorbell record) drops the CQE.
 func (d *Device) writeCQE(c *cq, b *[uverbs.CQESize64]byte, solicited bool) {
-	var rec [doorbell.RecordSize]byte
+	rec := &d.scratch.cqRec
 	if err := d.readGuest(rec[:], c.dbr); err != nil {
 		return
 	}
@@ -813,12 +815,15 @@ func (env *qpEnv) Transmit(path transport.Path, f roce.PacketFields, payload tra
 		d.x.port.lost.Add(1)
 		return nil // a port held down by a fault: lost
 	}
-	if cap(env.payload) < payload.Len {
-		env.payload = make([]byte, payload.Len)
-	}
-	f.Payload = env.payload[:payload.Len]
+	frame := fabric.NewFrame()
+	f.Payload = nil
 	if payload.Len > 0 {
+		// Gathered where the packet carries it, so that ib.Build does
+		// not copy it again (roce.Build leaves a payload at its final
+		// offset in place).
+		f.Payload = env.payloadAt(frame, f.BTH.Opcode, payload.Len, path.Global)
 		if err := env.gather(&payload, f.Payload); err != nil {
+			fabric.Release(frame)
 			return err
 		}
 	}
@@ -829,7 +834,6 @@ func (env *qpEnv) Transmit(path transport.Path, f roce.PacketFields, payload tra
 			SGID: d.ibPort.GID(), DGID: path.Dst.As16()}
 		pf.GRH = &grh
 	}
-	frame := fabric.NewFrame()
 	pkt, err := ib.Build(frame, &pf)
 	if err != nil {
 		fabric.Release(frame)
@@ -841,6 +845,21 @@ func (env *qpEnv) Transmit(path transport.Path, f roce.PacketFields, payload tra
 	again := env.q.CountTx(&f, payload.Len)
 	d.sent(env.q, &f, payload.Len, len(pkt), again)
 	return nil
+}
+
+// payloadAt is where a packet of opcode o built into frame carries its n
+// payload bytes (after the LRH, the GRH when global, the BTH and o's
+// extended headers), or env's own buffer when that is not in frame.
+func (env *qpEnv) payloadAt(frame []byte, o roce.Opcode, n int, global bool) []byte {
+	if t, err := roce.PacketLen(o, 0); err == nil {
+		if off := ib.HeaderLen(global) + t - roce.ICRCSize; off+n <= len(frame) {
+			return frame[off : off+n]
+		}
+	}
+	if cap(env.payload) < n {
+		env.payload = make([]byte, n)
+	}
+	return env.payload[:n]
 }
 
 // TransmitRun: no runs on the IB port; packets go one at a time.

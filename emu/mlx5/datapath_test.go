@@ -44,44 +44,57 @@ func newRCEnd(t *testing.T, name string, sub *subnet.Subnet, guid uint64) *rcEnd
 // another is a second end on e's device.
 func (e *rcEnd) another(t *testing.T) *rcEnd { return addRCEnd(t, e.d, e.drv, e.ib) }
 
-func addRCEnd(t *testing.T, d *Device, drv *mlx5test.Driver, ib *mlx5test.IB) *rcEnd {
+func addRCEnd(t testing.TB, d *Device, drv *mlx5test.Driver, ib *mlx5test.IB) *rcEnd {
 	t.Helper()
 	return addEnd(t, d, drv, ib, ifc.QPStRC)
 }
 
 // addEnd is an end whose QP has service type st.
-func addEnd(t *testing.T, d *Device, drv *mlx5test.Driver, ib *mlx5test.IB, st uint32) *rcEnd {
+func addEnd(t testing.TB, d *Device, drv *mlx5test.Driver, ib *mlx5test.IB, st uint32) *rcEnd {
 	t.Helper()
 	return addEndWith(t, d, drv, ib, func(a *mlx5test.QPArgs) { a.St = st })
 }
 
 // addEndWith is an end whose QP's creation arguments (an RC QP's) tweak
 // changes (nil: none).
-func addEndWith(t *testing.T, d *Device, drv *mlx5test.Driver, ib *mlx5test.IB, tweak func(*mlx5test.QPArgs)) *rcEnd {
+func addEndWith(t testing.TB, d *Device, drv *mlx5test.Driver, ib *mlx5test.IB, tweak func(*mlx5test.QPArgs)) *rcEnd {
+	t.Helper()
+	return addEndSized(t, d, drv, ib, rcSize{data: 64 << 10, cqes: 64, logSQ: 6}, tweak)
+}
+
+// rcSize is an end's geometry: its buffers' bytes, CQEs and SQ WQEBBs.
+type rcSize struct {
+	data  uint64
+	cqes  int
+	logSQ uint32
+}
+
+// addEndSized is addEndWith with the geometry sz.
+func addEndSized(t testing.TB, d *Device, drv *mlx5test.Driver, ib *mlx5test.IB, sz rcSize, tweak func(*mlx5test.QPArgs)) *rcEnd {
 	t.Helper()
 	pd, err := drv.AllocPD()
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The buffers' mkey: 64 KiB by a 16-page MTT, VA = GPA, every
-	// access (a PA key is local only).
-	data := drv.Alloc(64<<10, 4096)
-	mtt := make([]uint64, 16)
+	// The buffers' mkey: sz.data bytes by an MTT of 4 KiB pages, VA =
+	// GPA, every access (a PA key is local only).
+	data := drv.Alloc(sz.data, 4096)
+	mtt := make([]uint64, sz.data>>12)
 	for i := range mtt {
 		mtt[i] = data + uint64(i)<<12
 	}
 	key, err := drv.CreateMkey(drv.CreateMkeyIn(mlx5test.MkeyArgs{PD: pd, Mode: ifc.MkcAccessModeMTT, Access: 0xf,
-		Start: data, Len: 64 << 10, LogPageSize: 12, MTT: mtt}))
+		Start: data, Len: sz.data, LogPageSize: 12, MTT: mtt}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cq, err := drv.KernelCQ(64)
+	cq, err := drv.KernelCQ(sz.cqes)
 	if err != nil {
 		t.Fatal(err)
 	}
 	drv.InitCQ(cq)
 	args := mlx5test.QPArgs{St: ifc.QPStRC, PD: pd, SndCQ: cq.CQN, RcvCQ: cq.CQN,
-		SRQ: ib.S1.N, XRCD: ib.XRCD1, LogRQ: 4, LogRQStride: 2, LogSQ: 6, UAR: drv.UAR, UserIndex: 0x77}
+		SRQ: ib.S1.N, XRCD: ib.XRCD1, LogRQ: 4, LogRQStride: 2, LogSQ: sz.logSQ, UAR: drv.UAR, UserIndex: 0x77}
 	if tweak != nil {
 		tweak(&args)
 	}
@@ -94,13 +107,13 @@ func addEndWith(t *testing.T, d *Device, drv *mlx5test.Driver, ib *mlx5test.IB, 
 		rqStride = 0
 	}
 	return &rcEnd{d: d, drv: drv, ib: ib, lid: ib.LID, key: key.Key, cq: cq, pd: pd,
-		wq: &mlx5test.WQ{Q: q, UAR: drv.UAR, LogRQ: 4, RQStride: rqStride, LogSQ: 6,
+		wq: &mlx5test.WQ{Q: q, UAR: drv.UAR, LogRQ: 4, RQStride: rqStride, LogSQ: uint8(args.LogSQ),
 			Hold: func(fn func()) { d.core.Lock(); defer d.core.Unlock(); fn() }},
 		data: data}
 }
 
 // connect walks e's QP to RTS towards (lid, qpn).
-func (e *rcEnd) connect(t *testing.T, lid uint16, qpn uint32) {
+func (e *rcEnd) connect(t testing.TB, lid uint16, qpn uint32) {
 	t.Helper()
 	steps := []struct {
 		op  ifc.Opcode

@@ -46,6 +46,7 @@ import (
 	"sync/atomic"
 
 	"github.com/hcaemu/hcaemu/dma"
+	doorbell "github.com/hcaemu/hcaemu/doorbell/mlx5"
 	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/ib/mad"
@@ -53,6 +54,7 @@ import (
 	"github.com/hcaemu/hcaemu/emu/mlx5/ifc"
 	"github.com/hcaemu/hcaemu/emu/ratelog"
 	"github.com/hcaemu/hcaemu/mmio"
+	uverbs "github.com/hcaemu/hcaemu/uverbs/mlx5"
 )
 
 // PCI identity and layout (spec §1).
@@ -176,6 +178,15 @@ type Device struct {
 	// registration).
 	qpns   hca.QPNs
 	mrKeys hca.MRKeys
+	// scratch is where the engine reads doorbell records and builds
+	// CQEs and completion EQEs: a stack array handed to dma.Memory
+	// escapes to the heap, one allocation per WQE, receive, CQE and
+	// event otherwise.
+	scratch struct {
+		sqRec, rqRec, cqRec [doorbell.RecordSize]byte
+		cqe                 [uverbs.CQESize64]byte
+		eqe                 [ifc.EQESize]byte // a COMP EQE
+	}
 	// x is the fault injection and observation state (faults.go,
 	// port.go, observe.go).
 	x extras

@@ -17,10 +17,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/hcaemu/hcaemu/emu/benchtest"
 	"github.com/hcaemu/hcaemu/emu/emutest"
 	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
@@ -263,48 +263,10 @@ func (s *streamer) reap() (int, error) {
 
 func benchStream(b *testing.B, op uint32, size int) {
 	s := newStreamer(b, op, size)
-	s.run(b, min(benchSQ, b.N)) // warm up: frame pool, maps, timers
-	b.SetBytes(int64(size))
-	b.ReportAllocs()
-	cpu0 := cpuTime()
-	b.ResetTimer()
-	s.run(b, b.N)
-	b.StopTimer()
-	cpu := cpuTime() - cpu0
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
-	// CPU time of the whole process (both devices' engines, the fake guest,
-	// the GC) per message: unlike ns/op it does not depend on how busy the
-	// rest of the machine is.
-	b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/op")
 	// The yardstick, in the same run: copy() of the same size between the
 	// same two guest buffers, and the data path's rate as a share of it.
 	src, dst := s.send.SGE[0].Addr, s.recv.SGE[0].Addr
-	copyRate := copyRate(s.b.RAM.Mem[dst:dst+uint64(size)], s.a.RAM.Mem[src:src+uint64(size)], 50*time.Millisecond)
-	b.ReportMetric(copyRate/1e6, "copy-MB/s")
-	b.ReportMetric(float64(size)*float64(b.N)/b.Elapsed().Seconds()/copyRate, "x-copy")
-}
-
-// copyRate is the bytes per second of copy() from src to dst, measured now
-// for about d.
-func copyRate(dst, src []byte, d time.Duration) float64 {
-	n := 0
-	start := time.Now()
-	for time.Since(start) < d {
-		for range 16 {
-			copy(dst, src)
-		}
-		n += 16
-	}
-	return float64(n) * float64(len(src)) / time.Since(start).Seconds()
-}
-
-// cpuTime is the process's user + system CPU time.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	benchtest.Stream(b, size, func(n int) { s.run(b, n) }, s.b.RAM.Mem[dst:dst+uint64(size)], s.a.RAM.Mem[src:src+uint64(size)])
 }
 
 // BenchmarkRCWrite is ib_write_bw: RC RDMA_WRITE, 128 WQEs in flight, every

@@ -9,30 +9,17 @@ package pvrdma_test
 import (
 	"encoding/binary"
 	"runtime"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	doorbell "github.com/hcaemu/hcaemu/doorbell/pvrdma"
+	"github.com/hcaemu/hcaemu/emu/benchtest"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
 	"github.com/hcaemu/hcaemu/emu/pvrdma/abi"
 	uverbs "github.com/hcaemu/hcaemu/uverbs/pvrdma"
 )
-
-// reportPercentiles adds the median, 99th percentile and maximum of samples
-// to the benchmark's metrics.
-func reportPercentiles(b *testing.B, samples []time.Duration) {
-	if len(samples) == 0 {
-		return
-	}
-	slices.Sort(samples)
-	at := func(q float64) time.Duration { return samples[min(len(samples)-1, int(q*float64(len(samples))))] }
-	b.ReportMetric(float64(at(0.50).Nanoseconds()), "p50-ns")
-	b.ReportMetric(float64(at(0.99).Nanoseconds()), "p99-ns")
-	b.ReportMetric(float64(samples[len(samples)-1].Nanoseconds()), "max-ns")
-}
 
 // BenchmarkLatencyDoorbellToCompletion is ib_write_lat's inner step on one
 // side: post one signaled 64-byte RDMA_WRITE (WQE in the ring, doorbell), and
@@ -49,24 +36,9 @@ func BenchmarkLatencyDoorbellToCompletion(b *testing.B) {
 // between the doorbell and the CQE, without the wake-up of a sleeping guest.
 func BenchmarkLatencyDoorbellToCompletionPolled(b *testing.B) {
 	benchDoorbellLatency(b, func(s *streamer, i int) {
-		start := time.Now()
 		s.send.WRID = uint64(i)
 		s.qa.PostSend(s.send)
-		for spins := 0; ; spins++ {
-			got, err := s.reap()
-			if err != nil {
-				b.Fatal(err)
-			}
-			if got > 0 {
-				return
-			}
-			// The guest's vCPU is a thread of its own; here it shares the
-			// Go scheduler's two threads with the engines: let them run.
-			runtime.Gosched()
-			if spins%(1<<16) == 0 && time.Since(start) > benchWait {
-				b.Fatalf("no completion in %v", benchWait)
-			}
-		}
+		benchtest.Spin(b, benchWait, s.reap)
 	})
 }
 
@@ -84,7 +56,7 @@ func benchDoorbellLatency(b *testing.B, step func(s *streamer, i int)) {
 		samples = append(samples, time.Since(start))
 	}
 	b.StopTimer()
-	reportPercentiles(b, samples)
+	benchtest.ReportPercentiles(b, samples)
 }
 
 // BenchmarkLatencyRegisterReadUnderLoad measures what a vCPU's read of a
@@ -146,5 +118,5 @@ func benchVCPUUnderLoad(b *testing.B, access func(*pvrdma.Device) error) {
 	if err, ok := loadErr.Load().(error); ok {
 		b.Fatal(err)
 	}
-	reportPercentiles(b, samples)
+	benchtest.ReportPercentiles(b, samples)
 }

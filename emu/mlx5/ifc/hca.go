@@ -245,6 +245,7 @@ const (
 	NodeDescRegSize       = 0x40
 )
 
+// pcap_reg: the PCAP register's data (port capability mask).
 var (
 	PCAPRegLocalPort          = F(0x08, 8)
 	PCAPRegPortCapabilityMask = F(0x20, 0x20) // port_capability_mask[0]
@@ -337,6 +338,7 @@ const (
 	MadIfcMADSize = 0x100
 )
 
+// mad_ifc_in (the MAD itself at MadIfcMADOff, in the output too).
 var (
 	MadIfcInRemoteLID = F(0x40, 0x10)
 	MadIfcInPort      = F(0x58, 0x08)

@@ -164,6 +164,9 @@ type CQ struct {
 	CQN     uint32
 	LogSize uint8
 	Buf
+	// Hold, when set, runs ArmCQ's write of the doorbell record as the
+	// device's lock holder would (WQ.Hold's reason: the race detector).
+	Hold func(func())
 }
 
 // CreateCQIn builds create_cq_in for a kernel CQ of at least nent
