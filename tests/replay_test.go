@@ -271,18 +271,27 @@ const replayAttempts = 3
 // for 4.096 µs × 2^14 ≈ 67 ms): on a loaded machine a replay may stall that
 // long between a packet and the recorded ACK, and the device retransmits.
 // The recordings have no retransmission (recordScenario makes sure), so a
-// replay that repeats a sent frame is run again, up to replayAttempts
-// times; a device that retransmits every time fails with the diff.
+// replay that repeats a sent frame, or differs otherwise, is run again, up
+// to replayAttempts times (each attempt logged); a device that retransmits
+// or differs every time fails with the diff.
 func replay(t *testing.T, rec *record.Recording, caps *abi.DeviceCaps) *record.Result {
 	t.Helper()
 	var res *record.Result
 	for attempt := 1; attempt <= replayAttempts; attempt++ {
 		res = replayOnce(t, rec, caps)
-		if res.RepeatedFrames <= rec.RepeatedFrames() {
+		if res.RepeatedFrames > rec.RepeatedFrames() {
+			t.Logf("replay of %s, attempt %d: %d frames sent again (a retransmission timer fired: the machine was slow)",
+				rec.Name, attempt, res.RepeatedFrames)
+			continue
+		}
+		if res.TotalDiffs == 0 {
 			break
 		}
-		t.Logf("replay of %s, attempt %d: %d frames sent again (a retransmission timer fired: the machine was slow)",
-			rec.Name, attempt, res.RepeatedFrames)
+		// Seen once in ten runs under -race and two CPU hogs: an ACK sent
+		// after the requester's next SEND instead of before it (the
+		// responder's and the requester's work reordered on a stalled
+		// engine). A change of behaviour differs on every attempt.
+		t.Logf("replay of %s, attempt %d: %d differences, run again", rec.Name, attempt, res.TotalDiffs)
 	}
 	return res
 }
