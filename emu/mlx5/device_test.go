@@ -159,7 +159,7 @@ func TestInitSegment(t *testing.T) {
 		off  uint64
 		want uint32
 	}{
-		{"initializing", ifc.InitSegInitializing, 0},
+		{"initializing: done, a firmware reset offered", ifc.InitSegInitializing, ifc.FWResetSupportedBit},
 		{"fw_rev", ifc.InitSegFWRev, 35<<16 | 16},
 		{"cmdif_rev_fw_sub", ifc.InitSegCmdIfRevFWSub, 5<<16 | FWSub},
 		{"cmdq_addr_l_sz before the driver writes it", ifc.InitSegCmdqAddrLSz, 0x56},

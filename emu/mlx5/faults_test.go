@@ -309,6 +309,61 @@ func TestFaultDeviceFatal(t *testing.T) {
 	}
 }
 
+// TestFaultDeviceFatalRecovery: the driver's recovery from device_fatal
+// as mlx5_core's health work runs it: the fatal sensor (syndrome with
+// rfr), the firmware reset it asks for (SW_RESET written to
+// nic_interface, the init segment saying the firmware takes one), the
+// NIC interface DISABLED after it, the health counter moving
+// (wait_vital), and a full probe of the function again (mlx5_load_one):
+// the objects from before the reset are gone, new ones are made.
+func TestFaultDeviceFatalRecovery(t *testing.T) {
+	hook := &fakeHook{}
+	d, drv, _, _ := ibProbed(t, Config{Name: "hca0", Faults: hook})
+	before, err := drv.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook.arm(hca.FaultAtCommand, hca.FaultAction{Kind: hca.FaultDeviceFatal})
+	drv.AllocPD()
+	if drv.Read32(ifc.HealthRFRSeverity)>>24&ifc.HealthRFR == 0 {
+		t.Fatal("no rfr after device_fatal")
+	}
+	if drv.Read32(ifc.InitSegInitializing)&ifc.FWResetSupportedBit == 0 {
+		t.Fatal("the init segment does not offer a firmware reset")
+	}
+	addr := drv.Read32(ifc.InitSegCmdqAddrLSz)
+	drv.Write32(ifc.InitSegCmdqAddrLSz, addr&^ifc.NICIfcMask|ifc.NICIfcSWReset<<ifc.NICIfcShift)
+	if nic := drv.Read32(ifc.InitSegCmdqAddrLSz) & ifc.NICIfcMask >> ifc.NICIfcShift; nic != ifc.NICIfcDisabled {
+		t.Fatalf("nic_interface %d after SW_RESET, want DISABLED (%d)", nic, ifc.NICIfcDisabled)
+	}
+	if drv.Read32(ifc.HealthIriscIndex) != 0 || drv.Read32(ifc.HealthRFRSeverity) != 0 {
+		t.Fatal("the health buffer still reports after the firmware reset")
+	}
+	// The recovery may ring a UAR of the old life before it probes again:
+	// not a driver mistake.
+	found := d.Findings()[hca.FindingDoorbell]
+	drv.Write32(uint64(drv.UAR)<<12+ifc.UAREQDoorbellArm, 0)
+	if d.Findings()[hca.FindingDoorbell] != found {
+		t.Error("a doorbell between the firmware reset and the next probe was a finding")
+	}
+	if c1, c2 := drv.Read32(ifc.InitSegHealthCounter), drv.Read32(ifc.InitSegHealthCounter); c1 == 0 || c1 == c2 {
+		t.Fatalf("health counter %#x then %#x: wait_vital wants it moving", c1, c2)
+	}
+	if err := drv.Probe(); err != nil {
+		t.Fatalf("probe after the firmware reset: %v", err)
+	}
+	if _, err := drv.IBProbe(); err != nil {
+		t.Fatalf("mlx5_ib's probe after the firmware reset: %v", err)
+	}
+	if st := d.Inspect(); st.Fatal {
+		t.Error("inspect still says fatal")
+	}
+	var ce *mlx5test.CmdError
+	if err := drv.DeallocPD(before); !errors.As(err, &ce) || ce.Status != ifc.StatBadResErr {
+		t.Errorf("the PD from before the reset: %v, want it gone (BAD_RES)", err)
+	}
+}
+
 // TestFaultTransport: the actions at the data path's points: fail_dma
 // fails the WR with LOC_PROT_ERR; the responder's nak, rnr_nak and
 // suppress_ack reach the requester on the other device as a remote

@@ -39,6 +39,9 @@ type function struct {
 	// each the QPNs attached (ud.go).
 	gsi  uint32
 	mcgs map[ib.GID]map[uint32]struct{}
+	// swReset: the function is down after the firmware's software reset
+	// (swReset), until ENABLE_HCA.
+	swReset bool
 }
 
 // SupportedISSI is the ISSIs the device supports (bit n: ISSI n): 0 and 1,

@@ -43,11 +43,13 @@ func (d *Device) reg32(reg uint64) uint32 {
 		return d.cmdq.addrL&ifc.CmdqAddrLMask | uint32(d.cmdq.nicState)<<ifc.NICIfcShift |
 			LogCmdqSize<<ifc.LogCmdqSizeShift | LogCmdqStride<<ifc.LogCmdqStrideShift
 	case ifc.InitSegInitializing:
+		// The firmware takes a software reset (reset_fw_if_needed reads
+		// the bit before it writes SW_RESET to nic_interface).
 		if d.seg.initializing > 0 {
 			d.seg.initializing--
-			return ifc.InitializingBit
+			return ifc.InitializingBit | ifc.FWResetSupportedBit
 		}
-		return 0
+		return ifc.FWResetSupportedBit
 	case ifc.HealthFWVer:
 		// Never all ones: that is "PCI not working" (sensor_pci_not_working).
 		return ifc.FWRev(FWMajor, FWMinor)
@@ -108,9 +110,28 @@ func (d *Device) writeBAR0(off uint64, p []byte) {
 		d.cmdq.addrH = v
 	case ifc.InitSegCmdqAddrLSz:
 		d.cmdq.setAddrL(v)
+		if d.cmdq.nicState == ifc.NICIfcSWReset {
+			d.swReset()
+		}
 	case ifc.InitSegCmdDbell:
 		d.doorbell(v)
 	default:
 		d.log.Debug("write to a read-only or reserved init segment register ignored", "off", off, "value", v)
 	}
+}
+
+// swReset is the firmware's software reset, which the driver asks for by
+// writing SW_RESET to cmdq_addr_l_sz's nic_interface (core/health.c:
+// reset_fw_if_needed, when the health buffer's syndrome has the rfr bit):
+// the function goes back to its power-on state (every object freed, a
+// fault's DEVICE_FATAL cleared; strict mode's latch stays), firmware
+// initializes again, and nic_interface reads DISABLED, which the driver
+// waits for before its recovery probes the function again
+// (mlx5_health_try_recover: wait_vital, then mlx5_load_one).
+func (d *Device) swReset() {
+	d.log.Warn("firmware software reset (nic_interface SW_RESET): the function is back to power-on")
+	d.powerOn()
+	d.core.Drop()
+	d.cmdq.nicState = ifc.NICIfcDisabled
+	d.fn.swReset = true
 }
