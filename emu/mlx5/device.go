@@ -135,6 +135,10 @@ type Config struct {
 	// FrozenTimers: the QPs' timers are armed and stopped but never
 	// expire (a replay, which runs at no wall-clock pace: tap.go).
 	FrozenTimers bool
+	// Mkeys, when positive, bounds the mkey table to this many entries
+	// (below the 2^log_max_mkey the capabilities report), so that a
+	// deregistered mkey's index comes back soon (tests of reused keys).
+	Mkeys int
 }
 
 // Device is one emulated ConnectX function.
@@ -187,6 +191,7 @@ type Device struct {
 		cqe                 [uverbs.CQESize64]byte
 		eqe                 [ifc.EQESize]byte // a COMP EQE
 	}
+	mkeys int // Config.Mkeys
 	// x is the fault injection and observation state (faults.go,
 	// port.go, observe.go).
 	x extras
@@ -230,6 +235,7 @@ func New(cfg Config) *Device {
 		initN:   cfg.InitializingReads,
 		strict:  hca.Strict{Mode: cfg.Strict, Report: cfg.OnFinding},
 		qpns:    hca.NewQPNs(cfg.SequentialQPNs),
+		mkeys:   cfg.Mkeys,
 		pci: mmio.NewExpressConfig(mmio.Identity{
 			Vendor: VendorMellanox, Device: DeviceConnectX4,
 			SubVendor: VendorMellanox, SubDevice: DeviceConnectX4,
