@@ -535,7 +535,8 @@ func TestRCImmAtomicsRNR(t *testing.T) {
 
 // TestRCForeignPackets: a packet for a connected QP from another port's
 // LID than its remote one, or from that LID with another P_Key, is
-// dropped and counted; the QP still works.
+// dropped and counted (the first as an address mismatch, as the core's
+// isolation test wants it); the QP still works.
 func TestRCForeignPackets(t *testing.T) {
 	sub := subnet.New(subnet.Config{})
 	a := newRCEnd(t, "hca0", sub, 0x0002c90300000100)
@@ -562,6 +563,9 @@ func TestRCForeignPackets(t *testing.T) {
 	b.noCQE(t)
 	if n := b.d.Stats().RxDropped; n != 2 {
 		t.Fatalf("%d packets dropped, want 2", n)
+	}
+	if st, _ := b.d.CoreStats(); st.Port.Address != 1 || st.Port.Malformed != 1 {
+		t.Fatalf("%d address mismatches and %d malformed packets, want 1 and 1", st.Port.Address, st.Port.Malformed)
 	}
 	exchange(t, a, b) // (its SEND takes the receive posted above)
 }

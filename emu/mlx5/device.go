@@ -213,7 +213,10 @@ type Stats struct {
 	CQEs          uint64 // CQEs written
 	CQOverruns    uint64 // CQEs dropped: their CQ was full
 	RxDropped     uint64 // IB packets the device took and dropped
-	RxQueueFull   uint64 // IB packets refused: the engine's receive queue was full (the sender retries)
+	// RxAddress: of RxDropped, packets for a connected QP from another
+	// LID than its remote one (or to another LID than the port's).
+	RxAddress   uint64
+	RxQueueFull uint64 // IB packets refused: the engine's receive queue was full (the sender retries)
 	// QKeyViolations: datagrams a UD or GSI QP dropped for their Q_Key.
 	QKeyViolations uint64
 }
