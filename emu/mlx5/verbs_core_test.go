@@ -107,11 +107,11 @@ type verbsState struct {
 
 // verbsQP is an RC QP and the work request IDs of its posted WQEs.
 type verbsQP struct {
-	h        *verbsHost
-	wq       *mlx5test.WQ
-	sq, rq   map[uint16]uint64 // WR IDs by WQE counter (masked)
-	sqMask   uint16
-	rqMask   uint16
+	h      *verbsHost
+	wq     *mlx5test.WQ
+	sq, rq map[uint16]uint64 // WR IDs by WQE counter (masked)
+	sqMask uint16
+	rqMask uint16
 }
 
 func (h *verbsHost) Alloc(n int) uint64 {
@@ -271,8 +271,8 @@ func (h *verbsHost) Raised(q verbstest.QP, ev hca.Event) bool {
 				h.events = append(h.events, [2]uint32{uint32(e[ifc.EQEType]), binary.BigEndian.Uint32(e[eqeQPNumber:]) & 0xffffff})
 			}
 		}
-		h.drv.UpdateCI(h.drv.AsyncEQ, true)
 	})
+	h.drv.UpdateCI(h.drv.AsyncEQ, true) // a register write: the device takes its lock
 	want, ok := qpEvents[qpErrorEvents[ev]]
 	if !ok {
 		h.t.Fatalf("event %v: no mlx5 QP event", ev)
