@@ -55,13 +55,7 @@ func newVerbsHost(t *testing.T, net *verbstest.Net, k int, opts verbstest.HostOp
 	d := New(cfg)
 	t.Cleanup(d.Close)
 	drv := mlx5test.New(d, mem)
-	if err := drv.Probe(); err != nil {
-		t.Fatal(err)
-	}
-	ib, err := drv.IBProbe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ib := probeIB(t, drv)
 	d.core.Lock()
 	mkeys := d.fn.obj.mkeys.Len()
 	d.core.Unlock()
@@ -217,8 +211,23 @@ func (h *verbsHost) CreateRCQP(depth uint32) verbstest.QP {
 
 func (h *verbsHost) Connect(q verbstest.QP, peer verbstest.Host, pq verbstest.QP, o verbstest.RCOpts) {
 	h.t.Helper()
-	lid := peer.(*verbsHost).lid
-	qp := q.(*verbsQP)
+	connectRC(h.t, h.drv, q.(*verbsQP).wq.Q, rcConn{lid: peer.(*verbsHost).lid, qpn: pq.QPN(),
+		sendPSN: verbstest.StartPSN(q.QPN()), rcvPSN: verbstest.StartPSN(pq.QPN()),
+		timeout: o.Timeout, retry: o.RetryCnt, rnrRetry: o.RNRRetry})
+}
+
+// rcConn is what connectRC sets of an RC connection.
+type rcConn struct {
+	lid                      uint16
+	qpn, sendPSN, rcvPSN     uint32
+	timeout, retry, rnrRetry uint8
+}
+
+// connectRC walks RC QP q to RTS towards c.lid, QP c.qpn (path MTU 1024,
+// remote read, write and atomics, four outstanding READs and atomics
+// each way), as mlx5_ib's modify_qp sends the transitions.
+func connectRC(t testing.TB, drv *mlx5test.Driver, q *mlx5test.QP, c rcConn) {
+	t.Helper()
 	steps := []struct {
 		op  ifc.Opcode
 		set func([]byte)
@@ -230,26 +239,26 @@ func (h *verbsHost) Connect(q verbstest.QP, peer verbstest.Host, pq verbstest.QP
 			ifc.QPCRAE.Set(qpc, 1)
 		}},
 		{ifc.OpInit2RTRQP, func(qpc []byte) {
-			ifc.PriPath(ifc.ADSRLID).Set(qpc, uint32(lid))
+			ifc.PriPath(ifc.ADSRLID).Set(qpc, uint32(c.lid))
 			ifc.PriPath(ifc.ADSVhcaPortNum).Set(qpc, 1)
 			ifc.QPCMTU.Set(qpc, 3) // 1024
 			ifc.QPCLogMsgMax.Set(qpc, 30)
-			ifc.QPCRemoteQPN.Set(qpc, pq.QPN())
-			ifc.QPCNextRcvPSN.Set(qpc, verbstest.StartPSN(pq.QPN()))
+			ifc.QPCRemoteQPN.Set(qpc, c.qpn)
+			ifc.QPCNextRcvPSN.Set(qpc, c.rcvPSN)
 			ifc.QPCLogRRAMax.Set(qpc, 2)
 			ifc.QPCMinRNRNak.Set(qpc, 1)
 		}},
 		{ifc.OpRTR2RTSQP, func(qpc []byte) {
-			ifc.QPCNextSendPSN.Set(qpc, verbstest.StartPSN(q.QPN()))
-			ifc.PriPath(ifc.ADSAckTimeout).Set(qpc, uint32(o.Timeout))
-			ifc.QPCRetryCount.Set(qpc, uint32(o.RetryCnt))
-			ifc.QPCRNRRetry.Set(qpc, uint32(o.RNRRetry))
+			ifc.QPCNextSendPSN.Set(qpc, c.sendPSN)
+			ifc.PriPath(ifc.ADSAckTimeout).Set(qpc, uint32(c.timeout))
+			ifc.QPCRetryCount.Set(qpc, uint32(c.retry))
+			ifc.QPCRNRRetry.Set(qpc, uint32(c.rnrRetry))
 			ifc.QPCLogSRAMax.Set(qpc, 2)
 		}},
 	}
 	for _, s := range steps {
-		if err := h.drv.ModifyQP(s.op, qp.wq.Q, 0, s.set); err != nil {
-			h.t.Fatalf("%v: %v", s.op, err)
+		if err := drv.ModifyQP(s.op, q, 0, s.set); err != nil {
+			t.Fatalf("%v: %v", s.op, err)
 		}
 	}
 }
