@@ -231,9 +231,9 @@ func testRCRecoversFromLoss(t *testing.T, newHost NewHost) {
 		t.Fatalf("counter %d after 40 fetch-and-adds: an atomic executed twice or not at all", got)
 	}
 	if dropped.Load() < 20 {
-		t.Fatalf("only %d frames lost: the test did not exercise recovery", dropped.Load())
+		t.Fatalf("only %d packets lost: the test did not exercise recovery", dropped.Load())
 	}
-	t.Logf("%d frames lost and recovered", dropped.Load())
+	t.Logf("%d packets lost and recovered", dropped.Load())
 }
 
 // testRemoteOperationalError: the responder's receive WR names memory of

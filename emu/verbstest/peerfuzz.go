@@ -137,7 +137,7 @@ func newPeerRig(t *testing.T, newHost NewHost) *peerRig {
 	binary.LittleEndian.PutUint64(b.Mem(r.target.GPA+8192, 8), peerAtomicStart)
 	a.Canaries(2)
 	b.Canaries(2)
-	// A short retransmission timer: frames are held back by the program,
+	// A short retransmission timer: packets are held back by the program,
 	// and a victim broken by the attacker should fail fast rather than
 	// after the default second.
 	r.qa, r.qb = pair(a.Host, b.Host, RCOpts{Timeout: 12, RetryCnt: 3, RNRRetry: 3})
@@ -174,7 +174,7 @@ func (r *peerRig) postNext() {
 		wr.RemoteAddr, wr.RKey, wr.CompareAdd = r.target.Addr+v.dst, r.target.RKey, peerAtomicAdd
 	}
 	r.qa.PostSend(wr)
-	Settle(r.a) // the request's first frames wait at the gate
+	Settle(r.a) // the request's first packets wait at the gate
 }
 
 // destroy deregisters victim region i (if still registered).
@@ -281,8 +281,8 @@ const peerStepArgs = 16
 // Step kinds of FuzzRCPeer's program (the first byte of each step, mod 6).
 const (
 	peerPost       = iota // post the next victim work request
-	peerRelease           // let [0]%8+1 held victim frames through, then sync
-	peerAttack            // one attacker frame (see attack)
+	peerRelease           // let [0]%8+1 held victim packets through, then sync
+	peerAttack            // one attacker packet (see attack)
 	peerDestroy           // deregistration of victim region [0]%5
 	peerReregister        // register a buffer like deregistered region [0]%5
 	peerSync              // sync both devices
@@ -299,7 +299,7 @@ func (r *peerRig) run(in []byte) {
 		r.gate.mu.Lock()
 		held := len(r.gate.held)
 		r.gate.mu.Unlock()
-		r.t.Logf("step %d: kind %d args % x (%d frames held, %d WRs posted)", steps, kind, arg, held, r.posted)
+		r.t.Logf("step %d: kind %d args % x (%d packets held, %d WRs posted)", steps, kind, arg, held, r.posted)
 		switch kind {
 		case peerPost:
 			r.postNext()
