@@ -445,3 +445,36 @@ func (q *verbsQP) PostRecv(wr verbstest.RecvWR) {
 	q.rq[q.wq.RQPI&q.rqMask] = wr.ID
 	q.h.drv.PostRecv(q.wq, dataSegs(wr.SGEs)...)
 }
+
+// TestMkeyLimit: Config.Mkeys bounds the mkey table: past it CREATE_MKEY
+// fails, and the index a DESTROY_MKEY frees is the next one handed out,
+// under another key.
+func TestMkeyLimit(t *testing.T) {
+	_, drv, _, _ := ibProbed(t, Config{Mkeys: ibProbeMkeys + 1})
+	pd, err := drv.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := drv.Alloc(4096, 4096)
+	in := func() []byte {
+		return drv.CreateMkeyIn(mlx5test.MkeyArgs{PD: pd, Mode: ifc.MkcAccessModeMTT, Access: 1, Start: buf, Len: 4096,
+			LogPageSize: 12, MTT: []uint64{buf, 0}})
+	}
+	k1, err := drv.CreateMkey(in())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := drv.CreateMkey(in()); err == nil {
+		t.Fatal("CREATE_MKEY past Config.Mkeys succeeded")
+	}
+	if err := drv.DestroyMkey(k1); err != nil {
+		t.Fatal(err)
+	}
+	k2, err := drv.CreateMkey(in())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mr.Handle(k2.Key) != mr.Handle(k1.Key) || k2.Key == k1.Key {
+		t.Fatalf("keys %#x then %#x: want the same index under another key", k1.Key, k2.Key)
+	}
+}
