@@ -376,8 +376,16 @@ func (h *verbsHost) Poll() (verbstest.WC, bool) {
 		h.t.Fatalf("CQE opcode %d is no completion an RC QP should get", op)
 	}
 	wc.ID = h.wrid(c.QPN, wc.Recv, c.WQECounter)
-	if op == uverbs.CQEReq && c.SOpcode != uverbs.OpcodeRDMARead {
-		wc.ByteLen = 0 // the provider reports byte_len of READs and atomics only
+	if op == uverbs.CQEReq {
+		// handle_good_req: byte_len is the CQE's for a READ, 8 for an
+		// atomic, nothing for the rest.
+		switch c.SOpcode {
+		case uverbs.OpcodeRDMARead:
+		case uverbs.OpcodeAtomicCS, uverbs.OpcodeAtomicFA:
+			wc.ByteLen = 8
+		default:
+			wc.ByteLen = 0
+		}
 	}
 	return wc, true
 }
