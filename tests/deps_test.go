@@ -72,7 +72,7 @@ var allowedImports = map[string][]string{
 	"emu/pvrdma":                     {"dma", "dma/pvrdma", "doorbell/pvrdma", "emu/fabric", "emu/hca", "emu/mr", "emu/pvrdma/abi", "emu/ratelog", "emu/roce", "emu/transport", "emu/transport/rc", "emu/transport/ud", "mmio", "uverbs/pvrdma"},
 	"emu/mlx5":                       {"dma", "doorbell/mlx5", "emu/fabric", "emu/hca", "emu/ib", "emu/ib/mad", "emu/ib/subnet", "emu/mlx5/ifc", "emu/mr", "emu/ratelog", "emu/roce", "emu/transport", "emu/transport/rc", "emu/transport/uc", "emu/transport/ud", "mmio", "uverbs/mlx5"},
 	"emu/mlx5/mlx5test":              {"dma", "doorbell/mlx5", "emu/mlx5/ifc", "mmio", "uverbs/mlx5"},
-	"emu/verbstest":                  {"dma", "emu/fabric", "emu/fabric/capture", "emu/hca", "emu/mr", "emu/roce", "emu/transport"},
+	"emu/verbstest":                  {"dma", "emu/fabric", "emu/fabric/capture", "emu/hca", "emu/ib", "emu/ib/subnet", "emu/mr", "emu/roce", "emu/transport"},
 	"emu/emutest":                    {"dma", "emu/pvrdma", "emu/pvrdma/abi", "uverbs/pvrdma"},
 	"emu/benchtest":                  nil,
 	"vfio":                           {"dma"},

@@ -420,10 +420,12 @@ func (d *Device) receiveFrame(frame []byte) {
 		return
 	}
 	switch {
-	case q == nil || q.RC == nil || q.env == nil,
-		pkt.LRH.DLID() != d.ibPort.LID(),
-		pkt.LRH.SLID() != q.env.dlid:
+	case q == nil || q.RC == nil || q.env == nil:
 		d.stats.RxDropped++
+		return
+	case pkt.LRH.DLID() != d.ibPort.LID(), pkt.LRH.SLID() != q.env.dlid:
+		d.stats.RxDropped++
+		d.stats.RxAddress++
 		return
 	}
 	if q.st == ifc.QPStXRC && !d.xrcAccept(q, &pkt.Transport) { // xrc.go

@@ -115,39 +115,7 @@ func addEndSized(t testing.TB, d *Device, drv *mlx5test.Driver, ib *mlx5test.IB,
 // connect walks e's QP to RTS towards (lid, qpn).
 func (e *rcEnd) connect(t testing.TB, lid uint16, qpn uint32) {
 	t.Helper()
-	steps := []struct {
-		op  ifc.Opcode
-		set func([]byte)
-	}{
-		{ifc.OpRst2InitQP, func(qpc []byte) {
-			ifc.PriPath(ifc.ADSVhcaPortNum).Set(qpc, 1)
-			ifc.QPCRRE.Set(qpc, 1)
-			ifc.QPCRWE.Set(qpc, 1)
-			ifc.QPCRAE.Set(qpc, 1)
-		}},
-		{ifc.OpInit2RTRQP, func(qpc []byte) {
-			ifc.PriPath(ifc.ADSRLID).Set(qpc, uint32(lid))
-			ifc.PriPath(ifc.ADSVhcaPortNum).Set(qpc, 1)
-			ifc.QPCMTU.Set(qpc, 3) // 1024
-			ifc.QPCLogMsgMax.Set(qpc, 30)
-			ifc.QPCRemoteQPN.Set(qpc, qpn)
-			ifc.QPCNextRcvPSN.Set(qpc, 0x100)
-			ifc.QPCLogRRAMax.Set(qpc, 2)
-			ifc.QPCMinRNRNak.Set(qpc, 1)
-		}},
-		{ifc.OpRTR2RTSQP, func(qpc []byte) {
-			ifc.QPCNextSendPSN.Set(qpc, 0x100)
-			ifc.PriPath(ifc.ADSAckTimeout).Set(qpc, 14)
-			ifc.QPCRetryCount.Set(qpc, 7)
-			ifc.QPCRNRRetry.Set(qpc, 7)
-			ifc.QPCLogSRAMax.Set(qpc, 2)
-		}},
-	}
-	for _, s := range steps {
-		if err := e.drv.ModifyQP(s.op, e.wq.Q, 0, s.set); err != nil {
-			t.Fatalf("%v: %v", s.op, err)
-		}
-	}
+	connectRC(t, e.drv, e.wq.Q, rcConn{lid: lid, qpn: qpn, sendPSN: 0x100, rcvPSN: 0x100, timeout: 14, retry: 7, rnrRetry: 7})
 }
 
 // poll waits for e's next CQE.
@@ -535,7 +503,8 @@ func TestRCImmAtomicsRNR(t *testing.T) {
 
 // TestRCForeignPackets: a packet for a connected QP from another port's
 // LID than its remote one, or from that LID with another P_Key, is
-// dropped and counted; the QP still works.
+// dropped and counted (the first as an address mismatch, as the core's
+// isolation test wants it); the QP still works.
 func TestRCForeignPackets(t *testing.T) {
 	sub := subnet.New(subnet.Config{})
 	a := newRCEnd(t, "hca0", sub, 0x0002c90300000100)
@@ -562,6 +531,9 @@ func TestRCForeignPackets(t *testing.T) {
 	b.noCQE(t)
 	if n := b.d.Stats().RxDropped; n != 2 {
 		t.Fatalf("%d packets dropped, want 2", n)
+	}
+	if st, _ := b.d.CoreStats(); st.Port.Address != 1 || st.Port.Malformed != 1 {
+		t.Fatalf("%d address mismatches and %d malformed packets, want 1 and 1", st.Port.Address, st.Port.Malformed)
 	}
 	exchange(t, a, b) // (its SEND takes the receive posted above)
 }

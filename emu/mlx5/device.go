@@ -135,6 +135,10 @@ type Config struct {
 	// FrozenTimers: the QPs' timers are armed and stopped but never
 	// expire (a replay, which runs at no wall-clock pace: tap.go).
 	FrozenTimers bool
+	// Mkeys, when positive, bounds the mkey table to this many entries
+	// (below the 2^log_max_mkey the capabilities report), so that a
+	// deregistered mkey's index comes back soon (tests of reused keys).
+	Mkeys int
 }
 
 // Device is one emulated ConnectX function.
@@ -187,6 +191,7 @@ type Device struct {
 		cqe                 [uverbs.CQESize64]byte
 		eqe                 [ifc.EQESize]byte // a COMP EQE
 	}
+	mkeys int // Config.Mkeys
 	// x is the fault injection and observation state (faults.go,
 	// port.go, observe.go).
 	x extras
@@ -208,7 +213,10 @@ type Stats struct {
 	CQEs          uint64 // CQEs written
 	CQOverruns    uint64 // CQEs dropped: their CQ was full
 	RxDropped     uint64 // IB packets the device took and dropped
-	RxQueueFull   uint64 // IB packets refused: the engine's receive queue was full (the sender retries)
+	// RxAddress: of RxDropped, packets for a connected QP from another
+	// LID than its remote one (or to another LID than the port's).
+	RxAddress   uint64
+	RxQueueFull uint64 // IB packets refused: the engine's receive queue was full (the sender retries)
 	// QKeyViolations: datagrams a UD or GSI QP dropped for their Q_Key.
 	QKeyViolations uint64
 }
@@ -230,6 +238,7 @@ func New(cfg Config) *Device {
 		initN:   cfg.InitializingReads,
 		strict:  hca.Strict{Mode: cfg.Strict, Report: cfg.OnFinding},
 		qpns:    hca.NewQPNs(cfg.SequentialQPNs),
+		mkeys:   cfg.Mkeys,
 		pci: mmio.NewExpressConfig(mmio.Identity{
 			Vendor: VendorMellanox, Device: DeviceConnectX4,
 			SubVendor: VendorMellanox, SubDevice: DeviceConnectX4,

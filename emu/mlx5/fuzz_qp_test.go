@@ -120,13 +120,7 @@ func FuzzCreateQP(f *testing.F) {
 		d := New(Config{Mem: mem, Log: quiet, SequentialQPNs: true})
 		defer d.Close()
 		drv := mlx5test.New(d, mem)
-		if err := drv.Probe(); err != nil {
-			t.Fatal(err)
-		}
-		ib, err := drv.IBProbe()
-		if err != nil {
-			t.Fatal(err)
-		}
+		ib := probeIB(t, drv)
 		cq, err := drv.KernelCQ(16)
 		if err != nil {
 			t.Fatal(err)

@@ -245,7 +245,8 @@ func (d *Device) CoreStats() (hca.DeviceStats, map[uint32]hca.QPStats) {
 func (d *Device) coreStatsLocked() (hca.DeviceStats, map[uint32]hca.QPStats) {
 	o := &d.x.obs
 	st := hca.DeviceStats{Port: o.port, QPs: o.retired, EventsLost: d.stats.EQOverruns, CQNotificationsLost: d.stats.CQOverruns}
-	st.Port.Malformed = d.stats.RxDropped
+	st.Port.Malformed = d.stats.RxDropped - d.stats.RxAddress
+	st.Port.Address = d.stats.RxAddress
 	st.Port.QKey = d.stats.QKeyViolations
 	st.Port.RxQueueFull = d.rxDropped.Load()
 	st.Port.PortDown = d.x.port.lost.Load()

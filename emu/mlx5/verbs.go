@@ -62,10 +62,14 @@ func (d *Device) newObjects() objects {
 		logMaxQP = min(logMaxQP, d.fn.cur.logMaxQP)
 	}
 	qpLimit := uint32(1) << min(logMaxQP, 16)
+	mkeyLimit := uint32(1) << min(capMax(ifc.CmdHCACapLogMaxMkey), 24)
+	if d.mkeys > 0 {
+		mkeyLimit = min(mkeyLimit, FirstMkey+uint32(d.mkeys))
+	}
 	return objects{
 		pds:     hca.NewTable[refd]("PD", 1, 1<<min(capMax(ifc.CmdHCACapLogMaxPD), 24)),
 		xrcds:   hca.NewTable[refd]("XRCD", 1, 1<<min(capMax(ifc.CmdHCACapLogMaxXRCD), 24)),
-		mkeys:   hca.NewTable[mr.Region]("mkey", FirstMkey, 1<<min(capMax(ifc.CmdHCACapLogMaxMkey), 24)),
+		mkeys:   hca.NewTable[mr.Region]("mkey", FirstMkey, mkeyLimit),
 		cqs:     hca.NewTable[cq]("CQ", 1, 1<<min(capMax(ifc.CmdHCACapLogMaxCQ), 24)),
 		qps:     hca.NewTable[qp]("QP", firstQP, max(qpLimit, 4)),
 		srqs:    hca.NewTable[srq]("SRQ", 1, 1<<min(capMax(ifc.CmdHCACapLogMaxSRQ), capMax(ifc.CmdHCACapLogMaxRMP), 24)),

@@ -22,12 +22,9 @@ const verbsRAM = 16 << 20
 // ibProbed is a device with mlx5_core's and mlx5_ib's probes done (no
 // finding on the way), in hca.StrictWarn mode; a test that switches it to
 // hca.StrictFail gets the finding that latches it in the slice.
-func ibProbed(t testing.TB, cfg Config) (*Device, *mlx5test.Driver, *mlx5test.IB, *[]hca.Finding) {
+// probeIB runs mlx5_core's and then mlx5_ib's probe on drv.
+func probeIB(t testing.TB, drv *mlx5test.Driver) *mlx5test.IB {
 	t.Helper()
-	var got []hca.Finding
-	cfg.Strict = hca.StrictWarn
-	cfg.OnFinding = func(f hca.Finding) { got = append(got, f) }
-	d, drv := newDevice(t, cfg, verbsRAM)
 	if err := drv.Probe(); err != nil {
 		t.Fatal(err)
 	}
@@ -35,6 +32,16 @@ func ibProbed(t testing.TB, cfg Config) (*Device, *mlx5test.Driver, *mlx5test.IB
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ib
+}
+
+func ibProbed(t testing.TB, cfg Config) (*Device, *mlx5test.Driver, *mlx5test.IB, *[]hca.Finding) {
+	t.Helper()
+	var got []hca.Finding
+	cfg.Strict = hca.StrictWarn
+	cfg.OnFinding = func(f hca.Finding) { got = append(got, f) }
+	d, drv := newDevice(t, cfg, verbsRAM)
+	ib := probeIB(t, drv)
 	if f := d.Findings(); f != [hca.NumFindingKinds]uint64{} {
 		t.Fatalf("findings on the driver's good path: %v", f)
 	}

@@ -62,7 +62,7 @@ func newGuestRig(t *testing.T) *guestRig {
 	sw := fabric.NewSwitch()
 	g := &guestRig{t: t}
 	for i := range g.sides {
-		h := newVerbsHost(t, sw, i+1, verbstest.HostOpts{RAM: 2 << 20, Watch: true}).(*verbsHost)
+		h := newVerbsHost(t, &verbstest.Net{Switch: sw}, i+1, verbstest.HostOpts{RAM: 2 << 20, Watch: true}).(*verbsHost)
 		gh := verbstest.Guard(h)
 		s := &guestSide{verbsHost: h, guard: gh}
 		s.rw = gh.Register(t, "rw", h.pd, 16384, verbstest.All, true)

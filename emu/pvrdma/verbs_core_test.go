@@ -3,11 +3,9 @@ package pvrdma_test
 import (
 	"encoding/binary"
 	"log/slog"
-	"net/netip"
 	"testing"
 
 	"github.com/hcaemu/hcaemu/emu/emutest"
-	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/mr"
 	"github.com/hcaemu/hcaemu/emu/pvrdma"
@@ -25,10 +23,11 @@ func TestCore(t *testing.T) {
 }
 
 // newVerbsHost is the PVRDMA fake driver as verbstest's NewHost: an HCA on
-// sw with IPv4 10.0.0.k (GID index 1), a kernel PD (with its DMA region
-// unless opts.Watch) and a CQ.
-func newVerbsHost(t *testing.T, sw *fabric.Switch, k int, opts verbstest.HostOpts) verbstest.Host {
+// net's switch with IPv4 10.0.0.k (GID index 1), a kernel PD (with its DMA
+// region unless opts.Watch) and a CQ.
+func newVerbsHost(t *testing.T, net *verbstest.Net, k int, opts verbstest.HostOpts) verbstest.Host {
 	t.Helper()
+	sw := net.Switch
 	ram := opts.RAM
 	if ram == 0 {
 		ram = 64 << 20
@@ -93,8 +92,7 @@ func (h *verbsHost) Alloc(n int) uint64 {
 }
 
 func (h *verbsHost) Mem(addr uint64, n int) []byte { return h.RAM.Mem[addr : addr+uint64(n)] }
-func (h *verbsHost) MAC() [6]byte                  { return h.mac }
-func (h *verbsHost) IP() netip.Addr                { return h.ip }
+func (h *verbsHost) Addr() verbstest.Addr          { return verbstest.Addr{MAC: h.mac, IP: h.ip} }
 func (h *verbsHost) PD() uint32                    { return h.pd }
 
 func (h *verbsHost) NewPD() uint32 {
@@ -199,6 +197,12 @@ func (h *verbsHost) HoldTaking(fn func())                             { h.dev.Ho
 func (h *verbsHost) Helped() uint64                                   { return h.dev.HelpedBatches() }
 func (h *verbsHost) Reset()                                           { h.dev.Reset() }
 func (h *verbsHost) Watch() *verbstest.WriteWatch                     { return h.watch }
+
+// Caps: RoCE on the Ethernet switch, with the direct path and fast
+// registration.
+func (h *verbsHost) Caps() verbstest.Caps {
+	return verbstest.Caps{LinkLayer: verbstest.Ethernet, Direct: true, FastReg: true}
+}
 
 func (h *verbsHost) Alive() error {
 	_, err := h.QueryPort(1)

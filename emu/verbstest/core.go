@@ -110,7 +110,7 @@ func must(t *testing.T, what string, wc WC, status transport.Status) {
 // bytes and completes with the right opcode and length, for sizes around
 // the path MTU and across pages.
 func testRCOperations(t *testing.T, newHost NewHost) {
-	sw := fabric.NewSwitch()
+	sw := NewNet()
 	a, b := newHost(t, sw, 1, HostOpts{}), newHost(t, sw, 2, HostOpts{})
 	const n = 20000
 	bufA, bufB := a.Alloc(n), b.Alloc(n)
@@ -159,25 +159,23 @@ func testRCOperations(t *testing.T, newHost NewHost) {
 	}
 }
 
-// lossy is a link decorator that loses frames at random (seeded, so a run
-// is replayable): requests, responses and ACKs alike. Periodic loss would
+// lossy is a hook that loses packets at random (seeded, so a run is
+// replayable): requests, responses and ACKs alike. Periodic loss would
 // not do: a go-back-N retransmission of a multiple of the period loses the
 // same packet every time, and exhausting the retry count is then right.
-func lossy(percent int, seed uint64, dropped *atomic.Int64) fabric.Decorator {
+func lossy(percent int, seed uint64, dropped *atomic.Int64) hook {
 	var mu sync.Mutex
 	rng := rand.New(rand.NewPCG(seed, seed))
-	return func(next fabric.Link) fabric.Link {
-		return fabric.LinkFunc(func(from *fabric.Port, frame []byte) bool {
-			mu.Lock()
-			lose := rng.IntN(100) < percent
-			mu.Unlock()
-			if lose {
-				dropped.Add(1)
-				fabric.Release(frame)
-				return true // lost on the wire
-			}
-			return next.Send(from, frame)
-		})
+	return func(p packet) bool {
+		mu.Lock()
+		lose := rng.IntN(100) < percent
+		mu.Unlock()
+		if lose {
+			dropped.Add(1)
+			fabric.Release(p.buf)
+			return true // lost on the wire
+		}
+		return p.send(p.buf)
 	}
 }
 
@@ -188,7 +186,7 @@ func lossy(percent int, seed uint64, dropped *atomic.Int64) fabric.Decorator {
 // right.
 func testRCRecoversFromLoss(t *testing.T, newHost NewHost) {
 	var dropped atomic.Int64
-	sw := fabric.NewSwitch(lossy(10, 1, &dropped))
+	sw := NewNet(lossy(10, 1, &dropped))
 	a, b := newHost(t, sw, 1, HostOpts{}), newHost(t, sw, 2, HostOpts{})
 	const n = 64 << 10
 	bufA, bufB := a.Alloc(n), b.Alloc(n)
@@ -233,16 +231,16 @@ func testRCRecoversFromLoss(t *testing.T, newHost NewHost) {
 		t.Fatalf("counter %d after 40 fetch-and-adds: an atomic executed twice or not at all", got)
 	}
 	if dropped.Load() < 20 {
-		t.Fatalf("only %d frames lost: the test did not exercise recovery", dropped.Load())
+		t.Fatalf("only %d packets lost: the test did not exercise recovery", dropped.Load())
 	}
-	t.Logf("%d frames lost and recovered", dropped.Load())
+	t.Logf("%d packets lost and recovered", dropped.Load())
 }
 
 // testRemoteOperationalError: the responder's receive WR names memory of
 // another PD; its receive completes with LOC_QP_OP_ERR, it NAKs with a
 // remote operational error and the requester completes REM_OP_ERR.
 func testRemoteOperationalError(t *testing.T, newHost NewHost) {
-	sw := fabric.NewSwitch()
+	sw := NewNet()
 	a, b := newHost(t, sw, 1, HostOpts{}), newHost(t, sw, 2, HostOpts{})
 	src := a.Alloc(4096)
 	lkA, _ := a.RegMR(src, 4096, All)
@@ -260,7 +258,7 @@ func testRemoteOperationalError(t *testing.T, newHost NewHost) {
 // handle, in the same PD with remote write. A WRITE with the old R_Key is a
 // remote access error, and the new region is untouched.
 func testStaleRKeyAfterReuse(t *testing.T, newHost NewHost) {
-	sw := fabric.NewSwitch()
+	sw := NewNet()
 	a, b := newHost(t, sw, 1, HostOpts{}), newHost(t, sw, 2, HostOpts{Regions: 1})
 	src := a.Alloc(4096)
 	lkA, _ := a.RegMR(src, 4096, All)

@@ -17,7 +17,15 @@ import (
 
 // The direct path between HCAs of one process: packets without frames
 // where nothing watches the wire, in batches and runs, payloads lent from
-// the sender's guest memory, one ACK per batch.
+// the sender's guest memory, one ACK per batch. Its tests run on hosts that
+// declare capability Direct (emu/fabric's Switch, RoCE), and are skipped
+// for the others.
+
+// needDirect skips t unless newHost's hosts declare capability Direct.
+func needDirect(t *testing.T, newHost NewHost) {
+	t.Helper()
+	need(t, newHost, "Direct (the direct path between HCAs of one process)", func(c Caps) bool { return c.Direct })
+}
 
 // directRun is what one run of the equivalence workload leaves behind.
 type directRun struct {
@@ -33,7 +41,7 @@ type directRun struct {
 func runDirectWorkload(t *testing.T, sw *fabric.Switch, newHost NewHost) directRun {
 	t.Helper()
 	seq := HostOpts{SequentialQPNs: true}
-	a, b := newHost(t, sw, 1, seq), newHost(t, sw, 2, seq)
+	a, b := newHost(t, &Net{Switch: sw}, 1, seq), newHost(t, &Net{Switch: sw}, 2, seq)
 	qa, qb := pair(a, b, DefaultRC())
 	const n = 256 << 10
 	srcA, lkA, _ := region(a, a.PD(), n, All)
@@ -113,6 +121,7 @@ func runDirectWorkload(t *testing.T, sw *fabric.Switch, newHost NewHost) directR
 // identical completions; the capture holds every packet as a frame whose
 // ICRC is right.
 func testDirectEquivalent(t *testing.T, newHost NewHost) {
+	needDirect(t, newHost)
 	direct := fabric.NewSwitch()
 	got := runDirectWorkload(t, direct, newHost)
 	if direct.Direct.Load() == 0 || direct.DirectRuns.Load() == 0 || direct.DirectLent.Load() == 0 {
@@ -162,6 +171,7 @@ func testDirectEquivalent(t *testing.T, newHost NewHost) {
 // the wire and only from an address the sending port owns, to an HCA port
 // that takes batches.
 func testDirectGating(t *testing.T, newHost NewHost) {
+	needDirect(t, newHost)
 	quiet := true
 	passThrough := func(next fabric.Link) fabric.Link { return next }
 	for _, c := range []struct {
@@ -179,7 +189,7 @@ func testDirectGating(t *testing.T, newHost NewHost) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			sw := c.sw()
-			a, b := newHost(t, sw, 1, HostOpts{}), newHost(t, sw, 2, HostOpts{})
+			a, b := newHost(t, &Net{Switch: sw}, 1, HostOpts{}), newHost(t, &Net{Switch: sw}, 2, HostOpts{})
 			qa, _ := pair(a, b, DefaultRC())
 			src, lk, _ := region(a, a.PD(), 4096, All)
 			dst, _, rk := region(b, b.PD(), 4096, All)
@@ -218,6 +228,7 @@ func WaitFor(t *testing.T, what string, cond func() bool, hosts ...Host) {
 // there finds the region gone when it sends the runs again: an error
 // completion.
 func testLentPayloadRevoked(t *testing.T, newHost NewHost) {
+	needDirect(t, newHost)
 	const n = 64 << 10
 	// A source region on a: where its bytes are, the address and L_Key
 	// an SGE names them by, and how the region goes.
@@ -263,7 +274,7 @@ func testLentPayloadRevoked(t *testing.T, newHost NewHost) {
 		t.Run(fate.name, func(t *testing.T) {
 			CheckGoroutines(t)
 			sw := fabric.NewSwitch()
-			a, b := newHost(t, sw, 1, HostOpts{}), newHost(t, sw, 2, HostOpts{})
+			a, b := newHost(t, &Net{Switch: sw}, 1, HostOpts{}), newHost(t, &Net{Switch: sw}, 2, HostOpts{})
 			qa, _ := pair(a, b, DefaultRC())
 			src := fate.setup(t, a, b, qa)
 			dst, _, rk := region(b, b.PD(), n, All)
@@ -307,12 +318,13 @@ func testLentPayloadRevoked(t *testing.T, newHost NewHost) {
 // waits nor strands them: the receiver's engine is woken instead, and
 // nothing has to be sent again.
 func testSenderTakesBatches(t *testing.T, newHost NewHost) {
+	needDirect(t, newHost)
 	const n = 1 << 20
 	for _, hold := range []string{"free", "receiver locked", "receiver taking"} {
 		t.Run(hold, func(t *testing.T) {
 			CheckGoroutines(t)
 			sw := fabric.NewSwitch()
-			a, b := newHost(t, sw, 1, HostOpts{}), newHost(t, sw, 2, HostOpts{})
+			a, b := newHost(t, &Net{Switch: sw}, 1, HostOpts{}), newHost(t, &Net{Switch: sw}, 2, HostOpts{})
 			qa, _ := pair(a, b, DefaultRC())
 			src, lk, _ := region(a, a.PD(), n, All)
 			dst, _, rk := region(b, b.PD(), n, All)
@@ -362,8 +374,9 @@ func testSenderTakesBatches(t *testing.T, newHost NewHost) {
 // hardware coalesces ACKs), not once per packet, and every WRITE still
 // completes with its data in place.
 func testDirectAcksCoalesced(t *testing.T, newHost NewHost) {
+	needDirect(t, newHost)
 	sw := fabric.NewSwitch()
-	a, b := newHost(t, sw, 1, HostOpts{}), newHost(t, sw, 2, HostOpts{})
+	a, b := newHost(t, &Net{Switch: sw}, 1, HostOpts{}), newHost(t, &Net{Switch: sw}, 2, HostOpts{})
 	qa, _ := pair(a, b, DefaultRC())
 	const n, size = 32, 64
 	src, lk, _ := region(a, a.PD(), n*size, All)

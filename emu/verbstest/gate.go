@@ -9,68 +9,57 @@ import (
 	"github.com/hcaemu/hcaemu/emu/roce"
 )
 
-// gate sits on the fabric: per source MAC, it lets the first frames
+// gate sits on the wire: per sending port, it lets the first packets
 // through, then holds (or drops) the rest until opened.
 type gate struct {
 	mu    sync.Mutex
-	next  fabric.Link
-	rules map[[6]byte]*gateRule
-	// tap: copies of the frames from this MAC that went through.
-	tap    [6]byte
-	tapped []heldFrame
+	rules map[wireKey]*gateRule
+	// tap: copies of the packets from this port that went through.
+	tap    wireKey
+	tapped []packet
 }
 
 type gateRule struct {
-	pass    int  // frames still let through
+	pass    int  // packets still let through
 	drop    bool // drop instead of holding
 	dropped int
-	held    []heldFrame
+	held    []packet
 }
 
-type heldFrame struct {
-	from  *fabric.Port
-	frame []byte
-}
-
-func (g *gate) decorator(next fabric.Link) fabric.Link {
-	g.next = next
-	return fabric.LinkFunc(g.send)
-}
-
-func (g *gate) send(from *fabric.Port, frame []byte) bool {
+func (g *gate) send(p packet) bool {
 	g.mu.Lock()
-	rule := g.rules[from.MAC()]
-	if from.MAC() == g.tap && (rule == nil || rule.pass > 0) {
-		g.tapped = append(g.tapped, heldFrame{from, fabric.Clone(frame)})
+	rule := g.rules[p.from]
+	if p.from == g.tap && (rule == nil || rule.pass > 0) {
+		g.tapped = append(g.tapped, p.clone())
 	}
 	if rule == nil || rule.pass > 0 {
 		if rule != nil {
 			rule.pass--
 		}
 		g.mu.Unlock()
-		return g.next.Send(from, frame)
+		return p.send(p.buf)
 	}
 	defer g.mu.Unlock()
 	if rule.drop {
 		rule.dropped++
-		fabric.Release(frame)
+		fabric.Release(p.buf)
 		return true
 	}
-	rule.held = append(rule.held, heldFrame{from, frame})
+	rule.held = append(rule.held, p)
 	return true
 }
 
-// arm starts holding (drop: dropping) the frames from src after the next
+// arm starts holding (drop: dropping) the packets from src after the next
 // pass ones.
-func (g *gate) arm(src [6]byte, pass int, drop bool) {
+func (g *gate) arm(src wireKey, pass int, drop bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.rules[src] = &gateRule{pass: pass, drop: drop}
 }
 
-// waitFor waits (bounded) until cond holds of src's frames, letting the
+// waitFor waits (bounded) until cond holds of src's packets, letting the
 // hosts run.
-func (g *gate) waitFor(t *testing.T, src [6]byte, what string, cond func(held, dropped int) bool, hosts ...Host) {
+func (g *gate) waitFor(t *testing.T, src wireKey, what string, cond func(held, dropped int) bool, hosts ...Host) {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for time.Now().Before(deadline) {
@@ -89,18 +78,18 @@ func (g *gate) waitFor(t *testing.T, src [6]byte, what string, cond func(held, d
 	t.Fatalf("gate: no %s", what)
 }
 
-// open lets src's frames through again and sends the held ones on, in
+// open lets src's packets through again and sends the held ones on, in
 // order.
-func (g *gate) open(src [6]byte) {
+func (g *gate) open(src wireKey) {
 	g.mu.Lock()
-	var held []heldFrame
+	var held []packet
 	if rule := g.rules[src]; rule != nil {
 		held = rule.held
 	}
 	delete(g.rules, src)
 	g.mu.Unlock()
-	for _, f := range held {
-		g.next.Send(f.from, f.frame) // refused: lost, as on a wire
+	for _, p := range held {
+		p.send(p.buf) // refused: lost, as on a wire
 	}
 }
 
@@ -109,65 +98,62 @@ func (g *gate) discard() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for src, rule := range g.rules {
-		for _, f := range rule.held {
-			fabric.Release(f.frame)
+		for _, p := range rule.held {
+			fabric.Release(p.buf)
 		}
 		delete(g.rules, src)
 	}
-	for _, f := range g.tapped {
-		fabric.Release(f.frame)
+	for _, p := range g.tapped {
+		fabric.Release(p.buf)
 	}
 	g.tapped = nil
 }
 
-// heldPackets parses the frames held from src.
-func (g *gate) heldPackets(t *testing.T, src [6]byte) []roce.Packet {
+// heldPackets parses the packets held from src down to their transport
+// packets.
+func (g *gate) heldPackets(t *testing.T, src wireKey) []roce.Packet {
 	t.Helper()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	var pkts []roce.Packet
 	if rule := g.rules[src]; rule != nil {
-		for _, f := range rule.held {
-			pkts = append(pkts, parseFrame(t, f.frame))
+		for _, p := range rule.held {
+			pkts = append(pkts, parsePacket(t, p))
 		}
 	}
 	return pkts
 }
 
-func parseFrame(t *testing.T, frame []byte) roce.Packet {
+func parsePacket(t *testing.T, p packet) roce.Packet {
 	t.Helper()
-	u, err := roce.Unframe(frame)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pkt, err := roce.Parse(u.IB)
+	pkt, err := p.transport()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return pkt
 }
 
-// replay sends a copy of the tapped frame that satisfies match again, from
-// the port that sent it (a peer replaying its own packet).
+// replay sends a copy of the tapped packet that satisfies match again,
+// from the port that sent it (a peer replaying its own packet).
 func (g *gate) replay(t *testing.T, match func(roce.Packet) bool) {
 	t.Helper()
 	g.mu.Lock()
-	var again heldFrame
-	for _, f := range g.tapped {
-		if match(parseFrame(t, f.frame)) {
-			again = heldFrame{f.from, fabric.Clone(f.frame)}
+	var again packet
+	for _, p := range g.tapped {
+		if match(parsePacket(t, p)) {
+			again = p.clone()
 			break
 		}
 	}
 	g.mu.Unlock()
-	if again.frame == nil {
-		t.Fatal("gate: no such frame tapped")
+	if again.buf == nil {
+		t.Fatal("gate: no such packet tapped")
 	}
-	g.send(again.from, again.frame)
+	g.send(again)
 }
 
-func gatedSwitch(t *testing.T) (*fabric.Switch, *gate) {
-	g := &gate{rules: map[[6]byte]*gateRule{}}
+func gatedSwitch(t *testing.T) (*Net, *gate) {
+	g := &gate{rules: map[wireKey]*gateRule{}}
 	t.Cleanup(g.discard)
-	return fabric.NewSwitch(g.decorator), g
+	return NewNet(g.send), g
 }

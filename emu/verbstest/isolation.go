@@ -5,17 +5,16 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/mr"
 	"github.com/hcaemu/hcaemu/emu/roce"
 	"github.com/hcaemu/hcaemu/emu/transport"
 )
 
-// Isolation against a hostile peer: a third party on the switch knows a
+// Isolation against a hostile peer: a third party on the wire knows a
 // connected RC pair's QPNs, PSNs and R_Key and sends at it, from its own
 // address (the receiving device's address check drops it) or with the
-// real peer's address as IP source (the fabric drops it: the sending port
-// does not own that address). The victims' data and completions must not
+// real peer's address as source (the wire drops it: the sending port does
+// not own that address). The victims' data and completions must not
 // change, and the drops are counted.
 
 // RawFrame frames an RC packet from src to dst with a valid ICRC.
@@ -33,7 +32,7 @@ func RawFrame(t *testing.T, src, dst netip.Addr, f roce.PacketFields) []byte {
 	return frame
 }
 
-// victims is a connected RC pair a (10.0.0.1) -> b (10.0.0.2) on sw that
+// victims is a connected RC pair a (host 1) -> b (host 2) on net that
 // has moved one message; the next message is a SEND of 300 bytes into a
 // receive of b's (postSend, postRecv).
 type victims struct {
@@ -50,7 +49,7 @@ type victims struct {
 
 const victimBuf = 4096
 
-func newVictims(t *testing.T, sw *fabric.Switch, newHost NewHost) *victims {
+func newVictims(t *testing.T, sw *Net, newHost NewHost) *victims {
 	t.Helper()
 	v := &victims{a: newHost(t, sw, 1, HostOpts{RAM: 4 << 20}), b: newHost(t, sw, 2, HostOpts{RAM: 4 << 20}), recvWRID: 20, firstSendBytes: 64}
 	v.src, v.lkA, _ = region(v.a, v.a.PD(), victimBuf, All)
@@ -128,12 +127,11 @@ func (v *victims) intact(t *testing.T, hosts ...Host) {
 // testIsolationHostilePeer: a third port's SENDs, WRITEs and ACKs at a
 // connected pair, from its own addresses or spoofing the peer's, change
 // nothing, and each is counted where it is dropped (the receiving
-// device's address check, or the switch's spoofing check).
+// device's address check, or the wire's spoofing check: the switch's, the
+// subnet's). On InfiniBand an address is a LID, and "another address" a
+// global packet (a GRH with the ports' GIDs); on Ethernet an IP address,
+// and another one the ports' link-local IPv6 addresses.
 func testIsolationHostilePeer(t *testing.T, newHost NewHost) {
-	aIP, bIP := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
-	evilIP := netip.MustParseAddr("10.0.0.3")
-	evilLinkLocal := netip.MustParseAddr("fe80::2:ff:fe00:3")
-	bLinkLocal := netip.MustParseAddr("fe80::250:56ff:fe00:2")
 	payload := bytes.Repeat([]byte("pwned!"), 50)
 	// The attacks, against b's responder (SEND, WRITE) and a's requester
 	// (a forged ACK for a SEND b has not received: b has no receive posted
@@ -155,52 +153,65 @@ func testIsolationHostilePeer(t *testing.T, newHost NewHost) {
 		f.AETH = roce.AETHFields{Syndrome: roce.SyndromeACKNoCredit, MSN: 2}
 		return f
 	}
+	// Who sends and who is addressed.
+	const (
+		own   = iota // the attacker's own address
+		other        // its other address, to the victim's other address
+		spoof        // the victim's peer's address
+	)
 	tests := []struct {
-		name     string
-		packet   func(*victims) roce.PacketFields
-		src, dst netip.Addr
-		toA      bool // the victim QP is a's (a forged response)
-		spoofed  bool // the fabric drops it (else b's or a's device does)
+		name    string
+		packet  func(*victims) roce.PacketFields
+		from    int
+		toA     bool // the victim QP is a's (a forged response)
+		spoofed bool // the wire drops it (else b's or a's device does)
 	}{
-		{"SEND from its own address", sendAt, evilIP, bIP, false, false},
-		{"WRITE from its own address", writeAt, evilIP, bIP, false, false},
-		{"SEND to the victim's other address", sendAt, evilLinkLocal, bLinkLocal, false, false},
-		{"ACK from its own address", ackAt, evilIP, aIP, true, false},
-		{"SEND spoofing the peer", sendAt, aIP, bIP, false, true},
-		{"WRITE spoofing the peer", writeAt, aIP, bIP, false, true},
-		{"ACK spoofing the peer", ackAt, bIP, aIP, true, true},
+		{"SEND from its own address", sendAt, own, false, false},
+		{"WRITE from its own address", writeAt, own, false, false},
+		{"SEND to the victim's other address", sendAt, other, false, false},
+		{"ACK from its own address", ackAt, own, true, false},
+		{"SEND spoofing the peer", sendAt, spoof, false, true},
+		{"WRITE spoofing the peer", writeAt, spoof, false, true},
+		{"ACK spoofing the peer", ackAt, spoof, true, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			CheckGoroutines(t)
-			sw := fabric.NewSwitch()
-			v := newVictims(t, sw, newHost)
-			evil := sw.Attach("evil", [6]byte{0x02, 0, 0, 0, 0, 3}, func(f []byte) bool { fabric.Release(f); return true })
-			t.Cleanup(evil.Detach)
-			if err := evil.SetAddrs([]netip.Addr{evilIP, evilLinkLocal}); err != nil {
-				t.Fatal(err)
-			}
-			victim := v.b
+			net := NewNet()
+			v := newVictims(t, net, newHost)
+			ll := v.a.Caps().LinkLayer
+			evil := net.attach(t, ll)
+			victim, peer := v.b, v.a
 			if tt.toA {
 				// An outstanding SEND for the forged ACK to complete: b has
 				// no receive for it (RNR, retried) until intact posts one.
-				victim = v.a
+				victim, peer = v.a, v.b
 				v.postSend()
 			} else {
 				// A receive for the forged SEND to land in.
 				v.postRecv()
 			}
+			src, dst := evil.own, victim.Addr()
+			switch tt.from {
+			case other:
+				src, dst = evil.other, otherAddr(victim)
+			case spoof:
+				src = peer.Addr()
+			}
 			const attempts = 3
 			for range attempts {
-				evil.Send(RawFrame(t, tt.src, tt.dst, tt.packet(v)))
+				f := tt.packet(v)
+				if !evil.send(src, dst, &f) {
+					t.Fatal("the attack packet does not build")
+				}
 			}
 			v.intact(t, v.a, v.b)
 			wantSpoofed, wantMismatch := uint64(0), uint64(attempts)
 			if tt.spoofed {
 				wantSpoofed, wantMismatch = attempts, 0
 			}
-			if got := sw.Spoofed.Load(); got != wantSpoofed {
-				t.Errorf("switch: %d spoofed frames, want %d", got, wantSpoofed)
+			if got := net.spoofed(ll); got != wantSpoofed {
+				t.Errorf("%s: %d spoofed packets, want %d", ll, got, wantSpoofed)
 			}
 			if st, _ := victim.Stats(); st.Port.Address != wantMismatch {
 				t.Errorf("victim device: %d address mismatches, want %d", st.Port.Address, wantMismatch)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"testing"
 
-	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/mr"
 	"github.com/hcaemu/hcaemu/emu/roce"
@@ -67,7 +66,7 @@ func read(id uint64, dst uint64, n uint32, lkey uint32, src uint64, rkey uint32)
 // 0 without coming back to the previous one, for regions and fast-register
 // regions alike.
 func testMRKeyGenerations(t *testing.T, newHost NewHost) {
-	b := newHost(t, fabric.NewSwitch(), 2, HostOpts{Regions: 1})
+	b := newHost(t, NewNet(), 2, HostOpts{Regions: 1})
 	buf := b.Alloc(4096)
 	var prev, handle uint32
 	seen := map[uint32]int{}
@@ -116,7 +115,7 @@ func newMidMessage(t *testing.T, newHost NewHost, seed byte) *midMessage {
 	fill(m.a.Mem(m.src, midSize), seed)
 	m.dst, m.lkB, m.rkB = region(m.b, m.b.PD(), midSize, All)
 	m.qa, m.qb = pair(m.a, m.b, DefaultRC())
-	g.arm(m.a.MAC(), 1, false)
+	g.arm(keyOf(m.a), 1, false)
 	return m
 }
 
@@ -124,7 +123,7 @@ func newMidMessage(t *testing.T, newHost NewHost, seed byte) *midMessage {
 // has taken its first.
 func (m *midMessage) hold(t *testing.T, what string) {
 	t.Helper()
-	m.g.waitFor(t, m.a.MAC(), what, func(held, _ int) bool { return held >= 3 }, m.a, m.b)
+	m.g.waitFor(t, keyOf(m.a), what, func(held, _ int) bool { return held >= 3 }, m.a, m.b)
 	m.b.Sync()
 }
 
@@ -144,7 +143,7 @@ func testDeregMidWrite(t *testing.T, newHost NewHost) {
 	}
 	dereg(t, b, m.lkB)
 	before := bytes.Clone(b.Mem(dst, n))
-	g.open(a.MAC())
+	g.open(keyOf(a))
 	expect(t, a, 1, transport.StatusRemAccess, a, b)
 	NoCompletion(t, b, a, b)
 	if !bytes.Equal(b.Mem(dst, n), before) {
@@ -167,7 +166,7 @@ func testDeregMidSend(t *testing.T, newHost NewHost) {
 	m.hold(t, "held SEND packets")
 	dereg(t, b, m.lkB)
 	before := bytes.Clone(b.Mem(dst, n))
-	g.open(a.MAC())
+	g.open(keyOf(a))
 	expect(t, b, 7, transport.StatusLocProtErr, a, b)
 	expect(t, a, 1, transport.StatusRemOpErr, a, b)
 	if !bytes.Equal(b.Mem(dst, n), before) {
@@ -192,12 +191,12 @@ func testDeregSourceMidRetransmission(t *testing.T, newHost NewHost) {
 	// loaded the machine; the test waits one timeout for the retry.
 	qa, qb := pair(a, b, DefaultRC())
 	qb.PostRecv(RecvWR{ID: 7, SGEs: []mr.SGE{{Addr: dst, Length: n, LKey: lkB}}})
-	g.arm(a.MAC(), 0, true) // everything a sends is lost
+	g.arm(keyOf(a), 0, true) // everything a sends is lost
 	qa.PostSend(SendWR{ID: 1, Opcode: transport.OpSend, SGEs: []mr.SGE{{Addr: src, Length: n, LKey: lkA}}})
 	qa.PostSend(SendWR{ID: 2, Opcode: transport.OpSend, SGEs: []mr.SGE{{Addr: other, Length: 8, LKey: lkOther}}})
-	g.waitFor(t, a.MAC(), "lost SEND packets", func(_, dropped int) bool { return dropped >= 4 }, a, b)
+	g.waitFor(t, keyOf(a), "lost SEND packets", func(_, dropped int) bool { return dropped >= 4 }, a, b)
 	dereg(t, a, lkA)
-	g.open(a.MAC())
+	g.open(keyOf(a))
 	expect(t, a, 1, transport.StatusLocProtErr, a, b)
 	expect(t, a, 2, transport.StatusWRFlushErr, a, b)
 	NoCompletion(t, b, a, b)
@@ -214,12 +213,12 @@ func testDeregReadDestination(t *testing.T, newHost NewHost) {
 	src, _, rkB := region(b, b.PD(), n, All)
 	fill(b.Mem(src, n), 43)
 	qa, _ := pair(a, b, DefaultRC())
-	g.arm(b.MAC(), 0, false) // b's responses wait
+	g.arm(keyOf(b), 0, false) // b's responses wait
 	qa.PostSend(read(1, dst, n, lkA, src, rkB))
-	g.waitFor(t, b.MAC(), "held READ responses", func(held, _ int) bool { return held >= 2 }, a, b)
+	g.waitFor(t, keyOf(b), "held READ responses", func(held, _ int) bool { return held >= 2 }, a, b)
 	dereg(t, a, lkA)
 	before := bytes.Clone(a.Mem(dst, n))
-	g.open(b.MAC())
+	g.open(keyOf(b))
 	expect(t, a, 1, transport.StatusLocProtErr, a, b)
 	if !bytes.Equal(a.Mem(dst, n), before) {
 		t.Fatal("READ responses landed in a deregistered region")
@@ -262,19 +261,19 @@ func testDuplicateReadAfterReuse(t *testing.T, newHost NewHost) {
 	r := newReadReuse(t, newHost, 53)
 	g, a, b, qa, qb, dst, lkA, src1, lk1, rk1 := r.g, r.a, r.b, r.qa, r.qb, r.dst, r.lkA, r.src1, r.lk1, r.rk1
 	const n = readReuseSize
-	g.arm(b.MAC(), 0, true) // b's READ responses are lost
+	g.arm(keyOf(b), 0, true) // b's READ responses are lost
 	qa.PostSend(read(1, dst, n, lkA, src1, rk1))
-	g.waitFor(t, b.MAC(), "lost READ responses", func(_, dropped int) bool { return dropped >= 2 }, a, b)
-	g.arm(a.MAC(), 0, false) // a's retries wait until the handle is reused
+	g.waitFor(t, keyOf(b), "lost READ responses", func(_, dropped int) bool { return dropped >= 2 }, a, b)
+	g.arm(keyOf(a), 0, false) // a's retries wait until the handle is reused
 	dereg(t, b, lk1)
 	src2, lk2, _ := region(b, b.NewPD(), n, mr.LocalWrite)
 	if mr.Handle(lk2) != mr.Handle(lk1) {
 		t.Fatalf("new region got handle %d, want %d again", mr.Handle(lk2), mr.Handle(lk1))
 	}
 	fill(b.Mem(src2, n), 97)
-	g.open(b.MAC())
-	g.waitFor(t, a.MAC(), "retried READ", func(held, _ int) bool { return held >= 1 }, a, b)
-	g.open(a.MAC())
+	g.open(keyOf(b))
+	g.waitFor(t, keyOf(a), "retried READ", func(held, _ int) bool { return held >= 1 }, a, b)
+	g.open(keyOf(a))
 	expect(t, a, 1, transport.StatusRemAccess, a, b)
 	if !bytes.Equal(a.Mem(dst, n), make([]byte, n)) {
 		t.Fatal("READ data reached the requester")
@@ -302,7 +301,7 @@ func testReplayedReadAfterReuse(t *testing.T, newHost NewHost) {
 			g, a, b, qa, qb, dst, lkA, src1, lk1, rk1 := r.g, r.a, r.b, r.qa, r.qb, r.dst, r.lkA, r.src1, r.lk1, r.rk1
 			const n = readReuseSize
 			g.mu.Lock()
-			g.tap = a.MAC()
+			g.tap = keyOf(a)
 			g.mu.Unlock()
 			qa.PostSend(read(1, dst, n, lkA, src1, rk1))
 			expect(t, a, 1, transport.StatusSuccess, a, b)
@@ -317,13 +316,13 @@ func testReplayedReadAfterReuse(t *testing.T, newHost NewHost) {
 				t.Fatalf("new region got handle %d, want %d again", mr.Handle(lk2), mr.Handle(lk1))
 			}
 			fill(b.Mem(src2, n), 97)
-			g.arm(b.MAC(), 0, false) // what b answers stays here
+			g.arm(keyOf(b), 0, false) // what b answers stays here
 			g.replay(t, func(pkt roce.Packet) bool { return pkt.Opcode() == roce.RCRDMAReadRequest })
-			g.waitFor(t, b.MAC(), "answer to the replayed READ", func(held, _ int) bool { return held >= 1 }, a, b)
+			g.waitFor(t, keyOf(b), "answer to the replayed READ", func(held, _ int) bool { return held >= 1 }, a, b)
 			for range 3 {
 				b.Sync()
 			}
-			pkts := g.heldPackets(t, b.MAC())
+			pkts := g.heldPackets(t, keyOf(b))
 			if len(pkts) != 1 || pkts[0].Opcode() != roce.RCAcknowledge || pkts[0].AETH == nil ||
 				pkts[0].AETH.Syndrome() != roce.NAKSyndrome(roce.NAKRemoteAccessError) {
 				var ops []string
@@ -342,9 +341,15 @@ func testReplayedReadAfterReuse(t *testing.T, newHost NewHost) {
 // testFastRegKeyChange: a fast-register region registered again under a
 // new key variant no longer answers to the old key; after LOCAL_INV it
 // answers to none.
+//
+// Capability FastReg: the hosts' model carries out FAST_REG_MR and
+// LOCAL_INV work requests.
 func testFastRegKeyChange(t *testing.T, newHost NewHost) {
-	sw := fabric.NewSwitch()
+	sw := NewNet()
 	a, b := newHost(t, sw, 1, HostOpts{}), newHost(t, sw, 2, HostOpts{})
+	if !b.Caps().FastReg {
+		t.Skipf("the model does not declare capability FastReg (fast-register and LOCAL_INV work requests)")
+	}
 	src, lkA, _ := region(a, a.PD(), 4096, All)
 	_, frmr := b.AllocFRMR(4)
 	page := b.Alloc(8192)

@@ -96,7 +96,7 @@ func (g *Guarded) Canaries(n int) {
 func (g *Guarded) Deregister(t *testing.T, r *Region) bool {
 	t.Helper()
 	if err := g.DeregMR(r.LKey); err != nil {
-		t.Logf("%s: %s stays registered: %v", g.IP(), r.Name, err)
+		t.Logf("%s: %s stays registered: %v", g.Addr(), r.Name, err)
 		return false
 	}
 	g.Watch().Revoke(r.Name)
@@ -109,12 +109,12 @@ func (g *Guarded) Deregister(t *testing.T, r *Region) bool {
 func (g *Guarded) CheckMemory(t *testing.T) {
 	t.Helper()
 	for _, v := range g.Watch().Violations() {
-		t.Errorf("%s: %s", g.IP(), v)
+		t.Errorf("%s: %s", g.Addr(), v)
 	}
 	for _, s := range g.snaps {
 		got := g.Mem(s.gpa, len(s.want))
 		if i := firstDiff(got, s.want); i >= 0 {
-			t.Errorf("%s: %s [%#x, +%#x) changed at %#x: %#02x, was %#02x", g.IP(), s.name, s.gpa, len(s.want), s.gpa+uint64(i), got[i], s.want[i])
+			t.Errorf("%s: %s [%#x, +%#x) changed at %#x: %#02x, was %#02x", g.Addr(), s.name, s.gpa, len(s.want), s.gpa+uint64(i), got[i], s.want[i])
 		}
 	}
 }
@@ -159,7 +159,7 @@ func ClosingOracle(t *testing.T, a, b *Guarded) {
 	b.CheckMemory(t)
 	for _, h := range []*Guarded{a, b} {
 		if err := h.Alive(); err != nil {
-			t.Fatalf("%s stopped serving: %v", h.IP(), err)
+			t.Fatalf("%s stopped serving: %v", h.Addr(), err)
 		}
 	}
 	if t.Failed() {

@@ -4,45 +4,34 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"net/netip"
 	"sync"
 	"testing"
 
-	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/mr"
 	"github.com/hcaemu/hcaemu/emu/roce"
 	"github.com/hcaemu/hcaemu/emu/transport"
 )
 
-// frameGate holds the frames the victim HCAs send until the step program lets
-// them through, so that "mid-message" is a point of the program, not of the
-// scheduler. The attacker's frames pass at once. Released frames keep their
-// order.
+// frameGate holds the packets the victim HCAs send until the step program
+// lets them through, so that "mid-message" is a point of the program, not of
+// the scheduler. The attacker's packets pass at once. Released packets keep
+// their order.
 type frameGate struct {
 	mu       sync.Mutex
-	next     fabric.Link
 	open     bool
-	held     []gatedFrame
-	attacker string // name of the port whose frames pass at once
+	held     []packet
+	attacker string // name of the port whose packets pass at once
 }
 
-type gatedFrame struct {
-	from  *fabric.Port
-	frame []byte
-}
-
-func (g *frameGate) decorator(next fabric.Link) fabric.Link {
-	g.next = next
-	return fabric.LinkFunc(func(from *fabric.Port, frame []byte) bool {
-		g.mu.Lock()
-		if g.open || from.Name() == g.attacker {
-			g.mu.Unlock()
-			return g.next.Send(from, frame)
-		}
-		g.held = append(g.held, gatedFrame{from, frame})
+func (g *frameGate) hook(p packet) bool {
+	g.mu.Lock()
+	if g.open || p.name == g.attacker {
 		g.mu.Unlock()
-		return true
-	})
+		return p.send(p.buf)
+	}
+	g.held = append(g.held, p)
+	g.mu.Unlock()
+	return true
 }
 
 // release lets the n oldest held frames through (a refused one is lost, as
@@ -50,11 +39,11 @@ func (g *frameGate) decorator(next fabric.Link) fabric.Link {
 func (g *frameGate) release(n int) {
 	g.mu.Lock()
 	n = min(n, len(g.held))
-	out := append([]gatedFrame(nil), g.held[:n]...)
+	out := append([]packet(nil), g.held[:n]...)
 	g.held = append(g.held[:0], g.held[n:]...)
 	g.mu.Unlock()
-	for _, hf := range out {
-		g.next.Send(hf.from, hf.frame)
+	for _, p := range out {
+		p.send(p.buf)
 	}
 }
 
@@ -70,8 +59,8 @@ func (g *frameGate) openAll() {
 		out := g.held
 		g.held = nil
 		g.mu.Unlock()
-		for _, hf := range out {
-			g.next.Send(hf.from, hf.frame)
+		for _, p := range out {
+			p.send(p.buf)
 		}
 	}
 }
@@ -110,8 +99,7 @@ type peerRig struct {
 	gate   *frameGate
 	a, b   *Guarded
 	qa, qb QP
-	evil   *fabric.Port
-	evilIP netip.Addr
+	evil   *attacker
 	// a's regions: src (send data), readDst (READ and atomic results);
 	// b's: recvBuf (receives), target (WRITE and atomic target), readSrc
 	// (READ source, remote read only), foreign (another PD, all access).
@@ -125,8 +113,8 @@ type peerRig struct {
 }
 
 func newPeerRig(t *testing.T, newHost NewHost) *peerRig {
-	g := &frameGate{attacker: "evil"}
-	sw := fabric.NewSwitch(g.decorator)
+	g := &frameGate{attacker: attackerName}
+	sw := NewNet(g.hook)
 	r := &peerRig{t: t, gate: g}
 	// Room for one region more than each host registers (a: 2, b: 4),
 	// so that a region registered after a deregistration gets the handle
@@ -149,7 +137,7 @@ func newPeerRig(t *testing.T, newHost NewHost) *peerRig {
 	binary.LittleEndian.PutUint64(b.Mem(r.target.GPA+8192, 8), peerAtomicStart)
 	a.Canaries(2)
 	b.Canaries(2)
-	// A short retransmission timer: frames are held back by the program,
+	// A short retransmission timer: packets are held back by the program,
 	// and a victim broken by the attacker should fail fast rather than
 	// after the default second.
 	r.qa, r.qb = pair(a.Host, b.Host, RCOpts{Timeout: 12, RetryCnt: 3, RNRRetry: 3})
@@ -160,12 +148,7 @@ func newPeerRig(t *testing.T, newHost NewHost) *peerRig {
 	r.victims = []*Region{r.target, r.recvBuf, r.readSrc, r.src, r.readDst}
 	r.owner = []*Guarded{b, b, b, a, a}
 	r.gone = make([]bool, len(r.victims))
-	r.evilIP = netip.AddrFrom4([4]byte{10, 0, 0, 3})
-	r.evil = sw.Attach("evil", [6]byte{0x00, 0x50, 0x56, 0, 0, 3}, func(frame []byte) bool {
-		fabric.Release(frame)
-		return true
-	})
-	r.evil.SetAddrs([]netip.Addr{r.evilIP})
+	r.evil = sw.attach(t, a.Caps().LinkLayer)
 	a.Watch().Arm()
 	b.Watch().Arm()
 	return r
@@ -191,7 +174,7 @@ func (r *peerRig) postNext() {
 		wr.RemoteAddr, wr.RKey, wr.CompareAdd = r.target.Addr+v.dst, r.target.RKey, peerAtomicAdd
 	}
 	r.qa.PostSend(wr)
-	Settle(r.a) // the request's first frames wait at the gate
+	Settle(r.a) // the request's first packets wait at the gate
 }
 
 // destroy deregisters victim region i (if still registered).
@@ -229,11 +212,13 @@ var attackerOpcodes = []roce.Opcode{
 	roce.RCAtomicAcknowledge, roce.RCCompareSwap, roce.RCFetchAdd, roce.RCSendOnlyWithImmediate,
 }
 
-// attack sends one frame from the attacker's port, built from 16 argument
-// bytes:
+// attack sends one packet from the attacker's port, built from 16
+// argument bytes:
 //
 //	[0]     opcode (attackerOpcodes)
-//	[1]     bits 0-1 source address: own, spoofed a, spoofed b;
+//	[1]     bits 0-1 source address: own, spoofed a, spoofed b, own
+//	        other (a link-local IPv6 address to the victim's; on
+//	        InfiniBand, a GRH with the GIDs);
 //	        bit 2: to a's QP (responses) instead of b's (requests);
 //	        bit 3: destination QPN from [13:16] instead of the victim's
 //	[2]     PSN: the victim's initial PSN plus this signed offset
@@ -248,10 +233,13 @@ var attackerOpcodes = []roce.Opcode{
 //	[13:16] raw destination QPN ([15] is also the guessed key's variant)
 func (r *peerRig) attack(arg []byte) {
 	op := attackerOpcodes[int(arg[0])%len(attackerOpcodes)]
-	srcIP := []netip.Addr{r.evilIP, r.a.IP(), r.b.IP(), r.evilIP}[arg[1]&3]
-	to, qpn := r.b, r.qb.QPN()
+	to, qpn := r.b.Host, r.qb.QPN()
 	if arg[1]&4 != 0 {
-		to, qpn = r.a, r.qa.QPN()
+		to, qpn = r.a.Host, r.qa.QPN()
+	}
+	src, dst := []Addr{r.evil.own, r.a.Addr(), r.b.Addr()}[min(arg[1]&3, 2)], to.Addr()
+	if arg[1]&3 == 3 {
+		src, dst = r.evil.other, otherAddr(to)
 	}
 	if arg[1]&8 != 0 {
 		qpn = uint32(arg[13])<<16 | uint32(arg[14])<<8 | uint32(arg[15])
@@ -284,17 +272,7 @@ func (r *peerRig) attack(arg []byte) {
 	pf.AtomicETH = roce.AtomicETHFields{VA: va &^ 7, RKey: rkey, SwapAdd: uint64(arg[10]), Compare: uint64(arg[11])}
 	pf.AETH = roce.AETHFields{Syndrome: roce.Syndrome(arg[9]), MSN: uint32(arg[10])<<16 | uint32(arg[11])<<8 | uint32(arg[12])}
 	pf.AtomicAckETH = uint64(arg[12])
-	ib, err := roce.Build(make([]byte, 2048), &pf)
-	if err != nil {
-		return
-	}
-	ff := roce.FrameFields{Dst: to.MAC(), Src: r.evil.MAC(), SrcIP: srcIP, DstIP: to.IP(), HopLimit: 64,
-		SrcPort: roce.UDPSourcePortHash(qpn)}
-	frame, err := roce.Frame(fabric.NewFrame(), &ff, ib)
-	if err != nil {
-		return
-	}
-	r.evil.Send(frame)
+	r.evil.send(src, dst, &pf)
 }
 
 // peerStepArgs is the number of argument bytes after each step's opcode.
@@ -303,8 +281,8 @@ const peerStepArgs = 16
 // Step kinds of FuzzRCPeer's program (the first byte of each step, mod 6).
 const (
 	peerPost       = iota // post the next victim work request
-	peerRelease           // let [0]%8+1 held victim frames through, then sync
-	peerAttack            // one attacker frame (see attack)
+	peerRelease           // let [0]%8+1 held victim packets through, then sync
+	peerAttack            // one attacker packet (see attack)
 	peerDestroy           // deregistration of victim region [0]%5
 	peerReregister        // register a buffer like deregistered region [0]%5
 	peerSync              // sync both devices
@@ -321,7 +299,7 @@ func (r *peerRig) run(in []byte) {
 		r.gate.mu.Lock()
 		held := len(r.gate.held)
 		r.gate.mu.Unlock()
-		r.t.Logf("step %d: kind %d args % x (%d frames held, %d WRs posted)", steps, kind, arg, held, r.posted)
+		r.t.Logf("step %d: kind %d args % x (%d packets held, %d WRs posted)", steps, kind, arg, held, r.posted)
 		switch kind {
 		case peerPost:
 			r.postNext()

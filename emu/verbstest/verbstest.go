@@ -22,16 +22,14 @@
 package verbstest
 
 import (
-	"net/netip"
 	"testing"
 
-	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/mr"
 	"github.com/hcaemu/hcaemu/emu/transport"
 )
 
-// Host is one emulated HCA on a switch, with a guest running a
+// Host is one emulated HCA on a Net (its switch or its subnet), with a guest running a
 // verbs-level driver: one protection domain, one CQ for everything.
 type Host interface {
 	// Alloc is n bytes of fresh guest memory (zeroed), page-aligned and
@@ -39,10 +37,11 @@ type Host interface {
 	// test as the guest would). Addresses are guest-physical.
 	Alloc(n int) (addr uint64)
 	Mem(addr uint64, n int) []byte
-	// MAC and IP are the host's port's MAC and the IPv4 address its RC
-	// connections use, as the fabric sees them.
-	MAC() [6]byte
-	IP() netip.Addr
+	// Addr is the host's port's address as the wire sees it (Ethernet:
+	// its MAC and the IPv4 address its RC connections use; InfiniBand:
+	// its LID and GID); Caps, what its model offers beyond the core.
+	Addr() Addr
+	Caps() Caps
 	// PD is the host's protection domain; NewPD makes another one.
 	PD() uint32
 	NewPD() uint32
@@ -63,8 +62,8 @@ type Host interface {
 	// host's PD and CQ, in RESET.
 	CreateRCQP(depth uint32) QP
 	// Connect brings q to RTS towards QP pq of peer (a Host of the same
-	// NewHost, or its Fresh, never a wrapper): path MTU 1024 over the
-	// peer's IP, q's first send PSN StartPSN(q.QPN()) and its expected PSN
+	// NewHost, or its Fresh, never a wrapper): path MTU 1024 to the
+	// peer's Addr, q's first send PSN StartPSN(q.QPN()) and its expected PSN
 	// StartPSN(pq.QPN()).
 	Connect(q QP, peer Host, pq QP, opts RCOpts)
 	// QPState is q's state as the device answers a query.
@@ -172,9 +171,9 @@ type WC struct {
 	Entry any
 }
 
-// NewHost makes host k (1, 2, ...) of a test on switch sw; the host is
-// gone when the test ends.
-type NewHost func(t *testing.T, sw *fabric.Switch, k int, opts HostOpts) Host
+// NewHost makes host k (1, 2, ...) of a test on net (on net.Switch or
+// net.Subnet, as its link layer is); the host is gone when the test ends.
+type NewHost func(t *testing.T, net *Net, k int, opts HostOpts) Host
 
 // HostOpts are what a test needs of a host beyond the defaults.
 type HostOpts struct {
