@@ -36,7 +36,9 @@ import (
 // IBV_EVENT_PORT_ACTIVE (PORT_CHANGE EQEs), ibv_devinfo shows PORT_DOWN
 // meanwhile (the SMA's PortInfo follows) and PORT_ACTIVE after; then it
 // unloads mlx5_ib and mlx5_core and loads them again: the port comes back
-// ACTIVE.
+// ACTIVE; and last, firmware fatal through a device_fatal rule: mlx5_core's
+// health recovery resets the firmware and probes again, and an RC
+// pingpong runs on the recovered HCA.
 func TestE2EMLX5Probe(t *testing.T) {
 	needE2E(t)
 	dir := t.TempDir()
@@ -99,6 +101,18 @@ echo "DMESG BEGIN"
 dmesg | grep -i mlx5
 dmesg | grep -i ipoib
 echo "DMESG END"
+if [ -n "$HCAEMU_SERVER_IP" ]; then
+  # Firmware fatal (after the kernel log is checked: mlx5_core reports it
+  # as errors): the health poll sees the syndrome, asks for the firmware
+  # reset and probes the function again.
+  hcaemu-faults add '{"name": "fatal", "match": {"device": "hca1", "commands": ["CREATE_CQ"]}, "action": {"kind": "device_fatal"}, "schedule": {"times": 1}}'
+  ibv_rc_pingpong -d mlx5_0 -p 18641 127.0.0.1 >/dev/null 2>&1
+  bounded 'dmesg | grep -q "recovery (succeeded|failed)"'
+  echo "RECOVERY: $(dmesg | grep 'recovery (succeeded|failed)')"
+  bounded 'ibv_devinfo -d mlx5_0 2>/dev/null | grep -q PORT_ACTIVE'
+  echo "RECOVERED: $(ibv_devinfo -d mlx5_0 | grep state:)"
+  lo 18642 ibv_rc_pingpong -d mlx5_0 -n 20
+fi
 `
 	out, code := hcaemuRun(t, "--device", "mlx5", "--guests", "2", "--timeout", "9m", "--pcap", pcap, "--faults", plan, "--strict", "fail",
 		"--faults-log", filepath.Join(dir, "faults.log"), "--", script)
@@ -127,9 +141,13 @@ echo "DMESG END"
 		`FLAPDOWN: \s+state:\s+PORT_DOWN \(1\)`, `FLAPUP: \s+state:\s+PORT_ACTIVE \(4\)`,
 		`(?s)ASYNC BEGIN.*IBV_EVENT_PORT_ERR.*IBV_EVENT_PORT_ACTIVE.*ASYNC END`,
 		`RMMOD mlx5_ib 0`, `RMMOD mlx5_core 0`, `INSMOD 0`, `RELOADED: \s+state:\s+PORT_ACTIVE \(4\)`)
-	if m := regexp.MustCompile(`hcaemu: faults: rule ibflap: fired ([0-9]+) `).FindStringSubmatch(out); m == nil || m[1] != "1" {
-		t.Errorf("rule ibflap: %v, want fired 1", m)
+	for _, rule := range []string{"ibflap", "fatal"} {
+		if m := regexp.MustCompile(`hcaemu: faults: rule ` + rule + `: fired ([0-9]+) `).FindStringSubmatch(out); m == nil || m[1] != "1" {
+			t.Errorf("rule %s: %v, want fired 1", rule, m)
+		}
 	}
+	mustContain(t, out, 1, `RECOVERY: .*health recovery succeeded`, `RECOVERED: \s+state:\s+PORT_ACTIVE \(4\)`,
+		regexp.QuoteMeta("LOOPBACK 0 ibv_rc_pingpong -d mlx5_0 -n 20"))
 	for k := range 2 {
 		g := strings.Join(guestLines(out, k), "\n")
 		i, j := strings.Index(g, "DMESG BEGIN"), strings.Index(g, "DMESG END")
