@@ -16,18 +16,24 @@ import (
 // directory), in the provisioned trixie root (as provisioning builds the
 // unmodified one), into /patched/drivers.
 func patchDriver(patch string) string {
+	return patchModule("drivers/infiniband/hw/vmw_pvrdma", "vmw_pvrdma", "CONFIG_INFINIBAND_VMWARE_PVRDMA=m", patch)
+}
+
+// patchModule builds module.ko from the kernel source directory dir with
+// config set, changed by patch, into /patched/drivers (see patchDriver).
+func patchModule(dir, module, config, patch string) string {
 	return `set -eu
 krel=$(ls /lib/modules)
 src=$(ls /usr/src/linux-source-*.tar.xz | head -n 1)
 b=$(mktemp -d /tmp/patched.XXXXXX)
 cd "$b"
 top=$(basename "$src" .tar.xz)
-tar -xJf "$src" "$top/drivers/infiniband/hw/vmw_pvrdma"
-d=$b/$top/drivers/infiniband/hw/vmw_pvrdma
+tar -xJf "$src" "$top/` + dir + `"
+d=$b/$top/` + dir + `
 ` + patch + `
-make -s -C "/usr/src/linux-headers-$krel" M="$d" CONFIG_INFINIBAND_VMWARE_PVRDMA=m modules
+make -s -j2 -C "/usr/src/linux-headers-$krel" M="$d" ` + config + ` modules
 mkdir -p /patched/drivers
-cp "$d/vmw_pvrdma.ko" /patched/drivers/
+cp "$d/` + module + `.ko" /patched/drivers/
 rm -rf "$b"
 `
 }
@@ -101,6 +107,32 @@ test "$(grep -c 'PVRDMA_UAR_QP_SEND | qp->qp_handle' "$d/pvrdma_qp.c")" = 2`))
 	}
 	if !strings.Contains(o, `level=WARN msg="driver mistake: doorbell"`) {
 		t.Errorf("no driver-mistake log line")
+	}
+	if strings.Contains(o, "COMMAND-42") {
+		t.Errorf("the guest ran its command: the run was not stopped at the mistake")
+	}
+}
+
+// The same for mlx5 (issue 26 item 5): a driver developer's mlx5_ib,
+// rebuilt from the guest kernel's source with one PRM mistake (every QP's
+// log_rq_stride set to 7, 2048-byte receive WQEs, past max_wqe_sz_rq),
+// loaded with --modules: the first QP the rebuilt driver creates (at
+// probe) stops a --strict fail run, and the message names the structure
+// and the field.
+func TestE2EMLX5StrictDriverBug(t *testing.T) {
+	needE2E(t)
+	out := buildDriverPatch(t, patchModule("drivers/infiniband/hw/mlx5", "mlx5_ib", "CONFIG_MLX5_INFINIBAND=m",
+		`test "$(grep -c 'MLX5_SET(qpc, qpc, log_rq_stride, qp->rq.wqe_shift - 4);' "$d/qp.c")" -ge 1
+sed -i 's/MLX5_SET(qpc, qpc, log_rq_stride, qp->rq.wqe_shift - 4);/MLX5_SET(qpc, qpc, log_rq_stride, 7);/' "$d/qp.c"
+grep -q 'MLX5_SET(qpc, qpc, log_rq_stride, 7);' "$d/qp.c"`))
+	kernel := filepath.Join(qemu.DefaultCacheDir(), "guest", "vmlinuz")
+	o, code := hcaemuRun(t, "--device", "mlx5", "--kernel", kernel, "--modules", out, "--strict", "fail", "--timeout", "10m", "--", "echo COMMAND-$((40+2))")
+	if code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+	want := regexp.MustCompile(`hcaemu run: --strict fail: stopped at the driver's first mistake: hca0: command: create_qp_in\.qpc\.log_rq_stride=7: RQ WQEs of 2048 bytes > max_wqe_sz_rq=512: CREATE_QP failed: status bad parameter\(0x3\), syndrome 0x4d580073`)
+	if !want.MatchString(o) {
+		t.Errorf("no finding naming create_qp_in.qpc.log_rq_stride")
 	}
 	if strings.Contains(o, "COMMAND-42") {
 		t.Errorf("the guest ran its command: the run was not stopped at the mistake")
