@@ -114,27 +114,32 @@ test "$(grep -c 'PVRDMA_UAR_QP_SEND | qp->qp_handle' "$d/pvrdma_qp.c")" = 2`))
 }
 
 // The same for mlx5 (issue 26 item 5): a driver developer's mlx5_ib,
-// rebuilt from the guest kernel's source with one PRM mistake (every QP's
-// log_rq_stride set to 7, 2048-byte receive WQEs, past max_wqe_sz_rq),
-// loaded with --modules: the first QP the rebuilt driver creates (at
-// probe) stops a --strict fail run, and the message names the structure
-// and the field.
+// rebuilt from the guest kernel's source and loaded with --modules, with
+// a pr_info at its init and one PRM mistake in its user QPs only
+// (create_user_qp sets log_rq_stride 7: 2048-byte receive WQEs, past
+// max_wqe_sz_rq). The guest boots and runs on it (its kernel QPs, ib_mad's
+// and IPoIB's, are right: the port is ACTIVE, the command starts); the
+// first user QP (an ibv_rc_pingpong's) stops the --strict fail run, and
+// the message names the structure and the field.
 func TestE2EMLX5StrictDriverBug(t *testing.T) {
 	needE2E(t)
 	out := buildDriverPatch(t, patchModule("drivers/infiniband/hw/mlx5", "mlx5_ib", "CONFIG_MLX5_INFINIBAND=m",
-		`test "$(grep -c 'MLX5_SET(qpc, qpc, log_rq_stride, qp->rq.wqe_shift - 4);' "$d/qp.c")" -ge 1
-sed -i 's/MLX5_SET(qpc, qpc, log_rq_stride, qp->rq.wqe_shift - 4);/MLX5_SET(qpc, qpc, log_rq_stride, 7);/' "$d/qp.c"
-grep -q 'MLX5_SET(qpc, qpc, log_rq_stride, 7);' "$d/qp.c"`))
+		`sed -i '/^static int __init mlx5_ib_init(void)$/,/^{$/ s/^{$/{\n\tpr_info("hcaemu-e2e: patched mlx5_ib loaded\\n");/' "$d/main.c"
+grep -q 'hcaemu-e2e: patched' "$d/main.c"
+sed -i '/^static int create_user_qp(/,/^}/ s/MLX5_SET(qpc, qpc, log_rq_stride, qp->rq.wqe_shift - 4);/MLX5_SET(qpc, qpc, log_rq_stride, 7);/' "$d/qp.c"
+test "$(grep -c 'MLX5_SET(qpc, qpc, log_rq_stride, 7);' "$d/qp.c")" = 1`))
 	kernel := filepath.Join(qemu.DefaultCacheDir(), "guest", "vmlinuz")
-	o, code := hcaemuRun(t, "--device", "mlx5", "--kernel", kernel, "--modules", out, "--strict", "fail", "--timeout", "10m", "--", "echo COMMAND-$((40+2))")
+	o, code := hcaemuRun(t, "--device", "mlx5", "--kernel", kernel, "--modules", out, "--strict", "fail", "--timeout", "10m", "--",
+		`dmesg | grep hcaemu-e2e; echo "BEFORE: $(ibv_devinfo -d mlx5_0 | grep state:)"; ibv_rc_pingpong -d mlx5_0 -p 18650 127.0.0.1; echo COMMAND-$((40+2))`)
 	if code != 1 {
 		t.Errorf("exit %d, want 1", code)
 	}
+	mustContain(t, o, 0, `hcaemu-e2e: patched mlx5_ib loaded`, `BEFORE: \s+state:\s+PORT_ACTIVE \(4\)`)
 	want := regexp.MustCompile(`hcaemu run: --strict fail: stopped at the driver's first mistake: hca0: command: create_qp_in\.qpc\.log_rq_stride=7: RQ WQEs of 2048 bytes > max_wqe_sz_rq=512: CREATE_QP failed: status bad parameter\(0x3\), syndrome 0x4d580073`)
 	if !want.MatchString(o) {
 		t.Errorf("no finding naming create_qp_in.qpc.log_rq_stride")
 	}
 	if strings.Contains(o, "COMMAND-42") {
-		t.Errorf("the guest ran its command: the run was not stopped at the mistake")
+		t.Errorf("the guest ran past the mistake: the run was not stopped at it")
 	}
 }
