@@ -20,6 +20,9 @@ func canonical(t *testing.T, pkt []byte) []byte {
 	if p.Transport.DETH != nil {
 		p.Transport.DETH[4] = 0
 	}
+	if p.Transport.XRCETH != nil {
+		p.Transport.XRCETH[0] = 0 // reserved above the XRC SRQ number
+	}
 	clear(p.Transport.CNPPad)
 	_ = PutICRC(c)
 	_ = PutVCRC(c)
