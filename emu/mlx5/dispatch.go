@@ -111,6 +111,7 @@ func init() {
 		ifc.OpDestroyMkey:          {ifc.DestroyMkeyInSize, ifc.DestroyMkeyOutSize, stateInitialized, (*Device).destroyMkey},
 		ifc.OpCreateCQ:             {ifc.CreateCQInSize, ifc.CreateCQOutSize, stateInitialized, (*Device).createCQ},
 		ifc.OpDestroyCQ:            {ifc.DestroyCQInSize, ifc.DestroyCQOutSize, stateInitialized, (*Device).destroyCQ},
+		ifc.OpModifyCQ:             {ifc.ModifyCQInSize, ifc.ModifyCQOutSize, stateInitialized, (*Device).modifyCQ}, // cqresize.go
 		ifc.OpCreateQP:             {ifc.CreateQPInSize, ifc.CreateQPOutSize, stateInitialized, (*Device).createQP},
 		ifc.OpDestroyQP:            {ifc.DestroyQPInSize, ifc.DestroyQPOutSize, stateInitialized, (*Device).destroyQP},
 		ifc.OpRst2InitQP:           {ifc.ModifyQPInSize, ifc.ModifyQPOutSize, stateInitialized, (*Device).rst2initQP},

@@ -355,3 +355,25 @@ var (
 // At returns field f of a structure that starts at field at of its
 // enclosing one (CreateQPInQPC and QPCPD give create_qp_in.qpc.pd).
 func At(at, f Field) Field { return Field{at.Off + f.Off, f.Width} }
+
+// modify_cq_in (MODIFY_CQ): the CQ (ObjIn, the cqn at byte 0x09),
+// modify_field_select_resize_field_select, and a cq context and pas[] at
+// create_cq_in's places (CreateCQInCQC, PASOffset). Only the resize
+// (op_mod MLX5_CQ_OPMOD_RESIZE, spec §6.5): cq_moderation is 0.
+var (
+	ModifyCQInFieldSelect = F(0x60, 0x20)
+	ModifyCQInCQC         = F(0x80, 0x200)
+)
+
+const (
+	ModifyCQInSize         = 0x50 // through the cq context; pas[] at 0x110
+	ModifyCQOutSize        = 0x08
+	Linux612ModifyCQInSize = 0x110 // modify_cq_in without pas[]
+
+	CQOpModResize = 1 // MLX5_CQ_OPMOD_RESIZE
+
+	// resize_field_select (MLX5_MODIFY_CQ_MASK_*): what a resize changes.
+	ModifyCQMaskLogSize  = 1 << 0
+	ModifyCQMaskPgOffset = 1 << 1
+	ModifyCQMaskPgSize   = 1 << 2
+)
