@@ -124,6 +124,8 @@ func init() {
 		ifc.OpAttachToMCG:          {ifc.AttachToMCGInSize, ifc.AttachToMCGOutSize, stateInitialized, (*Device).attachMCG},
 		ifc.OpDetachFromMCG:        {ifc.DetachFromMCGInSize, ifc.DetachFromMCGOutSize, stateInitialized, (*Device).detachMCG},
 		ifc.OpQueryQP:              {ifc.QueryQPInSize, ifc.QueryQPOutSize, stateInitialized, (*Device).queryQP},
+		ifc.OpModifyRMP:            {ifc.ModifyRMPInSize, ifc.ModifyRMPOutSize, stateInitialized, (*Device).modifyRMP}, // srqlimit.go
+		ifc.OpQueryRMP:             {ifc.QueryRMPInSize, ifc.QueryRMPOutSize, stateInitialized, (*Device).queryRMP},
 		ifc.OpCreateRMP:            {ifc.CreateRMPInSize, ifc.CreateRMPOutSize, stateInitialized, (*Device).createRMP},
 		ifc.OpDestroyRMP:           {ifc.DestroyRMPInSize, ifc.DestroyRMPOutSize, stateInitialized, (*Device).destroyRMP},
 		ifc.OpCreateXRCSRQ:         {ifc.CreateXRCSRQInSize, ifc.CreateXRCSRQOutSize, stateInitialized, (*Device).createXRCSRQ},

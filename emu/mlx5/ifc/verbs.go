@@ -377,3 +377,23 @@ const (
 	ModifyCQMaskPgOffset = 1 << 1
 	ModifyCQMaskPgSize   = 1 << 2
 )
+
+// modify_rmp_in (MODIFY_RMP: mlx5_ib arms an SRQ's limit with it) and
+// query_rmp_in/out (QUERY_RMP): the RMP at ObjIn, the state it stays in
+// (rmp_state), the bitmask of what changes (lwm only), and an rmpc at
+// byte 0x20 of both the input and the output.
+var (
+	ModifyRMPInRMPState   = F(0x40, 4)
+	ModifyRMPInBitmaskLWM = F(0xbf, 1)
+	ModifyRMPInCtx        = F(0x100, 0x780)
+	QueryRMPOutCtx        = F(0x100, 0x780)
+)
+
+const (
+	ModifyRMPInSize         = 0x58 // through ctx.wq.lwm
+	ModifyRMPOutSize        = 0x08
+	QueryRMPInSize          = 0x0c
+	QueryRMPOutSize         = 0x74 // through ctx.wq.log_wq_sz's word
+	Linux612ModifyRMPInSize = 0x110
+	Linux612QueryRMPOutSize = 0x110 // query_rmp_out without pas[]
+)
