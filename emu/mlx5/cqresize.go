@@ -37,36 +37,22 @@ func (d *Device) modifyCQ(in, _ []byte) result {
 	if sel := ifc.ModifyCQInFieldSelect.Get(in); sel != resize {
 		return d.badField(op, "modify_cq_in.resize_field_select=%#x: log_size, page_offset and page_size (%#x)", sel, resize)
 	}
-	cqc := ifc.ModifyCQInCQC.Bytes(in)
-	logSize := ifc.CQCLogCQSize.Get(cqc)
-	sz := ifc.CQCCQESz.Get(cqc)
-	lps := ifc.CQCLogPageSz.Get(cqc)
-	switch maxSz := capMax(ifc.CmdHCACapLogMaxCQSz); {
-	case logSize > maxSz:
-		return d.badField(op, "modify_cq_in.cq_context.log_cq_size=%d > log_max_cq_sz=%d", logSize, maxSz)
-	case sz != ifc.CQESize64 && sz != ifc.CQESize128:
-		return d.badField(op, "modify_cq_in.cq_context.cqe_sz=%d: 64 (0) or 128 (1) bytes", sz)
-	case lps > maxLogPageSize:
-		return d.badField(op, "modify_cq_in.cq_context.log_page_size=%d > %d", lps, maxLogPageSize)
+	ring, r := d.readCQRing(op, "modify_cq_in", in, ifc.ModifyCQInCQC.Bytes(in))
+	if r != ok {
+		return r
 	}
 	var rec [doorbell.RecordSize]byte
 	if err := d.readGuest(rec[:], c.dbr); err != nil {
+		d.fn.pins.Unpin(len(ring.pas))
 		return d.refuse(ifc.StatBadResStateErr, SyndDBR, hca.FindingDoorbell, op, "cq %#x: doorbell record at %#x unreadable: %v", h, c.dbr, err)
 	}
 	outstanding := (c.pi - doorbell.DecodeCQRecord(rec[:]).CI) & 0xffffff
-	if outstanding > 1<<logSize || outstanding >= 1<<c.logSize {
+	if outstanding > 1<<ring.logSize || outstanding >= 1<<c.logSize {
 		// Not a driver mistake: the verb's caller asked (pyverbs
 		// test_resize_cq does, on purpose).
-		d.log.Debug("MODIFY_CQ: resize refused", "cqn", h, "log_cq_size", logSize, "not_consumed", outstanding, "entries", 1<<c.logSize)
+		d.log.Debug("MODIFY_CQ: resize refused", "cqn", h, "log_cq_size", ring.logSize, "not_consumed", outstanding, "entries", 1<<c.logSize)
+		d.fn.pins.Unpin(len(ring.pas))
 		return result{ifc.StatBadSizeOutsCQEs, SyndCQOutstanding}
-	}
-	cqeSize := uint32(64) << sz
-	shift := uint8(ifc.AdapterPageShift + lps)
-	pageOffset := uint64(ifc.CQCPageOffset.Get(cqc)) << (shift - 6)
-	pas, r := d.readPAS(op, in, pasList{st: "modify_cq_in", at: ifc.PASOffset, shift: shift,
-		off: pageOffset, n: uint64(cqeSize) << logSize, synd: SyndPAS, lenSynd: SyndPASLen})
-	if r != ok {
-		return r
 	}
 	// The RESIZE CQE, op_own last, in the old ring at P.
 	var b [uverbs.CQESize64]byte
@@ -75,11 +61,11 @@ func (d *Device) modifyCQ(in, _ []byte) result {
 	off := geo.Offset(c.pi) + uint64(c.cqeSize) - uverbs.CQESize64
 	if d.writeBuf(c.pas, c.pageShift, c.pageOffset, off, b[:uverbs.OpOwnOffset]) != nil ||
 		d.writeBuf(c.pas, c.pageShift, c.pageOffset, off+uverbs.OpOwnOffset, b[uverbs.OpOwnOffset:]) != nil {
-		d.fn.pins.Unpin(len(pas))
+		d.fn.pins.Unpin(len(ring.pas))
 		return d.refuse(ifc.StatBadResStateErr, SyndPAS, hca.FindingPageDir, op, "cq %#x: the old ring is not writable for the RESIZE CQE", h)
 	}
 	d.fn.pins.Unpin(len(c.pas))
-	c.logSize, c.cqeSize, c.pageShift, c.pageOffset, c.pas = uint8(logSize), cqeSize, shift, pageOffset, pas
+	c.cqRing = ring
 	c.pi++
 	return ok
 }
