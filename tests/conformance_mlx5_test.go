@@ -66,25 +66,7 @@ func TestE2EConformancePyverbsMLX5(t *testing.T) {
 	}
 	c := run.counts()
 	t.Logf("mlx5_0: ran %d in %ds: %d passed, %d skipped, %d failed, %d errors", run.ran, run.seconds, c["ok"], c["skip"], c["fail"], c["error"])
-	for _, id := range sortedIDs(run.results) {
-		r := run.results[id]
-		why, known := conformanceMLX5Known[id]
-		switch r.outcome {
-		case "fail", "error", "xpass":
-			if known {
-				t.Logf("%s: %s (%s): %s", id, r.outcome, why, r.reason)
-			} else {
-				t.Errorf("%s: %s: %s", id, r.outcome, r.reason)
-			}
-		case "skip":
-			if r.reason == "" {
-				t.Errorf("%s: skipped without a reason", id)
-			}
-		}
-		if known && (r.outcome == "ok" || r.outcome == "xfail") {
-			t.Errorf("%s passes now: drop it from conformanceMLX5Known", id)
-		}
-	}
+	checkSuite(t, run, conformanceMLX5Known, "conformanceMLX5Known")
 	if path := os.Getenv("HCAEMU_CONFORMANCE_TABLE"); path != "" {
 		if err := os.WriteFile(path, []byte(conformanceTable(map[string]*suiteRun{"mlx5_0": run})), 0o644); err != nil {
 			t.Error(err)
