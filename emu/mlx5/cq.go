@@ -9,16 +9,12 @@ import (
 // at byte pageOffset of the pages in pas, its doorbell record, the UAR
 // its arm doorbells name and the EQ its completion events go to.
 type cq struct {
-	cqn        uint32
-	logSize    uint8
-	cqeSize    uint32 // 64 or 128
-	oi         bool
-	uar        uint32
-	eqn        uint8
-	dbr        uint64
-	pageShift  uint8
-	pageOffset uint64 // bytes
-	pas        []uint64
+	cqn uint32
+	cqRing
+	oi  bool
+	uar uint32
+	eqn uint8
+	dbr uint64
 	// refs counts the QPs (send or receive CQ) and XRC SRQs that name it.
 	refs int
 	// pi counts the CQEs written; armed (armSol: for a solicited or
@@ -29,28 +25,50 @@ type cq struct {
 	broken bool
 }
 
-// createCQ: CREATE_CQ. The cq context: log_cq_size within log_max_cq_sz,
-// 64- or 128-byte CQEs, no compression, an EQ that exists (c_eqn), a UAR
-// the function holds, the doorbell record (8 bytes, 8-byte aligned, in
-// guest memory), the page size and offset, and the PAS covering the ring.
-func (d *Device) createCQ(in, out []byte) result {
-	const op = ifc.OpCreateCQ
-	cqc := ifc.CreateCQInCQC.Bytes(in)
+// cqRing is a CQ's ring: 1<<logSize CQEs of cqeSize bytes at byte
+// pageOffset of the pages in pas.
+type cqRing struct {
+	logSize    uint8
+	cqeSize    uint32 // 64 or 128
+	pageShift  uint8
+	pageOffset uint64 // bytes
+	pas        []uint64
+}
+
+// readCQRing checks the ring a cq context describes (log_cq_size within
+// log_max_cq_sz, 64- or 128-byte CQEs, no compression, the page size and
+// offset) and reads the PAS covering it, which it pins; st names the
+// input structure (create_cq_in, modify_cq_in).
+func (d *Device) readCQRing(op ifc.Opcode, st string, in, cqc []byte) (cqRing, result) {
 	logSize := ifc.CQCLogCQSize.Get(cqc)
 	sz := ifc.CQCCQESz.Get(cqc)
 	lps := ifc.CQCLogPageSz.Get(cqc)
-	eqn := ifc.CQCCEQN.Get(cqc)
-	uar := ifc.CQCUARPage.Get(cqc)
 	switch maxSz := capMax(ifc.CmdHCACapLogMaxCQSz); {
 	case logSize > maxSz:
-		return d.badField(op, "create_cq_in.cq_context.log_cq_size=%d > log_max_cq_sz=%d", logSize, maxSz)
+		return cqRing{}, d.badField(op, "%s.cq_context.log_cq_size=%d > log_max_cq_sz=%d", st, logSize, maxSz)
 	case sz != ifc.CQESize64 && sz != ifc.CQESize128:
-		return d.badField(op, "create_cq_in.cq_context.cqe_sz=%d: 64 (0) or 128 (1) bytes", sz)
+		return cqRing{}, d.badField(op, "%s.cq_context.cqe_sz=%d: 64 (0) or 128 (1) bytes", st, sz)
 	case ifc.CQCCQECompEn.Get(cqc) != 0:
-		return d.badField(op, "create_cq_in.cq_context.cqe_comp_en=1: no CQE compression (cqe_compression=0)")
+		return cqRing{}, d.badField(op, "%s.cq_context.cqe_comp_en=1: no CQE compression (cqe_compression=0)", st)
 	case lps > maxLogPageSize:
-		return d.badField(op, "create_cq_in.cq_context.log_page_size=%d > %d", lps, maxLogPageSize)
+		return cqRing{}, d.badField(op, "%s.cq_context.log_page_size=%d > %d", st, lps, maxLogPageSize)
 	}
+	ring := cqRing{logSize: uint8(logSize), cqeSize: uint32(64) << sz, pageShift: uint8(ifc.AdapterPageShift + lps)}
+	ring.pageOffset = uint64(ifc.CQCPageOffset.Get(cqc)) << (ring.pageShift - 6)
+	pas, r := d.readPAS(op, in, pasList{st: st, at: ifc.PASOffset, shift: ring.pageShift,
+		off: ring.pageOffset, n: uint64(ring.cqeSize) << logSize, synd: SyndPAS, lenSynd: SyndPASLen})
+	ring.pas = pas
+	return ring, r
+}
+
+// createCQ: CREATE_CQ. The cq context: its ring (readCQRing), an EQ that
+// exists (c_eqn), a UAR the function holds, the doorbell record (8 bytes,
+// 8-byte aligned, in guest memory).
+func (d *Device) createCQ(in, out []byte) result {
+	const op = ifc.OpCreateCQ
+	cqc := ifc.CreateCQInCQC.Bytes(in)
+	eqn := ifc.CQCCEQN.Get(cqc)
+	uar := ifc.CQCUARPage.Get(cqc)
 	e := d.fn.eqs[uint8(eqn)]
 	if eqn > 0xff || e == nil {
 		return d.badRef(op, "create_cq_in.cq_context.c_eqn_or_apu_element", eqn, "EQ")
@@ -62,19 +80,14 @@ func (d *Device) createCQ(in, out []byte) result {
 	if r := d.checkDBR(op, "create_cq_in.cq_context.dbr_addr", dbr, 8, 8); r != ok {
 		return r
 	}
-	cqeSize := uint32(64) << sz
-	shift := uint8(ifc.AdapterPageShift + lps)
-	pageOffset := uint64(ifc.CQCPageOffset.Get(cqc)) << (shift - 6)
-	pas, r := d.readPAS(op, in, pasList{st: "create_cq_in", at: ifc.PASOffset, shift: shift,
-		off: pageOffset, n: uint64(cqeSize) << logSize, synd: SyndPAS, lenSynd: SyndPASLen})
+	ring, r := d.readCQRing(op, "create_cq_in", in, cqc)
 	if r != ok {
 		return r
 	}
-	c := &cq{logSize: uint8(logSize), cqeSize: cqeSize, oi: ifc.CQCOI.Get(cqc) != 0, uar: uar,
-		eqn: uint8(eqn), dbr: dbr, pageShift: shift, pageOffset: pageOffset, pas: pas}
+	c := &cq{cqRing: ring, oi: ifc.CQCOI.Get(cqc) != 0, uar: uar, eqn: uint8(eqn), dbr: dbr}
 	h, r := add(d, &d.fn.obj.cqs, c, op)
 	if r != ok {
-		d.fn.pins.Unpin(len(pas))
+		d.fn.pins.Unpin(len(ring.pas))
 		return r
 	}
 	c.cqn = h

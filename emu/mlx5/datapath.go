@@ -55,18 +55,7 @@ func (d *Device) qpEvent(q *qp, ev transport.Event) {
 	if !known {
 		typ = ifc.EventWQCatasError
 	}
-	for n := range 1 << LogMaxEQ {
-		e := d.fn.eqs[uint8(n)]
-		if e == nil || e.mask[typ/64]&(1<<(typ%64)) == 0 {
-			continue
-		}
-		var eqe [ifc.EQESize]byte
-		eqe[ifc.EQEType] = typ
-		eqe[eqeQPType] = 0 // MLX5_EVENT_QUEUE_TYPE_QP
-		binary.BigEndian.PutUint32(eqe[eqeQPNumber:], q.QPN&0xffffff)
-		d.postEQE(e, &eqe)
-		return
-	}
+	d.asyncEvent(typ, eqeTypeQP, q.QPN) // srqlimit.go
 }
 
 // uarDoorbell is a write to a UAR page register other than the EQ

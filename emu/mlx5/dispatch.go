@@ -111,6 +111,7 @@ func init() {
 		ifc.OpDestroyMkey:          {ifc.DestroyMkeyInSize, ifc.DestroyMkeyOutSize, stateInitialized, (*Device).destroyMkey},
 		ifc.OpCreateCQ:             {ifc.CreateCQInSize, ifc.CreateCQOutSize, stateInitialized, (*Device).createCQ},
 		ifc.OpDestroyCQ:            {ifc.DestroyCQInSize, ifc.DestroyCQOutSize, stateInitialized, (*Device).destroyCQ},
+		ifc.OpModifyCQ:             {ifc.ModifyCQInSize, ifc.ModifyCQOutSize, stateInitialized, (*Device).modifyCQ}, // cqresize.go
 		ifc.OpCreateQP:             {ifc.CreateQPInSize, ifc.CreateQPOutSize, stateInitialized, (*Device).createQP},
 		ifc.OpDestroyQP:            {ifc.DestroyQPInSize, ifc.DestroyQPOutSize, stateInitialized, (*Device).destroyQP},
 		ifc.OpRst2InitQP:           {ifc.ModifyQPInSize, ifc.ModifyQPOutSize, stateInitialized, (*Device).rst2initQP},
@@ -123,6 +124,8 @@ func init() {
 		ifc.OpAttachToMCG:          {ifc.AttachToMCGInSize, ifc.AttachToMCGOutSize, stateInitialized, (*Device).attachMCG},
 		ifc.OpDetachFromMCG:        {ifc.DetachFromMCGInSize, ifc.DetachFromMCGOutSize, stateInitialized, (*Device).detachMCG},
 		ifc.OpQueryQP:              {ifc.QueryQPInSize, ifc.QueryQPOutSize, stateInitialized, (*Device).queryQP},
+		ifc.OpModifyRMP:            {ifc.ModifyRMPInSize, ifc.ModifyRMPOutSize, stateInitialized, (*Device).modifyRMP}, // srqlimit.go
+		ifc.OpQueryRMP:             {ifc.QueryRMPInSize, ifc.QueryRMPOutSize, stateInitialized, (*Device).queryRMP},
 		ifc.OpCreateRMP:            {ifc.CreateRMPInSize, ifc.CreateRMPOutSize, stateInitialized, (*Device).createRMP},
 		ifc.OpDestroyRMP:           {ifc.DestroyRMPInSize, ifc.DestroyRMPOutSize, stateInitialized, (*Device).destroyRMP},
 		ifc.OpCreateXRCSRQ:         {ifc.CreateXRCSRQInSize, ifc.CreateXRCSRQOutSize, stateInitialized, (*Device).createXRCSRQ},

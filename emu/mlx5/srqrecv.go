@@ -130,6 +130,7 @@ func (env *qpEnv) popSRQ() {
 	s.st.head = env.srqNext
 	s.st.consumed++
 	s.st.gen++
+	env.d.srqConsumed(s, env.peekSRQN) // srqlimit.go
 }
 
 // recvCompletion is where a receive completion goes and the user index

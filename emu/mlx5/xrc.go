@@ -15,8 +15,8 @@ import (
 // xrcAccept checks an XRC packet for XRC QP q before its RC transport
 // takes it: an initiator takes responses only, a target requests only,
 // each naming an XRC SRQ of the target's XRC domain (kept in the env for
-// the receive WQE the request may consume). false: the packet does
-// nothing.
+// the receive WQE the request may consume, its PD for the R_Keys the
+// request names). false: the packet does nothing.
 func (d *Device) xrcAccept(q *qp, t *roce.Packet) bool {
 	info, _ := t.Opcode().Info()
 	if t.Opcode().Transport() != roce.TransportXRC {
@@ -34,5 +34,8 @@ func (d *Device) xrcAccept(q *qp, t *roce.Packet) bool {
 		return false
 	}
 	q.env.xrcSRQN = n
+	// Its RDMA and atomic requests reach memory of the XRC SRQ's PD (the
+	// kernel makes the target QP in a PD of its own, devr->p0).
+	q.RC.SetPD(s.pd)
 	return true
 }

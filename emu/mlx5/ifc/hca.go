@@ -300,6 +300,7 @@ const (
 	EventPageRequest     = 0x0b
 	EventWQInvalReqError = 0x10 // IB_EVENT_QP_REQ_ERR
 	EventWQAccessError   = 0x11 // IB_EVENT_QP_ACCESS_ERR
+	EventSRQRQLimit      = 0x14 // an SRQ's WQEs fell below its limit (IB_EVENT_SRQ_LIMIT_REACHED)
 	EventTypeMax         = 0x100
 )
 

@@ -355,3 +355,45 @@ var (
 // At returns field f of a structure that starts at field at of its
 // enclosing one (CreateQPInQPC and QPCPD give create_qp_in.qpc.pd).
 func At(at, f Field) Field { return Field{at.Off + f.Off, f.Width} }
+
+// modify_cq_in (MODIFY_CQ): the CQ (ObjIn, the cqn at byte 0x09),
+// modify_field_select_resize_field_select, and a cq context and pas[] at
+// create_cq_in's places (CreateCQInCQC, PASOffset). Only the resize
+// (op_mod MLX5_CQ_OPMOD_RESIZE, spec §6.5): cq_moderation is 0.
+var (
+	ModifyCQInFieldSelect = F(0x60, 0x20)
+	ModifyCQInCQC         = F(0x80, 0x200)
+)
+
+const (
+	ModifyCQInSize         = 0x50 // through the cq context; pas[] at 0x110
+	ModifyCQOutSize        = 0x08
+	Linux612ModifyCQInSize = 0x110 // modify_cq_in without pas[]
+
+	CQOpModResize = 1 // MLX5_CQ_OPMOD_RESIZE
+
+	// resize_field_select (MLX5_MODIFY_CQ_MASK_*): what a resize changes.
+	ModifyCQMaskLogSize  = 1 << 0
+	ModifyCQMaskPgOffset = 1 << 1
+	ModifyCQMaskPgSize   = 1 << 2
+)
+
+// modify_rmp_in (MODIFY_RMP: mlx5_ib arms an SRQ's limit with it) and
+// query_rmp_in/out (QUERY_RMP): the RMP at ObjIn, the state it stays in
+// (rmp_state), the bitmask of what changes (lwm only), and an rmpc at
+// byte 0x20 of both the input and the output.
+var (
+	ModifyRMPInRMPState   = F(0x40, 4)
+	ModifyRMPInBitmaskLWM = F(0xbf, 1)
+	ModifyRMPInCtx        = F(0x100, 0x780)
+	QueryRMPOutCtx        = F(0x100, 0x780)
+)
+
+const (
+	ModifyRMPInSize         = 0x58 // through ctx.wq.lwm
+	ModifyRMPOutSize        = 0x08
+	QueryRMPInSize          = 0x0c
+	QueryRMPOutSize         = 0x74 // through ctx.wq.log_wq_sz's word
+	Linux612ModifyRMPInSize = 0x110
+	Linux612QueryRMPOutSize = 0x110 // query_rmp_out without pas[]
+)

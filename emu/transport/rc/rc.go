@@ -222,6 +222,12 @@ func New(env transport.Env, mem mr.Space, log *slog.Logger) *QP {
 // Configure takes the QP's current attributes.
 func (qp *QP) Configure(cfg Config) { qp.cfg = cfg }
 
+// SetPD changes the protection domain the responder checks R_Keys in, and
+// nothing else: an XRC target checks each request's RDMA and atomic
+// access in the PD of the XRC SRQ its XRCETH names (IBTA 9.2: the target
+// QP has no PD of its own), which the device sets before Receive.
+func (qp *QP) SetPD(pd uint32) { qp.cfg.PD = pd }
+
 // State is the QP state the transport was last told.
 func (qp *QP) State() transport.State { return qp.state }
 
