@@ -58,6 +58,11 @@ func (d *Device) qpEvent(q *qp, ev transport.Event) {
 	d.asyncEvent(typ, eqeTypeQP, q.QPN) // srqlimit.go
 }
 
+// bfHalf is the size of each half of a BlueFlame register
+// ((1<<log_bf_reg_size)/2, the drivers' buf_size): a send doorbell is the
+// first 8 bytes of a half. Computed once, not on every doorbell.
+var bfHalf = uint64(1) << capMax(ifc.CmdHCACapLogBFRegSize) / 2
+
 // uarDoorbell is a write to a UAR page register other than the EQ
 // doorbells: the page's latch pairs 32-bit halves; a whole send doorbell
 // kicks its QP (the WQEs are read by the engine, not here), a whole CQ
@@ -72,8 +77,7 @@ func (d *Device) qpEvent(q *qp, ev transport.Event) {
 // rest is the WQE the buffer holds too, ignored.
 func (d *Device) uarDoorbell(uar uint32, reg uint64, p []byte) {
 	if reg >= doorbell.SendDoorbellStart && reg < doorbell.SendDoorbellEnd {
-		half := uint64(1) << capMax(ifc.CmdHCACapLogBFRegSize) / 2
-		if (reg-doorbell.SendDoorbellStart)%half >= 8 {
+		if (reg-doorbell.SendDoorbellStart)%bfHalf >= 8 {
 			return
 		}
 		if len(p) > 8 && reg%8 == 0 {

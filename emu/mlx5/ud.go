@@ -141,13 +141,9 @@ func (d *Device) deliverDatagram(q *qp, pkt *ib.Packet) bool {
 		return false
 	}
 	q.env.rxSLID, q.env.rxSL = pkt.LRH.SLID(), pkt.LRH.SL()
-	var grh []byte
-	if pkt.GRH != nil {
-		grh = pkt.GRH
-	}
 	q.CountRx(&pkt.Transport, 1, len(pkt.Transport.Payload))
 	d.received(q, &pkt.Transport)
-	if !q.UD.Receive(&pkt.Transport, grh) {
+	if !q.UD.Receive(&pkt.Transport, pkt.GRH) { // nil without a GRH
 		d.stats.QKeyViolations++
 		return false
 	}
