@@ -81,9 +81,14 @@ type Batch struct {
 	Epoch  uint64
 	// Helped: the sender will see to it that the receiver takes the batch
 	// (DirectReceiver.Deliver), so delivering it need not wake anyone.
-	Helped  bool
+	Helped bool
+	// SLID is the sending port's LID when the batch crosses an InfiniBand
+	// subnet (the subnet sets it: the sender cannot choose it); 0 on the
+	// Ethernet segment, whose packets carry IP addresses.
+	SLID    uint16
 	extents []Extent
-	to      *Port
+	to      *Port          // a Switch's receiving port
+	taker   DirectReceiver // another link's receiver (NewBatch)
 	buf     []byte
 	used    int
 	count   uint64 // packets, runs counting as theirs
@@ -117,6 +122,19 @@ func newBatch() *Batch {
 			extents: make([]Extent, 0, BatchExtents)}
 	}
 }
+
+// NewBatch starts a batch for a link other than a Switch's that carries
+// packets between HCA ports without frames (an InfiniBand subnet's): to is
+// the receiving port's taker, which Reserve made room in, and slid the
+// sending port's LID. The link hands it over itself (Taker().Deliver).
+func NewBatch(to DirectReceiver, slid uint16) *Batch {
+	b := newBatch()
+	b.taker, b.SLID = to, slid
+	return b
+}
+
+// Taker is the receiver NewBatch was given (nil for a Switch's batch).
+func (b *Batch) Taker() DirectReceiver { return b.taker }
 
 // Room returns the free part of the batch's buffer, where the next packet
 // is built; empty when the batch holds BatchPackets packets.
@@ -159,12 +177,18 @@ func (b *Batch) AddLent(src, dst netip.Addr, ib []byte, frameLen, run, payloadLe
 // packets it stands for.
 func (b *Batch) Count() uint64 { return b.count }
 
+// InRuns is the number of packets inside the batch's runs, and Lent the
+// number of those whose payload is lent (Count's share of each).
+func (b *Batch) InRuns() uint64 { return b.inRuns }
+func (b *Batch) Lent() uint64   { return b.lent }
+
 // Release returns the batch to the pool; the caller must not use it (nor
 // its packets' bytes) afterwards.
 func (b *Batch) Release() {
 	clear(b.Packets)
 	b.Packets, b.to, b.used, b.count, b.inRuns = b.Packets[:0], nil, 0, 0, 0
 	b.Lender, b.Epoch, b.extents, b.lent, b.Helped = nil, 0, b.extents[:0], 0, false
+	b.SLID, b.taker = 0, nil
 	select {
 	case batchFree <- b:
 	default:

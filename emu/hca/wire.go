@@ -55,10 +55,16 @@ type Wire struct {
 	log   *slog.Logger
 	mem   dma.Memory // the device's guest memory, as its DMA reaches it
 	port  Port
-	// direct is port when it is the switch's own (no recorder between):
-	// RC packets to other HCAs may go without frames (out).
-	direct *fabric.Port
+	// direct carries RC packets to other HCAs without frames (out): the
+	// port when it is a switch's own (no recorder between), or the link
+	// AttachLink was given.
+	direct DirectLink
 	out    directOut
+	// admit, for a link whose batches carry a source LID rather than IP
+	// addresses (AttachLink's model is a LinkAdmitter), is the model's
+	// check of an RC packet's source; slid the source of the batch taken.
+	admit func(qp *QP, pkey, slid uint16) bool
+	slid  uint16
 	// lend lends the payloads of runs to the HCAs they go to (nil: no
 	// guest memory); lent and runScratch are where this device reads runs
 	// lent to it; extents, the sender's, while it builds a lent run.
@@ -101,13 +107,71 @@ func (w *Wire) Attach(c *Core, model WireModel, log *slog.Logger, attach Attach,
 	// A port of the switch itself (not one a recorder wraps) carries RC
 	// packets to other HCAs without frames when nothing watches the wire.
 	if fp, ok := w.port.(*fabric.Port); ok {
-		w.direct = fp
 		fp.SetDirect(c.DirectReceiver())
-		if lendMem != nil {
-			w.lend = NewLender(lendMem)
-		}
-		w.filler = mr.NewFiller()
+		w.attachDirect(switchLink{fp}, lendMem)
 	}
+}
+
+// DirectLink is a port that carries RC packets to the other HCA ports of
+// the process without frames while nothing watches the wire: a switch's
+// port (addressed by IP), or an InfiniBand subnet's (by LID).
+type DirectLink interface {
+	// Open starts a batch for the packets of path p. ok=false: frames are
+	// needed; a nil batch with ok: the receiver's queue is full.
+	Open(p transport.Path) (b *fabric.Batch, ok bool)
+	// Flush hands a batch Open started to its receiver, and returns it.
+	Flush(b *fabric.Batch) fabric.DirectReceiver
+	// FrameLen is the length on the link of a packet of path p whose
+	// transport part (BTH through ICRC) is n bytes (the port's counters).
+	FrameLen(p transport.Path, n int) int
+}
+
+// LinkAdmitter is a model whose link's batches name their source by LID
+// (Batch.SLID, an InfiniBand subnet's) instead of IP addresses: it says
+// whether an RC packet from slid with P_Key pkey may reach qp (its
+// connection's remote LID, its partition), and counts a refusal.
+type LinkAdmitter interface {
+	AdmitDirect(qp *QP, pkey, slid uint16) bool
+}
+
+// AttachLink connects the wire of core c (running model) to a link that
+// carries RC packets to other HCAs in batches only (an InfiniBand port,
+// whose model builds and receives whole packets itself): Transmit is not
+// used, TransmitDirect and TransmitRun are. The model's port must give
+// c.DirectReceiver() its batches; mem and lendMem are as for Attach.
+func (w *Wire) AttachLink(c *Core, model WireModel, log *slog.Logger, link DirectLink, mem, lendMem dma.Memory) {
+	w.c, w.model, w.log, w.mem = c, model, log, mem
+	if a, ok := model.(LinkAdmitter); ok {
+		w.admit = a.AdmitDirect
+	}
+	w.attachDirect(link, lendMem)
+}
+
+func (w *Wire) attachDirect(link DirectLink, lendMem dma.Memory) {
+	w.direct = link
+	if lendMem != nil {
+		w.lend = NewLender(lendMem)
+	}
+	w.filler = mr.NewFiller()
+}
+
+// switchLink is a switch's port as a DirectLink: packets go by their IP
+// addresses, in Ethernet frames otherwise.
+type switchLink struct{ port *fabric.Port }
+
+func (l switchLink) Open(p transport.Path) (*fabric.Batch, bool) {
+	to := l.port.Direct(p.Src, p.Dst)
+	if to == nil {
+		return nil, false
+	}
+	return l.port.Open(to), true
+}
+
+func (l switchLink) Flush(b *fabric.Batch) fabric.DirectReceiver { return l.port.Flush(b) }
+
+func (switchLink) FrameLen(p transport.Path, n int) int {
+	h, _ := roce.FrameHeaderLen(&roce.FrameFields{SrcIP: p.Src, DstIP: p.Dst})
+	return max(h+n, roce.MinFrameSize)
 }
 
 // Detach leaves the fabric (the device is closed).
@@ -164,10 +228,8 @@ func (w *Wire) Transmit(p *transport.Path, f *roce.PacketFields, payload *transp
 	if w.port == nil {
 		return nil // no fabric: the wire is empty
 	}
-	if w.direct != nil && f.BTH.Opcode.Transport() == roce.TransportRC {
-		if sent, err := w.transmitDirect(p, f, payload, mem); sent {
-			return err
-		}
+	if sent, err := w.TransmitDirect(p, f, payload, mem); sent {
+		return err
 	}
 	ff := roce.FrameFields{Dst: p.DMAC, Src: w.MAC, SrcIP: p.Src, DstIP: p.Dst,
 		TrafficClass: p.TClass, HopLimit: p.HopLimit, FlowLabel: p.FlowLabel, SrcPort: p.SrcPort}
@@ -204,6 +266,7 @@ func (w *Wire) Transmit(p *transport.Path, f *roce.PacketFields, payload *transp
 type directOut struct {
 	batch    *fabric.Batch
 	src, dst netip.Addr
+	dlid     uint16
 }
 
 // openOut makes w.out a batch for the HCA owning the path's destination:
@@ -211,34 +274,32 @@ type directOut struct {
 // batches there now), transport.ErrPeerBusy when its queue is full.
 func (w *Wire) openOut(p *transport.Path) (bool, error) {
 	out := &w.out
-	if out.batch != nil && (out.dst != p.Dst || out.src != p.Src) {
+	if out.batch != nil && (out.dst != p.Dst || out.src != p.Src || out.dlid != p.DLID) {
 		w.flushOut()
 	}
 	if out.batch != nil {
 		return true, nil
 	}
-	to := w.direct.Direct(p.Src, p.Dst)
-	if to == nil {
+	b, ok := w.direct.Open(*p)
+	if !ok {
 		return false, nil
 	}
-	b := w.direct.Open(to)
 	if b == nil {
 		return false, transport.ErrPeerBusy
 	}
-	*out = directOut{batch: b, src: p.Src, dst: p.Dst}
+	*out = directOut{batch: b, src: p.Src, dst: p.Dst, dlid: p.DLID}
 	return true, nil
 }
 
-// transmitDirect builds an RC packet into the batch for the HCA owning the
-// path's destination, when the fabric carries it without a frame (nothing
+// TransmitDirect builds an RC packet into the batch for the HCA owning the
+// path's destination, when the link carries it without a frame (nothing
 // watches the wire): only the IB transport part is written, the payload
 // gathered in place, and no ICRC computed. sent=false: a frame is needed
 // (the caller builds one). A full receiver is transport.ErrPeerBusy, with
 // nothing sent.
-func (w *Wire) transmitDirect(p *transport.Path, f *roce.PacketFields, payload *transport.Payload, mem mr.Space) (sent bool, err error) {
-	h, err := roce.FrameHeaderLen(&roce.FrameFields{SrcIP: p.Src, DstIP: p.Dst})
-	if err != nil {
-		return true, err
+func (w *Wire) TransmitDirect(p *transport.Path, f *roce.PacketFields, payload *transport.Payload, mem mr.Space) (sent bool, err error) {
+	if w.direct == nil || f.BTH.Opcode.Transport() != roce.TransportRC {
+		return false, nil
 	}
 	out := &w.out
 	for {
@@ -253,7 +314,7 @@ func (w *Wire) transmitDirect(p *transport.Path, f *roce.PacketFields, payload *
 		if err != nil {
 			return true, err
 		}
-		frameLen := max(h+len(ib), roce.MinFrameSize)
+		frameLen := w.direct.FrameLen(*p, len(ib))
 		out.batch.Add(p.Src, p.Dst, ib, frameLen, 1)
 		w.Stats.FramesOut++
 		w.Stats.BytesOut += uint64(frameLen)
@@ -269,7 +330,7 @@ func (w *Wire) transmitDirect(p *transport.Path, f *roce.PacketFields, payload *
 // (the caller sends the packets one at a time). A full receiver is
 // transport.ErrPeerBusy, with nothing sent.
 func (w *Wire) TransmitRun(p *transport.Path, f *roce.PacketFields, payload *transport.Payload, n int, mem mr.Space) (int, error) {
-	if w.port == nil || w.direct == nil || n < 1 || payload.Len%n != 0 {
+	if w.direct == nil || n < 1 || payload.Len%n != 0 {
 		return 0, nil
 	}
 	per := payload.Len / n
@@ -277,16 +338,13 @@ func (w *Wire) TransmitRun(p *transport.Path, f *roce.PacketFields, payload *tra
 	if err != nil {
 		return 0, err
 	}
-	h, err := roce.FrameHeaderLen(&roce.FrameFields{SrcIP: p.Src, DstIP: p.Dst})
-	if err != nil {
-		return 0, err
-	}
+	frameOne := w.direct.FrameLen(*p, one)
 	out := &w.out
 	for {
 		if ok, err := w.openOut(p); !ok {
 			return 0, err
 		}
-		if k, ok, err := w.lendRun(p, f, payload, n, per, h+one, mem); ok || err != nil {
+		if k, ok, err := w.lendRun(p, f, payload, n, per, frameOne, mem); ok || err != nil {
 			return k, err
 		}
 		room := out.batch.Room()
@@ -304,7 +362,7 @@ func (w *Wire) TransmitRun(p *transport.Path, f *roce.PacketFields, payload *tra
 		if err != nil {
 			return 0, err
 		}
-		frameLen := k * max(h+one, roce.MinFrameSize)
+		frameLen := k * frameOne
 		out.batch.Add(p.Src, p.Dst, ib, frameLen, k)
 		w.Stats.FramesOut += uint64(k)
 		w.Stats.BytesOut += uint64(frameLen)
@@ -428,7 +486,7 @@ func (w *Wire) ReceiveBatch(b *fabric.Batch) {
 	if w.Down || !w.model.Up() {
 		return
 	}
-	w.batching = true
+	w.batching, w.slid = true, b.SLID
 	defer w.releaseHeld()
 	for i := range b.Packets {
 		pkt := &b.Packets[i]
@@ -585,11 +643,23 @@ func (w *Wire) receivePacket(qp *QP, pkt *roce.Packet, src, dst netip.Addr, ipHe
 		if lent != nil {
 			from, size, scratch = lent, lent.Len(), w.scratch()
 		}
+		if w.admit != nil && (qp.RC == nil || !w.admit(qp, pkt.BTH.PKey(), w.slid)) {
+			// A source LID (an IB subnet's batch) the model refused.
+			w.Stats.Address += uint64(run)
+			if w.Tracer != nil {
+				w.traceRx(qp, pkt, "address")
+			}
+			return
+		}
 		if w.batching && qp.RC != nil && !qp.RC.Holding() {
 			qp.RC.HoldResponses()
 			w.held = append(w.held, qp)
 		}
-		if qp.RC != nil && !qp.RC.ReceiveRunFrom(pkt, run, src, dst, from, scratch) {
+		if w.admit != nil {
+			// The model checked the source (its LID): the QP takes it.
+			qp.RC.ReceiveRun(pkt, run, from, scratch)
+			qp.CountRx(pkt, run, size)
+		} else if qp.RC != nil && !qp.RC.ReceiveRunFrom(pkt, run, src, dst, from, scratch) {
 			w.Stats.Address += uint64(run)
 			if w.Tracer != nil {
 				w.traceRx(qp, pkt, "address")

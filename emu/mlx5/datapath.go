@@ -260,7 +260,7 @@ func (env *qpEnv) reset() {
 
 // space is the memory the device's transports reach.
 func (d *Device) space() mr.Space {
-	return mr.Space{Mem: d.mem, Regions: &d.fn.obj}
+	return mr.Space{Mem: d.mem, Regions: &d.fn.obj, Changed: d.wire.RevokeLoans, Filler: d.wire.Filler()}
 }
 
 // qpTransition gives an RC QP its transport when it leaves RST and hands
@@ -578,16 +578,31 @@ func (env *qpEnv) takeInline(wr *transport.SendWR, start uint16, data []byte) ([
 // gather copies a packet's payload: an inline WQE's from what takeInline
 // kept, any other from guest memory.
 func (env *qpEnv) gather(p *transport.Payload, dst []byte) error {
-	if len(p.Segs) != 1 || p.Segs[0].Ref.Handle != inlineHandle {
+	if !isInline(p) {
 		return p.Gather(env.mem, dst)
 	}
+	data, err := env.inlineBytes(p, len(dst))
+	if err != nil {
+		return err
+	}
+	copy(dst, data)
+	return nil
+}
+
+// isInline reports whether a packet's payload is an inline WQE's.
+func isInline(p *transport.Payload) bool {
+	return len(p.Segs) == 1 && p.Segs[0].Ref.Handle == inlineHandle
+}
+
+// inlineBytes is the n bytes of an inline payload a packet carries, as
+// takeInline kept them.
+func (env *qpEnv) inlineBytes(p *transport.Payload, n int) ([]byte, error) {
 	seg := p.Segs[0]
 	in, ok := env.inline[uint16(seg.Addr)]
-	if !ok || in.gen != seg.Ref.Key || p.Off > uint64(len(in.data)) || uint64(len(dst)) > uint64(len(in.data))-p.Off {
-		return errInline
+	if !ok || in.gen != seg.Ref.Key || p.Off > uint64(len(in.data)) || uint64(n) > uint64(len(in.data))-p.Off {
+		return nil, errInline
 	}
-	copy(dst, in.data[p.Off:])
-	return nil
+	return in.data[p.Off : p.Off+uint64(n)], nil
 }
 
 var errInline = errors.New("inline payload gone (its SQ slot reused)")
@@ -810,6 +825,9 @@ func (env *qpEnv) Transmit(path transport.Path, f roce.PacketFields, payload tra
 		d.x.port.lost.Add(1)
 		return nil // a port held down by a fault: lost
 	}
+	if sent, err := env.transmitDirect(&path, &f, &payload); sent {
+		return err
+	}
 	frame := fabric.NewFrame()
 	f.Payload = nil
 	if payload.Len > 0 {
@@ -857,9 +875,18 @@ func (env *qpEnv) payloadAt(frame []byte, o roce.Opcode, n int, global bool) []b
 	return env.payload[:n]
 }
 
-// TransmitRun: no runs on the IB port; packets go one at a time.
-func (env *qpEnv) TransmitRun(transport.Path, roce.PacketFields, transport.Payload, int) (int, error) {
-	return 0, nil
+// TransmitRun sends a run when the subnet carries batches (ib.go); a
+// device tracing its packets takes none: they go one at a time.
+func (env *qpEnv) TransmitRun(path transport.Path, f roce.PacketFields, payload transport.Payload, n int) (int, error) {
+	d := env.d
+	if !d.directOK(&path) || n < 1 || isInline(&payload) {
+		return 0, nil
+	}
+	taken, err := d.wire.TransmitRun(&path, &f, &payload, n, env.mem)
+	if err == nil && taken > 0 {
+		env.q.CountTxRun(&f, payload.Len/n*taken, taken)
+	}
+	return taken, err
 }
 
 func (env *qpEnv) ArmTimer(dur time.Duration) { env.d.core.ArmTimer(&env.q.QP, dur) }

@@ -165,6 +165,10 @@ type Device struct {
 	nodeGUID  uint64
 	ibPort    *subnet.Port
 	ibSend    func(pkt []byte) bool // ibPort.Send, or through Config.Tap
+	// wire carries RC packets to other HCAs of the subnet in batches,
+	// without whole IB packets, when nothing watches the subnet (the
+	// core's direct path: runs, lent payloads; ib.go).
+	wire hca.Wire
 	rxDropped atomic.Uint64
 
 	// Under the device lock.
@@ -254,6 +258,7 @@ func New(cfg Config) *Device {
 	if cfg.FrozenTimers {
 		d.core.FreezeTimers()
 	}
+	d.wire.Name = cfg.Name
 	d.attach(cfg)
 	d.powerOn()
 	d.core.Start(coreModel{d}, log, vectors, cfg.MSIX)
@@ -265,6 +270,7 @@ func New(cfg Config) *Device {
 func (d *Device) powerOn() {
 	d.seg.powerOn(d.initN)
 	d.cmdq = cmdq{}
+	d.wire.RevokeLoans()
 	d.fn = function{}
 	d.port = d.newPortState()
 	d.portUp() // a reset ends a port_down
@@ -425,10 +431,18 @@ func (m coreModel) Service(target hca.Target, h uint32, work hca.Work, gen uint6
 }
 func (m coreModel) ReceiveFrame(frame []byte) { m.d.receiveFrame(frame) }
 
-// ReceiveBatch: the IB port delivers packets one at a time (no direct
-// path between mlx5 devices yet): a batch never comes.
-func (coreModel) ReceiveBatch(*fabric.Batch) {}
-func (coreModel) BeforeUnlock()              {}
+// ReceiveBatch takes RC packets another HCA of the subnet sent without
+// whole IB packets (ib.go), unless a fault holds the port down.
+func (m coreModel) ReceiveBatch(b *fabric.Batch) {
+	if m.d.portDown() {
+		m.d.x.port.lost.Add(b.Count())
+		return
+	}
+	m.d.wire.ReceiveBatch(b)
+}
+
+// BeforeUnlock sends the batch built under the lock before it is let go.
+func (m coreModel) BeforeUnlock() { m.d.wire.FlushOut() }
 
 // DeviceFatal is what firmware does when it dies: a syndrome in the health
 // buffer, which the driver's health poll reports and recovers from.

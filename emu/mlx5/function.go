@@ -79,6 +79,7 @@ func (d *Device) disableHCA(in, _ []byte) result {
 	// From the initialized state too: mlx5_function_setup disables the
 	// function without a teardown when mlx5_function_open fails after
 	// INIT_HCA.
+	d.wire.RevokeLoans()
 	d.fn = function{}
 	return ok
 }
@@ -95,6 +96,7 @@ func (d *Device) teardownHCA(in, out []byte) result {
 		d.find(hca.FindingHandle, "freed by TEARDOWN_HCA", "TEARDOWN_HCA with %d EQs, %d UARs and %d verbs objects still allocated", len(d.fn.eqs), len(d.fn.uars), n)
 	}
 	d.fn.eqs, d.fn.cmdEQ, d.fn.uars, d.fn.uarRefs = nil, nil, nil, nil
+	d.wire.RevokeLoans()
 	d.fn.obj = objects{}
 	d.fn.pins.Reset()
 	d.fn.state = stateEnabled

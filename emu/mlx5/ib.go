@@ -5,9 +5,12 @@ import (
 
 	"github.com/hcaemu/hcaemu/emu/fabric"
 	"github.com/hcaemu/hcaemu/emu/hca"
+	"github.com/hcaemu/hcaemu/emu/ib"
 	"github.com/hcaemu/hcaemu/emu/ib/mad"
 	"github.com/hcaemu/hcaemu/emu/ib/subnet"
 	"github.com/hcaemu/hcaemu/emu/mlx5/ifc"
+	"github.com/hcaemu/hcaemu/emu/roce"
+	"github.com/hcaemu/hcaemu/emu/transport"
 )
 
 // The InfiniBand port (spec §5.4): the device is attached to an IB subnet
@@ -58,6 +61,110 @@ func (d *Device) attach(cfg Config) {
 	if cfg.Tap != nil && cfg.Tap.Send != nil {
 		d.ibSend = cfg.Tap.Send(p.Send)
 	}
+	if cfg.Tap == nil {
+		// Untapped (a tapped port's packets are all recorded or
+		// replayed): RC packets may go to the other ports in batches.
+		p.SetDirect(d.core.DirectReceiver())
+		d.wire.AttachLink(&d.core, coreModel{d}, d.log, ibLink{p}, d.mem, cfg.Mem)
+	}
+}
+
+// The direct path (the core's hca.Wire on subnet.Port's batches): between
+// two HCAs of the subnet, while nothing watches it (no capture, no fault
+// rule, no recorder, no tracer, the port not held down), an RC packet is
+// not a whole IB packet: its transport part goes in a batch, no LRH, ICRC
+// or VCRC, many to a hand-off; MIDDLE packets of a message go as runs, a
+// run's payload lent from guest memory and copied once, by the receiver.
+// The subnet vouches for the source LID (fabric.Batch.SLID); the receiving
+// device checks it, and the partition, as it checks a whole packet's
+// (AdmitDirect). Paths with a GRH, and every other transport, go as whole
+// packets.
+
+// ibLink is the IB port as the core's direct link.
+type ibLink struct{ port *subnet.Port }
+
+func (l ibLink) Open(p transport.Path) (*fabric.Batch, bool) {
+	if p.Global || p.DLID == 0 {
+		return nil, false
+	}
+	return l.port.Open(p.DLID)
+}
+
+func (l ibLink) Flush(b *fabric.Batch) fabric.DirectReceiver { return l.port.Flush(b) }
+
+// FrameLen: the LRH, the transport part and the VCRC (no GRH: paths with
+// one go as whole packets).
+func (ibLink) FrameLen(p transport.Path, n int) int { return ib.HeaderLen(p.Global) + n + ib.VCRCSize }
+
+// directOK reports whether an RC packet on path p may go in a batch now,
+// as far as the sending device is concerned: no tracer (it traces whole
+// packets), the port up, bus mastering on (a lent payload is read later).
+func (d *Device) directOK(p *transport.Path) bool {
+	return d.ibPort != nil && !p.Global && d.x.obs.tracer == nil && !d.portDown() && d.busOK(0, 0) == nil
+}
+
+// transmitDirect sends an RC packet in a batch when it may go so
+// (sent=false: build a whole packet).
+func (env *qpEnv) transmitDirect(path *transport.Path, f *roce.PacketFields, payload *transport.Payload) (bool, error) {
+	d := env.d
+	if !d.directOK(path) {
+		return false, nil
+	}
+	pl := payload
+	if isInline(payload) {
+		data, err := env.inlineBytes(payload, payload.Len)
+		if err != nil {
+			return true, err
+		}
+		pl = &transport.Payload{Len: payload.Len, Bytes: data}
+	}
+	sent, err := d.wire.TransmitDirect(path, f, pl, env.mem)
+	if sent && err == nil {
+		env.q.CountTx(f, payload.Len)
+	}
+	return sent, err
+}
+
+// The device as its wire's model (hca.WireModel, hca.LinkAdmitter).
+
+func (m coreModel) Up() bool { return m.d.fn.obj.qps.Limit() != 0 }
+
+func (m coreModel) QP(qpn uint32) *hca.QP {
+	if q := m.d.qpByQPN(qpn); q != nil {
+		return &q.QP
+	}
+	return nil
+}
+
+func (m coreModel) Alive(h *hca.QP) bool {
+	o := &m.d.fn.obj
+	if o.qps.Limit() == 0 {
+		return false
+	}
+	q := o.qps.Get(h.Handle)
+	return q != nil && &q.QP == h
+}
+
+// AdmitDirect is receiveFrame's check of an RC packet, for one that came
+// in a batch: the default partition, a connected RC QP (not UC, not an
+// XRC target: their packets come whole), from its remote LID (the DLID is
+// the port's: the subnet delivered the batch by it).
+func (m coreModel) AdmitDirect(h *hca.QP, pkey, slid uint16) bool {
+	d := m.d
+	q := d.qpByQPN(h.QPN)
+	switch {
+	case q == nil || &q.QP != h || pkey&0x7fff != 0x7fff:
+		d.stats.RxDropped++
+		return false
+	case q.RC == nil || q.env == nil || q.uc != nil || q.st == ifc.QPStXRC:
+		d.stats.RxDropped++
+		return false
+	case slid != q.env.dlid:
+		d.stats.RxDropped++
+		d.stats.RxAddress++
+		return false
+	}
+	return true
 }
 
 // newPortState is the port's SMA state at power-on: node and port GUIDs,

@@ -29,7 +29,6 @@ type extras struct {
 // observeState is the tracer and the counters CoreStats reports.
 type observeState struct {
 	tracer hca.Tracer
-	port   hca.PortStats
 	// retired are the counters of the QPs destroyed.
 	retired hca.QPStats
 	// cmds counts the commands by opcode and outcome.
@@ -73,6 +72,7 @@ func (d *Device) SetTracer(t hca.Tracer) {
 	d.core.Lock()
 	defer d.core.Unlock()
 	d.x.obs.tracer = t
+	d.wire.Tracer = t // the batches' packets it receives (ib.go)
 }
 
 // trace hands ev to the tracer, stamped (lock held, tracer set).
@@ -107,7 +107,7 @@ const maxCmdOutcomes = 1024
 // sent counts and traces a packet QP q sent (n payload bytes, size bytes
 // on the link; again: a request sent before).
 func (d *Device) sent(q *qp, f *roce.PacketFields, n, size int, again bool) {
-	p := &d.x.obs.port
+	p := &d.wire.Stats // the port's counters, its batches' included
 	p.FramesOut++
 	p.BytesOut += uint64(size)
 	if d.x.obs.tracer != nil {
@@ -127,7 +127,7 @@ func (d *Device) sent(q *qp, f *roce.PacketFields, n, size int, again bool) {
 // portIn counts a packet the port delivered (size bytes on the link),
 // whatever becomes of it.
 func (d *Device) portIn(size int) {
-	p := &d.x.obs.port
+	p := &d.wire.Stats
 	p.FramesIn++
 	p.BytesIn += uint64(size)
 }
@@ -244,8 +244,8 @@ func (d *Device) CoreStats() (hca.DeviceStats, map[uint32]hca.QPStats) {
 
 func (d *Device) coreStatsLocked() (hca.DeviceStats, map[uint32]hca.QPStats) {
 	o := &d.x.obs
-	st := hca.DeviceStats{Port: o.port, QPs: o.retired, EventsLost: d.stats.EQOverruns, CQNotificationsLost: d.stats.CQOverruns}
-	st.Port.Malformed = d.stats.RxDropped - d.stats.RxAddress
+	st := hca.DeviceStats{Port: d.wire.Stats, QPs: o.retired, EventsLost: d.stats.EQOverruns, CQNotificationsLost: d.stats.CQOverruns}
+	st.Port.Malformed = d.stats.RxDropped - d.stats.RxAddress + d.wire.Stats.Malformed
 	st.Port.Address = d.stats.RxAddress
 	st.Port.QKey = d.stats.QKeyViolations
 	st.Port.RxQueueFull = d.rxDropped.Load()

@@ -125,7 +125,9 @@ func (h *verbsHost) PD() uint32                    { return h.pd }
 
 // Caps: InfiniBand, no direct path, no fast registration (UMR WQEs:
 // issue 26).
-func (h *verbsHost) Caps() verbstest.Caps { return verbstest.Caps{LinkLayer: verbstest.InfiniBand} }
+func (h *verbsHost) Caps() verbstest.Caps {
+	return verbstest.Caps{LinkLayer: verbstest.InfiniBand, Direct: true}
+}
 
 func (h *verbsHost) NewPD() uint32 {
 	pd, err := h.drv.AllocPD()

@@ -216,11 +216,21 @@ type Payload struct {
 	Off  uint64
 	Ref  mr.Ref
 	VA   uint64
+	// Bytes, when not nil, is the payload itself, kept by the device
+	// rather than in guest memory (a WQE's inline data), Len bytes.
+	Bytes []byte
 }
 
-// Gather copies the payload out of guest memory into dst (len(dst) ==
-// Len).
+// Gather copies the payload out of guest memory (or Bytes) into dst
+// (len(dst) == Len).
 func (p *Payload) Gather(mem mr.Space, dst []byte) error {
+	if p.Bytes != nil {
+		if len(p.Bytes) != len(dst) {
+			return errors.New("payload: inline bytes of another length")
+		}
+		copy(dst, p.Bytes)
+		return nil
+	}
 	if p.Segs != nil {
 		return mem.Copy(p.Segs, p.Off, dst, false)
 	}

@@ -40,6 +40,7 @@ func RunCore(t *testing.T, newHost NewHost) {
 		{"LentPayloadRevoked", testLentPayloadRevoked},
 		{"SenderTakesBatches", testSenderTakesBatches},
 		{"DirectAcksCoalesced", testDirectAcksCoalesced},
+		{"DirectForeignPeer", testDirectForeignPeer},
 		{"RCPeerSeeds", testRCPeerSeeds},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -2,14 +2,15 @@ package verbstest
 
 import (
 	"bytes"
-	"encoding/binary"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/hcaemu/hcaemu/emu/fabric"
-	"github.com/hcaemu/hcaemu/emu/fabric/capture"
+	"github.com/hcaemu/hcaemu/emu/ib"
+	"github.com/hcaemu/hcaemu/emu/ib/subnet"
 	"github.com/hcaemu/hcaemu/emu/mr"
 	"github.com/hcaemu/hcaemu/emu/roce"
 	"github.com/hcaemu/hcaemu/emu/transport"
@@ -18,13 +19,81 @@ import (
 // The direct path between HCAs of one process: packets without frames
 // where nothing watches the wire, in batches and runs, payloads lent from
 // the sender's guest memory, one ACK per batch. Its tests run on hosts that
-// declare capability Direct (emu/fabric's Switch, RoCE), and are skipped
-// for the others.
+// declare capability Direct (on emu/fabric's Switch for RoCE, on
+// emu/ib/subnet's Subnet for InfiniBand), and are skipped for the others.
 
-// needDirect skips t unless newHost's hosts declare capability Direct.
-func needDirect(t *testing.T, newHost NewHost) {
+// needDirect skips t unless newHost's hosts declare capability Direct, and
+// returns their link layer.
+func needDirect(t *testing.T, newHost NewHost) LinkLayer {
 	t.Helper()
 	need(t, newHost, "Direct (the direct path between HCAs of one process)", func(c Caps) bool { return c.Direct })
+	return newHost(t, NewNet(), 1, HostOpts{RAM: 1 << 20}).Caps().LinkLayer
+}
+
+// directNet is a Net of link layer ll for the direct path's tests: its
+// wire (a Switch, or a Subnet) made by mk, and that wire's counters of the
+// packets it carried without frames.
+type directNet struct {
+	*Net
+	ll LinkLayer
+}
+
+// newDirectNet is a bare wire of link layer ll: batches always allowed.
+func newDirectNet(ll LinkLayer) directNet {
+	return directNet{&Net{Switch: fabric.NewSwitch(), Subnet: subnet.New(subnet.Config{})}, ll}
+}
+
+// direct, runs, lent and forwarded are the wire's counters: packets that
+// went without frames, inside runs, with a lent payload, and all it
+// delivered.
+func (n directNet) direct() uint64 {
+	if n.ll == InfiniBand {
+		return n.Subnet.Direct.Load()
+	}
+	return n.Switch.Direct.Load()
+}
+
+func (n directNet) runs() uint64 {
+	if n.ll == InfiniBand {
+		return n.Subnet.DirectRuns.Load()
+	}
+	return n.Switch.DirectRuns.Load()
+}
+
+func (n directNet) lent() uint64 {
+	if n.ll == InfiniBand {
+		return n.Subnet.DirectLent.Load()
+	}
+	return n.Switch.DirectLent.Load()
+}
+
+func (n directNet) forwarded() uint64 {
+	if n.ll == InfiniBand {
+		return n.Subnet.Forwarded.Load()
+	}
+	return n.Switch.Forwarded.Load()
+}
+
+// checkWhole is a hook that checks every packet it sees is whole: a RoCEv2
+// frame, or an IB packet from LRH to VCRC, with its CRCs right (counted in
+// *seen; the first failure in *bad).
+func checkWhole(seen *atomic.Int64, bad *atomic.Pointer[error]) hook {
+	return func(p packet) bool {
+		var err error
+		if p.ib {
+			_, err = ib.Parse(p.buf)
+		} else {
+			var u roce.Unframed
+			if u, err = roce.Unframe(p.buf); err == nil {
+				err = u.VerifyICRC()
+			}
+		}
+		if err != nil {
+			bad.CompareAndSwap(nil, &err)
+		}
+		seen.Add(1)
+		return p.send(p.buf)
+	}
 }
 
 // directRun is what one run of the equivalence workload leaves behind.
@@ -37,11 +106,11 @@ type directRun struct {
 }
 
 // runDirectWorkload runs every RC operation, single and pipelined, the
-// failures a responder finds included, between two HCAs on sw.
-func runDirectWorkload(t *testing.T, sw *fabric.Switch, newHost NewHost) directRun {
+// failures a responder finds included, between two HCAs on net.
+func runDirectWorkload(t *testing.T, net *Net, newHost NewHost) directRun {
 	t.Helper()
 	seq := HostOpts{SequentialQPNs: true}
-	a, b := newHost(t, &Net{Switch: sw}, 1, seq), newHost(t, &Net{Switch: sw}, 2, seq)
+	a, b := newHost(t, net, 1, seq), newHost(t, net, 2, seq)
 	qa, qb := pair(a, b, DefaultRC())
 	const n = 256 << 10
 	srcA, lkA, _ := region(a, a.PD(), n, All)
@@ -116,54 +185,37 @@ func runDirectWorkload(t *testing.T, sw *fabric.Switch, newHost NewHost) directR
 }
 
 // testDirectEquivalent: the same traffic between two HCAs with and without
-// a capture attached (packets without frames, MIDDLE packets in runs, and
-// frames with their ICRC) leaves identical bytes in guest memory and
-// identical completions; the capture holds every packet as a frame whose
-// ICRC is right.
+// something watching the wire (packets without frames, MIDDLE packets in
+// runs, against whole packets with their CRCs) leaves identical bytes in
+// guest memory and identical completions; every packet the watcher saw is
+// whole and its CRCs right.
 func testDirectEquivalent(t *testing.T, newHost NewHost) {
-	needDirect(t, newHost)
-	direct := fabric.NewSwitch()
-	got := runDirectWorkload(t, direct, newHost)
-	if direct.Direct.Load() == 0 || direct.DirectRuns.Load() == 0 || direct.DirectLent.Load() == 0 {
-		t.Fatalf("%d packets went without a frame on a switch nothing watches, %d of them in runs, %d lent",
-			direct.Direct.Load(), direct.DirectRuns.Load(), direct.DirectLent.Load())
+	ll := needDirect(t, newHost)
+	direct := newDirectNet(ll)
+	got := runDirectWorkload(t, direct.Net, newHost)
+	if direct.direct() == 0 || direct.runs() == 0 || direct.lent() == 0 {
+		t.Fatalf("%d packets went without a frame on a wire nothing watches, %d of them in runs, %d lent",
+			direct.direct(), direct.runs(), direct.lent())
 	}
 
-	var pcap bytes.Buffer
-	w, err := capture.NewPcapWriter(&pcap, capture.PcapOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	framed := fabric.NewSwitch(capture.To(w))
-	want := runDirectWorkload(t, framed, newHost)
-	if n := framed.Direct.Load(); n != 0 {
-		t.Fatalf("%d packets skipped the capture", n)
+	var seen atomic.Int64
+	var bad atomic.Pointer[error]
+	framed := directNet{NewNet(checkWhole(&seen, &bad)), ll}
+	want := runDirectWorkload(t, framed.Net, newHost)
+	if n := framed.direct(); n != 0 {
+		t.Fatalf("%d packets skipped the watcher", n)
 	}
 	if diff := cmp.Diff(want, got, cmp.AllowUnexported(directRun{})); diff != "" {
-		t.Fatalf("without frames (+) and with a capture (-) differ:\n%s", diff)
+		t.Fatalf("without frames (+) and watched (-) differ:\n%s", diff)
 	}
 	if len(got.wcsA) != 37 || got.wcsA[len(got.wcsA)-1].Status != transport.StatusRemAccess {
 		t.Fatalf("workload ran %d sender completions, last %+v", len(got.wcsA), got.wcsA[len(got.wcsA)-1])
 	}
-
-	// Every frame in the capture is whole: its ICRC is right.
-	frames := 0
-	b := pcap.Bytes()[24:]
-	for len(b) >= 16 {
-		size := int(binary.LittleEndian.Uint32(b[8:]))
-		frame := b[16 : 16+size]
-		b = b[16+size:]
-		u, err := roce.Unframe(frame)
-		if err != nil {
-			t.Fatalf("frame %d: %v", frames, err)
-		}
-		if err := u.VerifyICRC(); err != nil {
-			t.Fatalf("frame %d: %v", frames, err)
-		}
-		frames++
+	if e := bad.Load(); e != nil {
+		t.Fatalf("a watched packet is not whole: %v", *e)
 	}
-	if uint64(frames) != framed.Forwarded.Load() || frames < 200 {
-		t.Fatalf("%d frames captured, %d forwarded", frames, framed.Forwarded.Load())
+	if n := seen.Load(); uint64(n) != framed.forwarded() || n < 200 {
+		t.Fatalf("%d packets watched, %d forwarded", n, framed.forwarded())
 	}
 }
 
@@ -171,32 +223,39 @@ func testDirectEquivalent(t *testing.T, newHost NewHost) {
 // the wire and only from an address the sending port owns, to an HCA port
 // that takes batches.
 func testDirectGating(t *testing.T, newHost NewHost) {
-	needDirect(t, newHost)
-	quiet := true
-	passThrough := func(next fabric.Link) fabric.Link { return next }
+	ll := needDirect(t, newHost)
+	passThrough := func(p packet) bool { return p.send(p.buf) }
 	for _, c := range []struct {
-		name string
-		sw   func() *fabric.Switch
-		want bool
+		name  string
+		net   func() directNet
+		quiet bool // AllowDirect(quiet)
+		want  bool
 	}{
-		{"plain switch", func() *fabric.Switch { return fabric.NewSwitch() }, true},
-		{"decorated", func() *fabric.Switch { return fabric.NewSwitch(passThrough) }, false},
-		{"decorated, quiet", func() *fabric.Switch {
-			sw := fabric.NewSwitch(passThrough)
-			sw.AllowDirect(func() bool { return quiet })
-			return sw
-		}, true},
+		{"plain wire", func() directNet { return newDirectNet(ll) }, false, true},
+		{"decorated", func() directNet { return directNet{NewNet(passThrough), ll} }, false, false},
+		{"decorated, quiet", func() directNet {
+			n := directNet{NewNet(passThrough), ll}
+			n.Switch.AllowDirect(func() bool { return true })
+			n.Subnet.AllowDirect(func() bool { return true })
+			return n
+		}, true, true},
+		{"decorated, not quiet", func() directNet {
+			n := directNet{NewNet(passThrough), ll}
+			n.Switch.AllowDirect(func() bool { return false })
+			n.Subnet.AllowDirect(func() bool { return false })
+			return n
+		}, false, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			sw := c.sw()
-			a, b := newHost(t, &Net{Switch: sw}, 1, HostOpts{}), newHost(t, &Net{Switch: sw}, 2, HostOpts{})
+			net := c.net()
+			a, b := newHost(t, net.Net, 1, HostOpts{}), newHost(t, net.Net, 2, HostOpts{})
 			qa, _ := pair(a, b, DefaultRC())
 			src, lk, _ := region(a, a.PD(), 4096, All)
 			dst, _, rk := region(b, b.PD(), 4096, All)
 			qa.PostSend(write(1, src, 4096, lk, dst, rk))
 			must(t, "WRITE", Poll(t, a, a, b), transport.StatusSuccess)
-			if got := sw.Direct.Load() > 0; got != c.want {
-				t.Fatalf("direct packets %d, want some: %v", sw.Direct.Load(), c.want)
+			if got := net.direct() > 0; got != c.want {
+				t.Fatalf("direct packets %d, want some: %v", net.direct(), c.want)
 			}
 		})
 	}
@@ -228,7 +287,8 @@ func WaitFor(t *testing.T, what string, cond func() bool, hosts ...Host) {
 // there finds the region gone when it sends the runs again: an error
 // completion.
 func testLentPayloadRevoked(t *testing.T, newHost NewHost) {
-	needDirect(t, newHost)
+	ll := needDirect(t, newHost)
+	fastReg := newHost(t, NewNet(), 1, HostOpts{RAM: 1 << 20}).Caps().FastReg
 	const n = 64 << 10
 	// A source region on a: where its bytes are, the address and L_Key
 	// an SGE names them by, and how the region goes.
@@ -238,14 +298,15 @@ func testLentPayloadRevoked(t *testing.T, newHost NewHost) {
 		end      func()
 	}
 	for _, fate := range []struct {
-		name  string
-		setup func(t *testing.T, a, b Host, qa QP) source
-		reset bool
+		name    string
+		setup   func(t *testing.T, a, b Host, qa QP) source
+		reset   bool
+		fastReg bool // needs capability FastReg
 	}{
 		{"deregistered", func(t *testing.T, a, _ Host, _ QP) source {
 			addr, lkey, _ := region(a, a.PD(), n, All)
 			return source{addr, addr, lkey, func() { dereg(t, a, lkey) }}
-		}, false},
+		}, false, false},
 		{"invalidated", func(t *testing.T, a, b Host, qa QP) source {
 			_, frmr := a.AllocFRMR(n / 4096)
 			key := frmr&^0xFF | 0x33
@@ -265,16 +326,19 @@ func testLentPayloadRevoked(t *testing.T, newHost NewHost) {
 					t.Fatalf("LOCAL_INV %+v", wc)
 				}
 			}}
-		}, false},
+		}, false, true},
 		{"sender reset", func(t *testing.T, a, _ Host, _ QP) source {
 			addr, lkey, _ := region(a, a.PD(), n, All)
 			return source{addr, addr, lkey, a.Reset}
-		}, true},
+		}, true, false},
 	} {
 		t.Run(fate.name, func(t *testing.T) {
+			if fate.fastReg && !fastReg {
+				t.Skip("the model does not declare capability FastReg")
+			}
 			CheckGoroutines(t)
-			sw := fabric.NewSwitch()
-			a, b := newHost(t, &Net{Switch: sw}, 1, HostOpts{}), newHost(t, &Net{Switch: sw}, 2, HostOpts{})
+			net := newDirectNet(ll)
+			a, b := newHost(t, net.Net, 1, HostOpts{}), newHost(t, net.Net, 2, HostOpts{})
 			qa, _ := pair(a, b, DefaultRC())
 			src := fate.setup(t, a, b, qa)
 			dst, _, rk := region(b, b.PD(), n, All)
@@ -284,7 +348,7 @@ func testLentPayloadRevoked(t *testing.T, newHost NewHost) {
 
 			b.Hold(func() {
 				qa.PostSend(write(1, src.va, n, src.lkey, dst, rk))
-				WaitFor(t, "a lent run handed to the held receiver", func() bool { return sw.DirectLent.Load() > 0 }, a)
+				WaitFor(t, "a lent run handed to the held receiver", func() bool { return net.lent() > 0 }, a)
 				src.end()
 				mem := a.Mem(src.addr, n)
 				for i := range mem {
@@ -318,24 +382,24 @@ func testLentPayloadRevoked(t *testing.T, newHost NewHost) {
 // waits nor strands them: the receiver's engine is woken instead, and
 // nothing has to be sent again.
 func testSenderTakesBatches(t *testing.T, newHost NewHost) {
-	needDirect(t, newHost)
+	ll := needDirect(t, newHost)
 	const n = 1 << 20
 	for _, hold := range []string{"free", "receiver locked", "receiver taking"} {
 		t.Run(hold, func(t *testing.T) {
 			CheckGoroutines(t)
-			sw := fabric.NewSwitch()
-			a, b := newHost(t, &Net{Switch: sw}, 1, HostOpts{}), newHost(t, &Net{Switch: sw}, 2, HostOpts{})
+			net := newDirectNet(ll)
+			a, b := newHost(t, net.Net, 1, HostOpts{}), newHost(t, net.Net, 2, HostOpts{})
 			qa, _ := pair(a, b, DefaultRC())
 			src, lk, _ := region(a, a.PD(), n, All)
 			dst, _, rk := region(b, b.PD(), n, All)
 			fill(a.Mem(src, n), 7)
 			clear(b.Mem(dst, n))
 			w := write(1, src, n, lk, dst, rk)
-			sent := sw.Direct.Load()
+			sent := net.direct()
 			post := func() {
 				qa.PostSend(w)
 				// No Sync of b here: it would take b's batches itself.
-				WaitFor(t, "packets handed to the held receiver", func() bool { return sw.Direct.Load() > sent })
+				WaitFor(t, "packets handed to the held receiver", func() bool { return net.direct() > sent })
 				// a's engine found b's batches out of its reach: it must
 				// go on with its own work, not wait for b.
 				synced := make(chan struct{})
@@ -374,9 +438,8 @@ func testSenderTakesBatches(t *testing.T, newHost NewHost) {
 // hardware coalesces ACKs), not once per packet, and every WRITE still
 // completes with its data in place.
 func testDirectAcksCoalesced(t *testing.T, newHost NewHost) {
-	needDirect(t, newHost)
-	sw := fabric.NewSwitch()
-	a, b := newHost(t, &Net{Switch: sw}, 1, HostOpts{}), newHost(t, &Net{Switch: sw}, 2, HostOpts{})
+	net := newDirectNet(needDirect(t, newHost))
+	a, b := newHost(t, net.Net, 1, HostOpts{}), newHost(t, net.Net, 2, HostOpts{})
 	qa, _ := pair(a, b, DefaultRC())
 	const n, size = 32, 64
 	src, lk, _ := region(a, a.PD(), n*size, All)
@@ -399,5 +462,45 @@ func testDirectAcksCoalesced(t *testing.T, newHost NewHost) {
 	_, qps := a.Stats()
 	if st := qps[qa.QPN()]; st.PacketsReceived == 0 || st.PacketsReceived > n/4 {
 		t.Errorf("%d ACKs for %d WRITEs sent in one batch, want a few", st.PacketsReceived, n)
+	}
+}
+
+// testDirectForeignPeer: a packet that comes without a frame is held to the
+// connection as a whole one is. A third HCA on the same quiet wire
+// connects a QP of its own to the victim's QP (its QPN, its PSNs) and
+// WRITEs with the victim's R_Key: the wire carries it in a batch, which
+// names the third HCA as its source, and the victim drops it (counted as
+// from outside the connection); its memory is untouched and its real peer
+// still reaches it.
+func testDirectForeignPeer(t *testing.T, newHost NewHost) {
+	net := newDirectNet(needDirect(t, newHost))
+	a, b, c := newHost(t, net.Net, 1, HostOpts{}), newHost(t, net.Net, 2, HostOpts{}), newHost(t, net.Net, 3, HostOpts{})
+	qa, qb := pair(a, b, DefaultRC())
+	qc := c.CreateRCQP(64)
+	c.Connect(qc, b, qb, DefaultRC()) // b's QP stays connected to a's
+	const n = 8192
+	dst, _, rk := region(b, b.PD(), n, All)
+	clear(b.Mem(dst, n))
+	srcC, lkC, _ := region(c, c.PD(), n, All)
+	fill(c.Mem(srcC, n), 0xEE)
+	before := net.direct()
+	qc.PostSend(write(1, srcC, n, lkC, dst, rk))
+	WaitFor(t, "the foreign WRITE dropped by the victim", func() bool {
+		st, _ := b.Stats()
+		return st.Port.Address > 0
+	}, c, b)
+	if net.direct() == before {
+		t.Fatal("the foreign WRITE went as a frame: this test needs it in a batch")
+	}
+	if got := b.Mem(dst, n); !bytes.Equal(got, make([]byte, n)) {
+		t.Fatal("the foreign HCA's WRITE reached the victim's memory")
+	}
+	// The real peer still reaches the victim.
+	srcA, lkA, _ := region(a, a.PD(), n, All)
+	fill(a.Mem(srcA, n), 0x11)
+	qa.PostSend(write(2, srcA, n, lkA, dst, rk))
+	must(t, "WRITE from the connected peer", Poll(t, a, a, b), transport.StatusSuccess)
+	if !bytes.Equal(b.Mem(dst, n), a.Mem(srcA, n)) {
+		t.Fatal("the connected peer's WRITE did not land")
 	}
 }

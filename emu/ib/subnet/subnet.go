@@ -29,6 +29,9 @@
 //     a chain of Decorators before the subnet forwards them, so a capture
 //     (Capture, pcap link type 252) and a fault injector
 //     sit there; the SA's answers pass through them too.
+//   - Direct delivery (direct.go): between two HCA ports, with nothing
+//     watching the subnet, RC packets go in batches without LRH, CRCs or
+//     forwarding, as on emu/fabric's Switch.
 //
 // Packet buffers are emu/fabric's (fabric.NewFrame, Release, Clone): a
 // receiver owns what it is given and releases it. The subnet runs no
@@ -154,6 +157,16 @@ type Subnet struct {
 	// SA's LID and got no answer (not a valid SA request).
 	SARequests atomic.Uint64
 	SADropped  atomic.Uint64
+	// Direct counts the packets among Forwarded that went in batches,
+	// without whole packets (direct.go).
+	Direct atomic.Uint64
+	// DirectRuns counts the packets among Direct that went inside runs,
+	// DirectLent those among DirectRuns whose payload was lent.
+	DirectRuns atomic.Uint64
+	DirectLent atomic.Uint64
+
+	decorated bool                        // made with decorators: batches only when quiet says
+	quiet     atomic.Pointer[func() bool] // AllowDirect's
 }
 
 // Port is one HCA port's attachment to the subnet.
@@ -164,6 +177,8 @@ type Port struct {
 	lid  uint16
 	rx   Receiver
 	gone atomic.Bool
+	// direct takes batches (SetDirect); nil: whole packets only.
+	direct atomic.Pointer[fabric.DirectReceiver]
 
 	groups int // groups the port is a member of (guarded by the subnet's mu)
 }
@@ -193,7 +208,7 @@ func New(cfg Config, decorators ...Decorator) *Subnet {
 		cfg.MaxPortGroups = DefaultMaxGroupsPerPort
 	}
 	s := &Subnet{cfg: cfg, byLID: map[uint16]*Port{}, byGUID: map[uint64]*Port{},
-		groups: map[ib.GID]*group{}, byMLID: map[uint16]*group{}}
+		groups: map[ib.GID]*group{}, byMLID: map[uint16]*group{}, decorated: len(decorators) > 0}
 	var l Link = LinkFunc(s.forward)
 	for i := len(decorators) - 1; i >= 0; i-- {
 		l = decorators[i](l)

@@ -53,18 +53,28 @@ func (qp *QP) ReceiveRunFrom(pkt *roce.Packet, n int, src, dst netip.Addr, from 
 			"path_src", path.Src, "path_dst", path.Dst)
 		return false
 	}
+	qp.ReceiveRun(pkt, n, from, scratch)
+	return true
+}
+
+// ReceiveRun is ReceiveRunFrom for a packet whose source the caller
+// checked (an InfiniBand port, by the LID the subnet vouches for).
+func (qp *QP) ReceiveRun(pkt *roce.Packet, n int, from mr.Source, scratch []byte) {
+	if !transport.Receives(qp.state) {
+		return
+	}
 	if n <= 1 {
 		qp.Receive(pkt)
-		return true
+		return
 	}
 	if qp.executeRun(pkt, n, from) {
-		return true
+		return
 	}
 	if from != nil {
 		size := from.Len()
 		if size > len(scratch) || from.ReadAt(scratch[:size], 0) != nil {
 			qp.log.Debug("RC run dropped: its payload is gone", "psn", pkt.BTH.PSN())
-			return true
+			return
 		}
 		pkt.Payload = scratch[:size:size]
 	}
@@ -73,7 +83,6 @@ func (qp *QP) ReceiveRunFrom(pkt *roce.Packet, n int, src, dst netip.Addr, from 
 		one := roce.RunPacket(pkt, i, n, bth[:])
 		qp.Receive(&one)
 	}
-	return true
 }
 
 // executeRun executes an in-order run of n MIDDLE packets at once when
