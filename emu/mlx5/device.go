@@ -162,13 +162,13 @@ type Device struct {
 	// The InfiniBand port: attached to its subnet for the device's life
 	// (set by New); rxDropped counts the packets the engine's full
 	// receive queue refused (Stats.RxQueueFull).
-	nodeGUID  uint64
-	ibPort    *subnet.Port
-	ibSend    func(pkt []byte) bool // ibPort.Send, or through Config.Tap
+	nodeGUID uint64
+	ibPort   *subnet.Port
+	ibSend   func(pkt []byte) bool // ibPort.Send, or through Config.Tap
 	// wire carries RC packets to other HCAs of the subnet in batches,
 	// without whole IB packets, when nothing watches the subnet (the
 	// core's direct path: runs, lent payloads; ib.go).
-	wire hca.Wire
+	wire      hca.Wire
 	rxDropped atomic.Uint64
 
 	// Under the device lock.
