@@ -145,7 +145,9 @@ func ibPcapPath(path string) string {
 // before the first of them: its packets pass through the decorators
 // (fault injection) first, then, with pcapPath, a capture in
 // ibPcapPath(pcapPath), which records what the decorators let through.
-func (h *hcas) setupIB(pcapPath string, decorators ...subnet.Decorator) error {
+// quiet (nil for none) says when the decorators look at no packet: without
+// a capture, the HCAs then send RC packets to each other in batches.
+func (h *hcas) setupIB(pcapPath string, quiet func() bool, decorators ...subnet.Decorator) error {
 	decorators = slices.Clone(decorators)
 	if pcapPath != "" {
 		path := ibPcapPath(pcapPath)
@@ -165,6 +167,9 @@ func (h *hcas) setupIB(pcapPath string, decorators ...subnet.Decorator) error {
 	h.ibOnce.Do(func() { h.ib, made = subnet.New(subnet.Config{}, decorators...), true })
 	if !made {
 		return errors.New("the InfiniBand subnet exists already")
+	}
+	if pcapPath == "" && quiet != nil {
+		h.ib.AllowDirect(quiet)
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/hcaemu/hcaemu/emu/fault"
 	"github.com/hcaemu/hcaemu/emu/ib"
 	"github.com/hcaemu/hcaemu/emu/ib/ibtest"
+	"github.com/hcaemu/hcaemu/emu/ib/subnet"
 	"github.com/hcaemu/hcaemu/emu/roce"
 	"github.com/hcaemu/hcaemu/qemu"
 )
@@ -54,10 +55,10 @@ func TestIBCapture(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.model = qemu.ModelMLX5
-	if err := h.setupIB(path, inj.SubnetDecorator()); err != nil {
+	if err := h.setupIB(path, inj.Quiet, inj.SubnetDecorator()); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.setupIB(path); err == nil {
+	if err := h.setupIB(path, nil); err == nil {
 		t.Error("a second subnet was made")
 	}
 	rx := func(b []byte) bool { fabric.Release(b); return true }
@@ -99,4 +100,69 @@ func TestIBCapture(t *testing.T) {
 	got := ibtest.TsharkPcap(t, ibp, ",", "infiniband.lrh.sl", "infiniband.lrh.dlid", "infiniband.lrh.slid",
 		"infiniband.bth.opcode", "infiniband.bth.destqp", "infiniband.bth.psn")
 	ibtest.Compare(t, got, []string{"1,3,2,4,0x000012,1", "1,3,2,4,0x000012,3"}) // PSN 2 dropped by the plan
+}
+
+// takeAll is a port's taker of batches that releases them.
+type takeAll struct{}
+
+func (takeAll) Reserve() bool           { return true }
+func (takeAll) Deliver(b *fabric.Batch) { b.Release() }
+
+// TestIBDirectGating: the mlx5 HCAs' subnet carries RC packets in batches
+// only when nothing watches it: not with --pcap, not while the fault plan
+// has a rule, and always with neither.
+func TestIBDirectGating(t *testing.T) {
+	ruled, err := fault.DecodePlan(strings.NewReader(`{"rules":[{"match":{"peer":"lid:3"},"action":{"kind":"drop"}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name   string
+		pcap   bool
+		plan   *fault.Plan
+		direct bool
+	}{
+		{"bare", false, nil, true},
+		{"empty plan", false, &fault.Plan{}, true},
+		{"plan with a rule", false, ruled, false},
+		{"pcap", true, nil, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h, err := newHCAs(slog.New(slog.NewTextHandler(io.Discard, nil)), "", "", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer h.close()
+			h.model = qemu.ModelMLX5
+			pcap := ""
+			if c.pcap {
+				pcap = filepath.Join(t.TempDir(), "x.pcap")
+			}
+			var quiet func() bool
+			var decorators []subnet.Decorator
+			if c.plan != nil {
+				inj, err := fault.NewInjector(c.plan, fault.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer inj.Close()
+				quiet, decorators = inj.Quiet, []subnet.Decorator{inj.SubnetDecorator()}
+			}
+			if err := h.setupIB(pcap, quiet, decorators...); err != nil {
+				t.Fatal(err)
+			}
+			rx := func(b []byte) bool { fabric.Release(b); return true }
+			p0, _ := h.ib.Attach("hca0", 0x10, rx)
+			p1, _ := h.ib.Attach("hca1", 0x11, rx)
+			p0.SetDirect(takeAll{})
+			p1.SetDirect(takeAll{})
+			b, ok := p0.Open(p1.LID())
+			if ok != c.direct {
+				t.Fatalf("batches allowed: %v, want %v", ok, c.direct)
+			}
+			if b != nil {
+				p0.Flush(b)
+			}
+		})
+	}
 }

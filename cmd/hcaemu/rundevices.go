@@ -48,7 +48,7 @@ func runHCAs() (*hcas, error) {
 	h.strict, h.latch = runOptions.strict, runOptions.latch
 	h.maxQP, h.mtu, h.model = runOptions.maxQP.value(), runOptions.mtu, runOptions.model
 	if h.model == qemu.ModelMLX5 {
-		if err := h.setupIB(runOptions.pcap, runFaults.ibDecorators()...); err != nil {
+		if err := h.setupIB(runOptions.pcap, runFaults.quiet(), runFaults.ibDecorators()...); err != nil {
 			h.close()
 			return nil, err
 		}

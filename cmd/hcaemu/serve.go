@@ -137,7 +137,7 @@ func serveMain(args []string) int {
 	h.strict, h.latch = strict.mode, &strictLatch{stop: cancel}
 	h.maxQP, h.mtu, h.model = maxQP.value(), *mtu, model
 	if model == qemu.ModelMLX5 {
-		if err := h.setupIB(*pcap, faultSet.ibDecorators()...); err != nil {
+		if err := h.setupIB(*pcap, faultSet.quiet(), faultSet.ibDecorators()...); err != nil {
 			h.close()
 			return fatalf("serve: %v", err)
 		}
