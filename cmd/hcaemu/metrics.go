@@ -90,20 +90,21 @@ func (m *metricsServer) close() {
 var (
 	labelsQP = []string{"device", "qpn"}
 
-	descPortFrames  = prometheus.NewDesc("hcaemu_port_frames_total", "Frames through port 1 of the HCA: Ethernet frames (PVRDMA), InfiniBand packets from LRH to VCRC (mlx5).", []string{"device", "dir"}, nil)
-	descPortBytes   = prometheus.NewDesc("hcaemu_port_bytes_total", "Bytes of the frames through port 1 of the HCA (Ethernet frames; mlx5: IB packets).", []string{"device", "dir"}, nil)
-	descLost        = prometheus.NewDesc("hcaemu_device_entries_lost_total", "Async events and CQ notifications the device could not post to the driver's rings (full, broken or not mapped), by ring.", []string{"device", "ring"}, nil)
-	descPortDropped = prometheus.NewDesc("hcaemu_port_dropped_frames_total", "Frames dropped before a QP took them (or lost to a port held down), by reason.", []string{"device", "reason"}, nil)
-	descCommands    = prometheus.NewDesc("hcaemu_commands_total", "Commands of the driver's command channel, by command and errno (0: success).", []string{"device", "command", "errno"}, nil)
-	descFindings    = prometheus.NewDesc("hcaemu_strict_findings_total", "Strict-mode findings (driver mistakes) by kind.", []string{"device", "kind"}, nil)
-	descSegment     = prometheus.NewDesc("hcaemu_segment_frames_total", "Frames on the Ethernet segment (guests' NICs, HCAs' ports, uplink) by outcome: forwarded, flooded, dropped (nobody took it, or its sender gave up on it after its receiver stayed paused for the pause limit), paused (an offer a full receiver refused: the sender offers the frame again), spoofed (another station's MAC or HCA address as source), cam_full (source MAC not learnt).", []string{"outcome"}, nil)
-	descDirectRuns  = prometheus.NewDesc("hcaemu_segment_direct_run_packets_total", "Packets among the direct ones that went inside runs: MIDDLE packets of one message handed over as one, taken by the receiver in one step.", nil, nil)
-	descDirectLent  = prometheus.NewDesc("hcaemu_segment_direct_lent_packets_total", "Packets among the run ones whose payload the sending HCA lent: copied once, from its guest memory straight into the receiver's.", nil, nil)
-	descDirect      = prometheus.NewDesc("hcaemu_segment_direct_packets_total", "Packets among the forwarded ones that went from HCA to HCA of this process without frames (nothing watched the wire: no capture, no fault rule).", nil, nil)
-	descSubnet      = prometheus.NewDesc("hcaemu_subnet_packets_total", "Packets on the InfiniBand subnet (--device mlx5) by outcome: forwarded (delivered to a port, each multicast copy once), paused (an offer a full receiver refused: offered again), dropped (a multicast copy or SA answer refused, a group with no receiver), malformed (a bad LRH or GRH), spoofed (an SLID or SGID not its port's), refused (SMPs: QP0 or VL15), unroutable (no port or group for the DLID).", []string{"outcome"}, nil)
-	descSA          = prometheus.NewDesc("hcaemu_subnet_sa_mads_total", "MADs that reached the subnet's SA, by outcome: answered, dropped (not a valid SA request).", []string{"outcome"}, nil)
-	descFaultMatch  = prometheus.NewDesc("hcaemu_fault_matched_total", "Events a fault rule matched.", []string{"rule"}, nil)
-	descFaultFired  = prometheus.NewDesc("hcaemu_fault_fired_total", "Times a fault rule fired.", []string{"rule"}, nil)
+	descPortFrames   = prometheus.NewDesc("hcaemu_port_frames_total", "Frames through port 1 of the HCA: Ethernet frames (PVRDMA), InfiniBand packets from LRH to VCRC (mlx5).", []string{"device", "dir"}, nil)
+	descPortBytes    = prometheus.NewDesc("hcaemu_port_bytes_total", "Bytes of the frames through port 1 of the HCA (Ethernet frames; mlx5: IB packets).", []string{"device", "dir"}, nil)
+	descLost         = prometheus.NewDesc("hcaemu_device_entries_lost_total", "Async events and CQ notifications the device could not post to the driver's rings (full, broken or not mapped), by ring.", []string{"device", "ring"}, nil)
+	descPortDropped  = prometheus.NewDesc("hcaemu_port_dropped_frames_total", "Frames dropped before a QP took them (or lost to a port held down), by reason.", []string{"device", "reason"}, nil)
+	descCommands     = prometheus.NewDesc("hcaemu_commands_total", "Commands of the driver's command channel, by command and errno (0: success).", []string{"device", "command", "errno"}, nil)
+	descFindings     = prometheus.NewDesc("hcaemu_strict_findings_total", "Strict-mode findings (driver mistakes) by kind.", []string{"device", "kind"}, nil)
+	descSegment      = prometheus.NewDesc("hcaemu_segment_frames_total", "Frames on the Ethernet segment (guests' NICs, HCAs' ports, uplink) by outcome: forwarded, flooded, dropped (nobody took it, or its sender gave up on it after its receiver stayed paused for the pause limit), paused (an offer a full receiver refused: the sender offers the frame again), spoofed (another station's MAC or HCA address as source), cam_full (source MAC not learnt).", []string{"outcome"}, nil)
+	descDirectRuns   = prometheus.NewDesc("hcaemu_segment_direct_run_packets_total", "Packets among the direct ones that went inside runs: MIDDLE packets of one message handed over as one, taken by the receiver in one step.", nil, nil)
+	descDirectLent   = prometheus.NewDesc("hcaemu_segment_direct_lent_packets_total", "Packets among the run ones whose payload the sending HCA lent: copied once, from its guest memory straight into the receiver's.", nil, nil)
+	descDirect       = prometheus.NewDesc("hcaemu_segment_direct_packets_total", "Packets among the forwarded ones that went from HCA to HCA of this process without frames (nothing watched the wire: no capture, no fault rule).", nil, nil)
+	descSubnet       = prometheus.NewDesc("hcaemu_subnet_packets_total", "Packets on the InfiniBand subnet (--device mlx5) by outcome: forwarded (delivered to a port, each multicast copy once), paused (an offer a full receiver refused: offered again), dropped (a multicast copy or SA answer refused, a group with no receiver), malformed (a bad LRH or GRH), spoofed (an SLID or SGID not its port's), refused (SMPs: QP0 or VL15), unroutable (no port or group for the DLID).", []string{"outcome"}, nil)
+	descSubnetDirect = prometheus.NewDesc("hcaemu_subnet_direct_packets_total", "Packets among the subnet's forwarded ones that went from HCA to HCA of this process in batches, without whole IB packets (nothing watched the subnet: no capture, no fault rule), by kind: all of them, those inside runs, those of runs whose payload was lent (copied once).", []string{"kind"}, nil)
+	descSA           = prometheus.NewDesc("hcaemu_subnet_sa_mads_total", "MADs that reached the subnet's SA, by outcome: answered, dropped (not a valid SA request).", []string{"outcome"}, nil)
+	descFaultMatch   = prometheus.NewDesc("hcaemu_fault_matched_total", "Events a fault rule matched.", []string{"rule"}, nil)
+	descFaultFired   = prometheus.NewDesc("hcaemu_fault_fired_total", "Times a fault rule fired.", []string{"rule"}, nil)
 
 	qpDescs  = newQPDescs("hcaemu_qp_", labelsQP, "of the QP")
 	devDescs = newQPDescs("hcaemu_device_", []string{"device"}, "of every QP of the HCA, destroyed ones included")
@@ -193,6 +194,9 @@ func (c *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 				{"unroutable", sub.Unroutable.Load()}} {
 				counter(descSubnet, o.n, o.outcome)
 			}
+			counter(descSubnetDirect, sub.Direct.Load(), "all")
+			counter(descSubnetDirect, sub.DirectRuns.Load(), "runs")
+			counter(descSubnetDirect, sub.DirectLent.Load(), "lent")
 			counter(descSA, sub.SARequests.Load(), "answered")
 			counter(descSA, sub.SADropped.Load(), "dropped")
 		}

@@ -93,7 +93,8 @@ func TestObserveMLX5(t *testing.T) {
 	rsp.Body.Close()
 	for _, want := range []string{`hcaemu_commands_total{command="CREATE_QP",device="hca0",errno="0"} [1-9]`,
 		`hcaemu_mlx5_commands_total{device="hca0"} [1-9]`, `hcaemu_subnet_packets_total{outcome="forwarded"} [0-9]`,
-		`hcaemu_subnet_sa_mads_total{outcome="answered"}`, `hcaemu_port_frames_total{device="hca0",dir="in"}`} {
+		`hcaemu_subnet_sa_mads_total{outcome="answered"}`, `hcaemu_port_frames_total{device="hca0",dir="in"}`,
+		`hcaemu_subnet_direct_packets_total{kind="lent"} [0-9]`} {
 		if !regexp.MustCompile(want).Match(b) {
 			t.Errorf("metrics lack %q", want)
 		}
