@@ -46,10 +46,8 @@ echo "SUITE-END mlx5_0 $st $(( $(date +%s) - start ))"
 // with their class (docs/conformance.md): device features not built yet.
 // Anything else failing fails the test, and so does one of these passing.
 var conformanceMLX5Known = map[string]string{
-	"test_mr_rereg_access (tests.test_mr.MRTest.test_mr_rereg_access)":                                                        "device: kernel UMR WQEs on the REG_UMR QP are not carried out: ibv_rereg_mr (PD/access) waits forever in mlx5r_umr_post_send_wait (the module's process killed)",
-	"test_dv_cq_cqe_size_128 (tests.test_mlx5_cq.DvCqTest.test_dv_cq_cqe_size_128)":                                           "device: with 128-byte CQEs the provider's lazy poll (ibv_start_poll) fails (its errno is stale: 93); not diagnosed",
-	"test_query_rt_values (tests.test_mlx5_timestamp.TimeAPITest.test_query_rt_values)":                                       "device: no HW clock (device_frequency_khz 0, spec §4.3); mlx5_ib maps the internal timer whatever the caps and mlx5dv_get_clock_info answers EINVAL, not EOPNOTSUPP, without the clock info page: no cap makes it a skip",
-	"test_timestamp_free_running_rc_traffic (tests.test_mlx5_timestamp.TimeStampTest.test_timestamp_free_running_rc_traffic)": "device: no HW clock, as test_query_rt_values: the CQE timestamp cannot be converted (EINVAL)",
+	"test_mr_rereg_access (tests.test_mr.MRTest.test_mr_rereg_access)":              "device: kernel UMR WQEs on the REG_UMR QP are not carried out: ibv_rereg_mr (PD/access) waits forever in mlx5r_umr_post_send_wait (the module's process killed)",
+	"test_dv_cq_cqe_size_128 (tests.test_mlx5_cq.DvCqTest.test_dv_cq_cqe_size_128)": "device: with 128-byte CQEs the provider's lazy poll (ibv_start_poll) fails (its errno is stale: 93); not diagnosed",
 }
 
 func TestE2EConformancePyverbsMLX5(t *testing.T) {

@@ -81,7 +81,7 @@ func replayMLX5With(t *testing.T, rec *record.Recording, o mlx5ReplayOpts) *reco
 	var stallNext atomic.Bool
 	dev := mlx5.New(mlx5.Config{Name: rec.Name, Mem: host.Mem, MSIX: host.MSIX,
 		Log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Subnet: sub, NodeGUID: rec.IB.PortGUID - 1, SequentialQPNs: true, FrozenTimers: !o.liveTimers,
+		Subnet: sub, NodeGUID: rec.IB.PortGUID - 1, SequentialQPNs: true, StepClock: true, FrozenTimers: !o.liveTimers,
 		Tap: &mlx5.PortTap{
 			// The replay hands the device the recorded packets through
 			// its own receiver, and takes the packets it sends.

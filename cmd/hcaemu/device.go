@@ -267,7 +267,7 @@ func (h *hcas) mlx5Factory(name string, mac [6]byte) vfio.NewDevice {
 			// QPN == handle, as for PVRDMA.
 			cfg.Tap = &mlx5.PortTap{Send: rec.Sender,
 				Receiver: func(rx subnet.Receiver) subnet.Receiver { return subnet.Receiver(rec.Receiver(rx)) }}
-			cfg.SequentialQPNs = true
+			cfg.SequentialQPNs, cfg.StepClock = true, true
 		}
 		d := mlx5.New(cfg)
 		var dev vfio.Device = d

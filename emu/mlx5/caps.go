@@ -19,8 +19,9 @@ type capValue struct {
 // page_request_disable skips, no GENERAL_2/ODP/ROCE/ETH/flow-table/QoS/
 // DEBUG/DEV_MEM/DEV_EVENT caps queried, no PCAM/MCAM/QCAM registers and so
 // no FW tracer, reset or MRTC, no Q counters, no BlueFlame and its
-// write-combining test, no DEVX, no HW clock, no fast/force teardown, no
-// ib_virt: the port is read through MAD_IFC). imaicl is 0 too: memory
+// write-combining test, no DEVX, no fast/force teardown, no
+// ib_virt: the port is read through MAD_IFC). The HW clock is there
+// (device_frequency_khz, clock.go). imaicl is 0 too: memory
 // windows need user UMR WQEs (bind, spec §7.5.7), which the data path
 // does not carry out yet; with imaicl mlx5_ib offers ibv_alloc_mw and
 // every bind completed with LOC_QP_OP_ERR (pyverbs test_qp_ex_rc_bind_mw
@@ -63,6 +64,7 @@ var generalCaps = []capValue{
 	{"log_max_pd", ifc.CmdHCACapLogMaxPD, 18},
 	{"log_max_xrcd", ifc.CmdHCACapLogMaxXRCD, 16},
 	{"log_max_rmp", ifc.CmdHCACapLogMaxRMP, 16},
+	{"device_frequency_khz", ifc.CmdHCACapDeviceFrequencyKHz, DeviceFrequencyKHz},
 }
 
 // The EQ limits: 32 EQs (the driver needs at least 5: 4 async ones

@@ -22,7 +22,7 @@ func TestCapsDeclareAbsent(t *testing.T) {
 		want uint32
 	}{
 		{"imaicl", ifc.CmdHCACapImaicl, 0},
-		{"device_frequency_khz", ifc.CmdHCACapDeviceFrequencyKHz, 0},
+		{"device_frequency_khz", ifc.CmdHCACapDeviceFrequencyKHz, DeviceFrequencyKHz}, // a clock (clock.go)
 		{"cq_resize", ifc.CmdHCACapCQResize, 1},
 		{"xrc", ifc.CmdHCACapXRC, 1},
 		{"atomic", ifc.CmdHCACapAtomic, 1},

@@ -704,7 +704,7 @@ func (env *qpEnv) Complete(c transport.Completion) {
 		e.Encode(b[:])
 	} else {
 		cqe := uverbs.CQE{SRQNUIdx: uidx & 0xffffff, ByteCnt: c.ByteLen, QPN: q.QPN,
-			WQECounter: counter, Opcode: uverbs.CQEReq, Owner: owner}
+			WQECounter: counter, Opcode: uverbs.CQEReq, Owner: owner, Timestamp: d.clock.cqeTime()}
 		if c.Recv {
 			cqe.Opcode = uverbs.RespOpcode(c.Opcode == transport.WCRecvWriteImm, c.HasImm, c.Invalidated)
 			// RC: the connected QP (flags_rqpn, as ibv_wc.src_qp).

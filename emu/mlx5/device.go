@@ -135,6 +135,9 @@ type Config struct {
 	// FrozenTimers: the QPs' timers are armed and stopped but never
 	// expire (a replay, which runs at no wall-clock pace: tap.go).
 	FrozenTimers bool
+	// StepClock: the device clock counts reads and CQEs instead of
+	// telling time (recording and replay: clock.go).
+	StepClock bool
 	// Mkeys, when positive, bounds the mkey table to this many entries
 	// (below the 2^log_max_mkey the capabilities report), so that a
 	// deregistered mkey's index comes back soon (tests of reused keys).
@@ -196,6 +199,8 @@ type Device struct {
 		eqe                 [ifc.EQESize]byte // a COMP EQE
 	}
 	mkeys int // Config.Mkeys
+	// clock is the free-running device clock (clock.go).
+	clock deviceClock
 	// x is the fault injection and observation state (faults.go,
 	// port.go, observe.go).
 	x extras
@@ -259,6 +264,7 @@ func New(cfg Config) *Device {
 		d.core.FreezeTimers()
 	}
 	d.wire.Name = cfg.Name
+	d.clock = newDeviceClock(cfg.StepClock)
 	d.attach(cfg)
 	d.powerOn()
 	d.core.Start(coreModel{d}, log, vectors, cfg.MSIX)

@@ -66,10 +66,14 @@ func (d *Device) reg32(reg uint64) uint32 {
 	case ifc.InitSegHealthCounter:
 		d.seg.healthCounter++
 		return d.seg.healthCounter
+	case ifc.InitSegInternalTimerH:
+		return uint32(d.clock.timerRead() >> 32)
+	case ifc.InitSegInternalTimerL:
+		return uint32(d.clock.timerRead())
 	}
 	// Everything else reads 0: cmd_q_init_to 0 (default timeouts, no
-	// DTOR), the internal timer (device_frequency_khz is 0 until Stage 1
-	// reports a clock), rfr_severity, assert fields.
+	// DTOR), the real-time clock (no real-time caps), rfr_severity,
+	// assert fields.
 	return 0
 }
 

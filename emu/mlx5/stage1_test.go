@@ -263,7 +263,7 @@ func TestCapsQuery(t *testing.T) {
 		"num_ports": {ifc.CmdHCACapNumPorts, 1}, "atomic": {ifc.CmdHCACapAtomic, 1},
 		"port_type": {ifc.CmdHCACapPortType, 0}, "bf": {ifc.CmdHCACapBF, 0}, "roce": {ifc.CmdHCACapRoCE, 0},
 		"dct": {ifc.CmdHCACapDCT, 0}, "hca_cap_2": {ifc.CmdHCACapHCACap2, 0}, "log_max_uctx": {ifc.CmdHCACapLogMaxUctx, 0},
-		"device_frequency_khz": {ifc.CmdHCACapDeviceFrequencyKHz, 0}, "max_num_eqs": {ifc.CmdHCACapMaxNumEQs, 0},
+		"device_frequency_khz": {ifc.CmdHCACapDeviceFrequencyKHz, DeviceFrequencyKHz}, "max_num_eqs": {ifc.CmdHCACapMaxNumEQs, 0},
 	}
 	for name, c := range on {
 		if got := c.f.Get(maxCaps); got != c.v {

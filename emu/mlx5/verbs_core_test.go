@@ -43,7 +43,7 @@ func newVerbsHost(t *testing.T, net *verbstest.Net, k int, opts verbstest.HostOp
 	const driverRAM = 16 << 20 // the driver's own structures (verbsRAM)
 	mem := dma.NewFlat(ramBase, driverRAM+ram)
 	cfg := Config{Name: "hca" + string(rune('0'+k)), Subnet: net.Subnet, NodeGUID: 0x0002c90300000000 | uint64(k)<<8,
-		SequentialQPNs: opts.SequentialQPNs, Mem: mem, Log: quiet, Strict: hca.StrictWarn}
+		SequentialQPNs: opts.SequentialQPNs, StepClock: opts.SequentialQPNs, Mem: mem, Log: quiet, Strict: hca.StrictWarn}
 	if opts.Regions != 0 {
 		cfg.Mkeys = ibProbeMkeys + opts.Regions
 	}

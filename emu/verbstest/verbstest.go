@@ -184,7 +184,8 @@ type HostOpts struct {
 	Regions int
 	// RAM: bytes of guest memory (0: 64 MiB).
 	RAM int
-	// SequentialQPNs: each QPN is its QP's handle (runs compare).
+	// SequentialQPNs: each QPN is its QP's handle, and a device clock
+	// counts rather than tells time (runs compare).
 	SequentialQPNs bool
 	// Watch: the device reaches guest memory through a WriteWatch (not
 	// armed) that allows what the driver shares with it (rings, CQs, the
