@@ -46,8 +46,7 @@ echo "SUITE-END mlx5_0 $st $(( $(date +%s) - start ))"
 // with their class (docs/conformance.md): device features not built yet.
 // Anything else failing fails the test, and so does one of these passing.
 var conformanceMLX5Known = map[string]string{
-	"test_mr_rereg_access (tests.test_mr.MRTest.test_mr_rereg_access)":              "device: kernel UMR WQEs on the REG_UMR QP are not carried out: ibv_rereg_mr (PD/access) waits forever in mlx5r_umr_post_send_wait (the module's process killed)",
-	"test_dv_cq_cqe_size_128 (tests.test_mlx5_cq.DvCqTest.test_dv_cq_cqe_size_128)": "device: with 128-byte CQEs the provider's lazy poll (ibv_start_poll) fails (its errno is stale: 93); not diagnosed",
+	"test_mr_rereg_access (tests.test_mr.MRTest.test_mr_rereg_access)": "device: kernel UMR WQEs on the REG_UMR QP are not carried out: ibv_rereg_mr (PD/access) waits forever in mlx5r_umr_post_send_wait (the module's process killed)",
 }
 
 func TestE2EConformancePyverbsMLX5(t *testing.T) {

@@ -58,7 +58,7 @@ func (d *Device) modifyCQ(in, _ []byte) result {
 	var b [uverbs.CQESize64]byte
 	geo := uverbs.CQ{LogSize: c.logSize, CQESize: int(c.cqeSize)}
 	b[uverbs.OpOwnOffset] = uverbs.CQEResizeCQ<<4 | geo.Owner(c.pi)
-	off := geo.Offset(c.pi) + uint64(c.cqeSize) - uverbs.CQESize64
+	off := geo.Offset(c.pi) // the 64-byte structure, last in a 128-byte CQE
 	if d.writeBuf(c.pas, c.pageShift, c.pageOffset, off, b[:uverbs.OpOwnOffset]) != nil ||
 		d.writeBuf(c.pas, c.pageShift, c.pageOffset, off+uverbs.OpOwnOffset, b[uverbs.OpOwnOffset:]) != nil {
 		d.fn.pins.Unpin(len(ring.pas))

@@ -742,7 +742,7 @@ func (d *Device) writeCQE(c *cq, b *[uverbs.CQESize64]byte, solicited bool) {
 		return
 	}
 	geo := uverbs.CQ{LogSize: c.logSize, CQESize: int(c.cqeSize)}
-	off := geo.Offset(c.pi) + uint64(c.cqeSize) - uverbs.CQESize64
+	off := geo.Offset(c.pi) // the 64-byte structure, last in a 128-byte CQE
 	if d.writeBuf(c.pas, c.pageShift, c.pageOffset, off, b[:uverbs.OpOwnOffset]) != nil ||
 		d.writeBuf(c.pas, c.pageShift, c.pageOffset, off+uverbs.OpOwnOffset, b[uverbs.OpOwnOffset:]) != nil {
 		return

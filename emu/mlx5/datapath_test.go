@@ -67,6 +67,8 @@ type rcSize struct {
 	data  uint64
 	cqes  int
 	logSQ uint32
+	// cqeSize: the CQ's CQEs, 64 or 128 bytes (0: 64).
+	cqeSize int
 }
 
 // addEndSized is addEndWith with the geometry sz.
@@ -88,7 +90,7 @@ func addEndSized(t testing.TB, d *Device, drv *mlx5test.Driver, ib *mlx5test.IB,
 	if err != nil {
 		t.Fatal(err)
 	}
-	cq, err := drv.KernelCQ(sz.cqes)
+	cq, err := drv.CreateCQ(drv.CreateCQInSize(sz.cqes, drv.CompEQ.EQN, drv.UAR, max(sz.cqeSize, uverbs.CQESize64)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,6 +180,36 @@ func rcPair(t *testing.T) (*rcEnd, *rcEnd) {
 	a.connect(t, b.lid, b.wq.Q.QPN)
 	b.connect(t, a.lid, a.wq.Q.QPN)
 	return a, b
+}
+
+// TestRCCQE128: on CQs of 128-byte CQEs (mlx5dv's cqe_size 128), each
+// CQE's 64-byte structure is the second half of its 128 bytes, where the
+// provider looks (get_sw_cqe: cqe + 64); the first half is left alone.
+func TestRCCQE128(t *testing.T) {
+	sub := subnet.New(subnet.Config{})
+	end := func(name string, guid uint64) *rcEnd {
+		d, drv, ib, _ := ibProbed(t, Config{Name: name, Subnet: sub, NodeGUID: guid})
+		// Four CQEs: the exchanges go round the ring, the owner bit flips.
+		return addEndSized(t, d, drv, ib, rcSize{data: 64 << 10, cqes: 2, logSQ: 6, cqeSize: 128},
+			func(a *mlx5test.QPArgs) { a.St = ifc.QPStRC })
+	}
+	a, b := end("hca0", 0x0002c90300000100), end("hca1", 0x0002c90300000200)
+	a.connect(t, b.lid, b.wq.Q.QPN)
+	b.connect(t, a.lid, a.wq.Q.QPN)
+	for _, e := range []*rcEnd{a, b} { // a mark the device must not write over
+		for i := range 1 << e.cq.LogSize {
+			copy(e.drv.Bytes(e.cq.Buf.Pages[0]+uint64(i)*128, 64), bytes.Repeat([]byte{0xA5}, 64))
+		}
+	}
+	exchange(t, a, b)
+	exchange(t, b, a)
+	for _, e := range []*rcEnd{a, b} {
+		for i := range 1 << e.cq.LogSize {
+			if half := e.drv.Bytes(e.cq.Buf.Pages[0]+uint64(i)*128, 64); !bytes.Equal(half, bytes.Repeat([]byte{0xA5}, 64)) {
+				t.Fatalf("CQE %d's first 64 bytes written: % x", i, half)
+			}
+		}
+	}
 }
 
 // exchange runs SEND/RECV, RDMA WRITE and RDMA READ from a to b with the

@@ -153,7 +153,7 @@ func (d *Driver) PollCQ(c *CQ, ci *uint32) ([]byte, bool) {
 // PollCQTo is PollCQ copying the CQE into out (64 bytes), allocating
 // nothing.
 func (d *Driver) PollCQTo(c *CQ, ci *uint32, out []byte) bool {
-	geo := uverbs.CQ{LogSize: c.LogSize, CQESize: uverbs.CQESize64}
+	geo := c.geo()
 	at := bufAt(c.Buf, geo.Offset(*ci))
 	cqe := d.Bytes(at, uverbs.CQESize64)
 	if !geo.SoftwareOwns(cqe[uverbs.OpOwnOffset], *ci) {
@@ -167,10 +167,16 @@ func (d *Driver) PollCQTo(c *CQ, ci *uint32, out []byte) bool {
 	return true
 }
 
+// geo is the CQ's ring geometry (Offset: where a CQE's 64-byte structure,
+// last in a 128-byte CQE, is).
+func (c *CQ) geo() uverbs.CQ {
+	return uverbs.CQ{LogSize: c.LogSize, CQESize: max(c.CQESize, uverbs.CQESize64)}
+}
+
 // InitCQ sets every CQE's op_own to invalid, owner 0, as the provider
 // does at creation.
 func (d *Driver) InitCQ(c *CQ) {
-	geo := uverbs.CQ{LogSize: c.LogSize, CQESize: uverbs.CQESize64}
+	geo := c.geo()
 	for i := uint32(0); i < 1<<c.LogSize; i++ {
 		d.Bytes(bufAt(c.Buf, geo.Offset(i)), uverbs.CQESize64)[uverbs.OpOwnOffset] = uverbs.OpOwnInit
 	}

@@ -5,6 +5,7 @@ import (
 	"math/bits"
 
 	"github.com/hcaemu/hcaemu/emu/mlx5/ifc"
+	uverbs "github.com/hcaemu/hcaemu/uverbs/mlx5"
 )
 
 // The verbs commands as mlx5_ib sends them on Linux 6.12 (ib/main.c,
@@ -163,6 +164,8 @@ func putPAS(in []byte, pages []uint64) []byte {
 type CQ struct {
 	CQN     uint32
 	LogSize uint8
+	// CQESize is 64 or 128 bytes (0: 64).
+	CQESize int
 	Buf
 	// Hold, when set, runs ArmCQ's write of the doorbell record as the
 	// device's lock holder would (WQ.Hold's reason: the race detector).
@@ -173,12 +176,21 @@ type CQ struct {
 // entries (create_cq_kernel: entries rounded up to a power of two with
 // one spare, 64-byte CQEs) on EQ eqn, armed through UAR uar.
 func (d *Driver) CreateCQIn(nent int, eqn uint8, uar uint32) ([]byte, *CQ) {
+	return d.CreateCQInSize(nent, eqn, uar, uverbs.CQESize64)
+}
+
+// CreateCQInSize is CreateCQIn with CQEs of cqeSize bytes (64 or 128, a
+// user CQ's mlx5dv cqe_size).
+func (d *Driver) CreateCQInSize(nent int, eqn uint8, uar uint32, cqeSize int) ([]byte, *CQ) {
 	logSize := uint8(bits.Len(uint(nent)))
-	c := &CQ{LogSize: logSize, Buf: d.fragBuf(64 << logSize)}
+	c := &CQ{LogSize: logSize, CQESize: cqeSize, Buf: d.fragBuf(uint64(cqeSize) << logSize)}
 	in := make([]byte, ifc.Linux612CreateCQInSize)
 	ifc.MboxInOpcode.Set(in, uint32(ifc.OpCreateCQ))
 	cqc := ifc.CreateCQInCQC.Bytes(in)
 	ifc.CQCLogCQSize.Set(cqc, uint32(logSize))
+	if cqeSize == 128 {
+		ifc.CQCCQESz.Set(cqc, ifc.CQESize128)
+	}
 	ifc.CQCUARPage.Set(cqc, uar)
 	ifc.CQCCEQN.Set(cqc, uint32(eqn))
 	ifc.CQCLogPageSz.Set(cqc, 0)
