@@ -128,11 +128,11 @@ func (d *Device) kernelUMR(w *uverbs.SendWQE) (transport.Status, string) {
 	switch u.CheckFree() {
 	case uverbs.UMRCheckFree: // the kernel's MLX5_UMR_CHECK_FREE: fail if free
 		if free {
-			return transport.StatusLocProtErr, "the mkey is free (check: not free)"
+			return transport.StatusLocProtErr, "the mkey is free (MLX5_UMR_CHECK_FREE: fail if free)"
 		}
 	case uverbs.UMRCtrlFlagCheckFree: // the kernel's MLX5_UMR_CHECK_NOT_FREE: fail unless free
 		if !free {
-			return transport.StatusLocProtErr, "the mkey is not free (check: free)"
+			return transport.StatusLocProtErr, "the mkey is live (MLX5_UMR_CHECK_NOT_FREE: fail unless free)"
 		}
 	}
 	pd, access, valid, next := region.PD, region.Access, region.Valid, region.LKey
