@@ -9,12 +9,12 @@ import (
 // The pyverbs suite on the emulated ConnectX-4 (mlx5_0, InfiniBand link
 // layer, IPoIB on ib0): a manual run (HCAEMU_CONFORMANCE_MLX5=1 with
 // HCAEMU_E2E=1), not a CI gate, until it has no failure or error
-// (docs/conformance.md, "Result on mlx5_0"; 10.5 min, most of it
-// test_mr's bound). One python3 process per test
-// module, each bounded: a module whose process has not ended after 240 s
-// is killed (reported as python3 died of signal 9) and the next one runs,
-// because test_mr's rereg tests wait in the kernel for a UMR completion
-// the device never writes (the REG_UMR QP's WQEs are not carried out).
+// (docs/conformance.md, "Result on mlx5_0"). One python3 process per
+// test module, each bounded: a module whose process has not ended after
+// 240 s is killed (reported as python3 died of signal 9) and the next one
+// runs. (test_mr's rereg tests used to wait there forever in the kernel
+// for a UMR completion; the device carries out the REG_UMR QP's UMR WQEs
+// now, emu/mlx5/umr.go.)
 const conformanceMLX5Script = `echo 16 > /proc/sys/vm/nr_hugepages
 rm -rf /tmp/rdma-tests
 cp -r /usr/share/doc/rdma-core/tests /tmp/rdma-tests
@@ -45,9 +45,7 @@ echo "SUITE-END mlx5_0 $st $(( $(date +%s) - start ))"
 // conformanceMLX5Known are the mlx5_0 failures and errors known today,
 // with their class (docs/conformance.md): device features not built yet.
 // Anything else failing fails the test, and so does one of these passing.
-var conformanceMLX5Known = map[string]string{
-	"test_mr_rereg_access (tests.test_mr.MRTest.test_mr_rereg_access)": "device: kernel UMR WQEs on the REG_UMR QP are not carried out: ibv_rereg_mr (PD/access) waits forever in mlx5r_umr_post_send_wait (the module's process killed)",
-}
+var conformanceMLX5Known = map[string]string{}
 
 func TestE2EConformancePyverbsMLX5(t *testing.T) {
 	needE2E(t)

@@ -271,7 +271,7 @@ func (d *Device) qpTransition(q *qp) {
 		d.ucTransition(q) // uc.go
 		return
 	}
-	if q.st != ifc.QPStRC && q.st != ifc.QPStXRC && q.st != ifc.QPStQP0 && !isDatagram(q.st) {
+	if q.st != ifc.QPStRC && q.st != ifc.QPStXRC && q.st != ifc.QPStQP0 && q.st != ifc.QPStRegUMR && !isDatagram(q.st) {
 		return
 	}
 	if q.state == ifc.QPStateRST {
@@ -299,7 +299,7 @@ func (d *Device) qpTransition(q *qp) {
 		return
 	}
 	if q.RC == nil {
-		return // QP0: sendSink
+		return // QP0: sendSink; the REG_UMR QP: sendUMR (umr.go)
 	}
 	ctx := q.ctx[:]
 	var access uint32
@@ -352,6 +352,8 @@ func (d *Device) serviceQP(h uint32, work hca.Work, gen uint64, expired bool) {
 		case work&hca.WorkSend == 0 || q.state != ifc.QPStateRTS:
 		case q.UD != nil:
 			q.env.sendUD()
+		case q.st == ifc.QPStRegUMR:
+			q.env.sendUMR() // umr.go
 		default:
 			q.env.sendSink()
 		}

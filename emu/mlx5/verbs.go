@@ -39,6 +39,9 @@ type objects struct {
 	pds   hca.Table[refd]
 	xrcds hca.Table[refd]
 	mkeys hca.Table[mr.Region]
+	// umrEn are the mkeys created with umr_en (UMR WQEs may change them,
+	// umr.go), by index.
+	umrEn map[uint32]bool
 	cqs   hca.Table[cq]
 	qps   hca.Table[qp]
 	srqs  hca.Table[srq]
@@ -243,6 +246,12 @@ func (d *Device) createMkey(in, out []byte) result {
 	region.RKey = region.LKey
 	region.Gen = d.mrKeys.NewGen()
 	p.refs++
+	if ifc.MkcUMREn.Get(mkc) != 0 {
+		if d.fn.obj.umrEn == nil {
+			d.fn.obj.umrEn = map[uint32]bool{} // bounded by the mkey table
+		}
+		d.fn.obj.umrEn[h] = true
+	}
 	ifc.ObjOut.Set(out, h)
 	return ok
 }
@@ -319,6 +328,7 @@ func (d *Device) destroyMkey(in, _ []byte) result {
 		p.refs--
 	}
 	d.fn.obj.mkeys.Del(h)
+	delete(d.fn.obj.umrEn, h)
 	return ok
 }
 
