@@ -92,7 +92,6 @@ func (d *Device) createCQ(in, out []byte) result {
 	}
 	c.cqn = h
 	e.refs++
-	d.fn.uarRefs[uar]++
 	ifc.ObjOut.Set(out, h)
 	return ok
 }
@@ -111,7 +110,6 @@ func (d *Device) destroyCQ(in, _ []byte) result {
 	if e := d.fn.eqs[c.eqn]; e != nil {
 		e.refs--
 	}
-	d.fn.uarRefs[c.uar]--
 	d.fn.pins.Unpin(len(c.pas))
 	d.fn.obj.cqs.Del(h)
 	return ok

@@ -26,8 +26,6 @@ type function struct {
 	// completions (event mode), nil in polling mode.
 	eqs   map[uint8]*eq
 	cmdEQ *eq
-	// uarRefs counts the CQs and QPs that name each UAR (uar_page).
-	uarRefs map[uint32]int
 	// obj are the verbs objects (verbs.go); pins counts the page-list
 	// entries the function's EQs, CQs, QPs, SRQs and mkeys hold.
 	obj  objects
@@ -95,7 +93,7 @@ func (d *Device) teardownHCA(in, out []byte) result {
 	if n := d.fn.obj.count(); len(d.fn.eqs) != 0 || len(d.fn.uars) != 0 || n != 0 {
 		d.find(hca.FindingHandle, "freed by TEARDOWN_HCA", "TEARDOWN_HCA with %d EQs, %d UARs and %d verbs objects still allocated", len(d.fn.eqs), len(d.fn.uars), n)
 	}
-	d.fn.eqs, d.fn.cmdEQ, d.fn.uars, d.fn.uarRefs = nil, nil, nil, nil
+	d.fn.eqs, d.fn.cmdEQ, d.fn.uars = nil, nil, nil
 	d.wire.RevokeLoans()
 	d.fn.obj = objects{}
 	d.fn.pins.Reset()
@@ -151,7 +149,6 @@ func (d *Device) initHCA(_, _ []byte) result {
 	}
 	d.fn.state = stateInitialized
 	d.fn.uars = make(map[uint32]struct{})
-	d.fn.uarRefs = make(map[uint32]int)
 	d.fn.eqs = make(map[uint8]*eq)
 	d.fn.obj = d.newObjects()
 	d.fn.pins.Reset()

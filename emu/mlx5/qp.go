@@ -172,9 +172,6 @@ func (d *Device) qpRefs(q *qp, by int) {
 	if x := o.xrcds.Get(q.xrcdn); x != nil {
 		x.refs += by
 	}
-	if q.hasSQ {
-		d.fn.uarRefs[q.uar] += by
-	}
 }
 
 // lookupQP finds the QP a command's qpn names: the handle in its low bits,

@@ -30,7 +30,14 @@ func (d *Device) allocUAR(_, out []byte) result {
 }
 
 // deallocUAR: DEALLOC_UAR of a UAR this function holds and no EQ rings
-// through.
+// through. CQs and QPs may still name it: when a process dies, its
+// mappings go before its objects (exit_mmap runs before the uverbs file is
+// released), and the last unmapping of a UAR page mlx5_ib allocated on
+// demand (a dynamic bfreg page, an MLX5_IB_OBJECT_UAR) frees the UAR while
+// the process's QPs and CQs that ring through it are destroyed only
+// afterwards. Firmware takes it (the kernel would warn on every crash
+// otherwise); the device forgets the page, and the objects' later
+// destruction is as for any.
 func (d *Device) deallocUAR(in, _ []byte) result {
 	const op = ifc.OpDeallocUAR
 	uar := ifc.DeallocUARInUAR.Get(in)
@@ -42,11 +49,7 @@ func (d *Device) deallocUAR(in, _ []byte) result {
 			return d.refuse(ifc.StatResBusy, SyndUARBusy, hca.FindingHandle, op, "dealloc_uar_in.uar=%d: EQ %d still rings through it", uar, e.eqn)
 		}
 	}
-	if n := d.fn.uarRefs[uar]; n > 0 {
-		return d.refuse(ifc.StatResBusy, SyndUARBusy, hca.FindingHandle, op, "dealloc_uar_in.uar=%d: %d CQs and QPs still name it", uar, n)
-	}
 	delete(d.fn.uars, uar)
-	delete(d.fn.uarRefs, uar)
 	delete(d.fn.latches, uar)
 	return ok
 }

@@ -375,9 +375,8 @@ func TestVerbsValidation(t *testing.T) {
 			ifc.DestroyEQInEQNumber.Set(in, uint32(e.drv.CompEQ.EQN))
 			return in
 		}, 16, ifc.StatResBusy, SyndBusy, "destroy_eq_in.eq_number=2: 3 CQs"},
-		{"dealloc_uar a CQ names", func(e env) []byte {
-			// The kernel's UAR: EQs ring through it too; a fresh one a CQ names.
-			return obj(ifc.OpDeallocUAR, e.drv.UAR)
+		{"dealloc_uar an EQ rings through", func(e env) []byte {
+			return obj(ifc.OpDeallocUAR, e.drv.UAR) // the kernel's UAR
 		}, 16, ifc.StatResBusy, SyndUARBusy, "dealloc_uar_in.uar="},
 		{"create_mkey missing PD", func(e env) []byte {
 			return e.drv.CreateMkeyIn(mlx5test.MkeyArgs{PD: 4242, Mode: ifc.MkcAccessModePA, Length64: true})
@@ -736,5 +735,53 @@ func TestKernelQPKinds(t *testing.T) {
 	}
 	if f := d.Findings(); f[hca.FindingHandle] != 3 || f[hca.FindingCommand] != 0 || f[hca.FindingQPState] != 0 {
 		t.Errorf("findings %v, want the 3 busy destroys", f)
+	}
+}
+
+// TestDeallocUARBeforeObjects: a dying process's UAR page goes before its
+// objects (exit_mmap unmaps it, which frees a UAR mlx5_ib allocated on
+// demand, before the uverbs file's release destroys the QPs and CQs that
+// ring through it): DEALLOC_UAR is taken without a finding, the page is
+// free for the next ALLOC_UAR, and the CQ and QP are destroyed as any.
+func TestDeallocUARBeforeObjects(t *testing.T) {
+	d, drv, ib, findings := ibProbed(t, Config{Name: "hca0", Subnet: subnet.New(subnet.Config{})})
+	out, err := drv.Exec(mboxIn(ifc.OpAllocUAR, 0, ifc.AllocUARInSize), ifc.AllocUAROutSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uar := ifc.AllocUAROutUAR.Get(out)
+	cq, err := drv.CreateCQ(drv.CreateCQIn(4, drv.CompEQ.EQN, uar))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd, err := drv.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, q := drv.CreateQPIn(mlx5test.QPArgs{St: ifc.QPStRC, PD: pd, SndCQ: cq.CQN, RcvCQ: cq.CQN,
+		SRQ: ib.S1.N, XRCD: ib.XRCD1, LogRQ: 4, LogRQStride: 2, LogSQ: 4, UAR: uar})
+	if q, err = drv.CreateQP(in, q); err != nil {
+		t.Fatal(err)
+	}
+	dealloc := mboxIn(ifc.OpDeallocUAR, 0, ifc.Linux612CmdSize)
+	ifc.ObjIn.Set(dealloc, uar)
+	if _, err := drv.Exec(dealloc, 16); err != nil {
+		t.Fatalf("DEALLOC_UAR of a UAR a CQ and a QP name: %v", err)
+	}
+	if len(*findings) != 0 {
+		t.Fatalf("findings: %v", *findings)
+	}
+	if err := drv.DestroyQP(q); err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.DestroyCQ(cq); err != nil {
+		t.Fatal(err)
+	}
+	// The page is free again, and the next ALLOC_UAR may hand it out.
+	if out, err = drv.Exec(mboxIn(ifc.OpAllocUAR, 0, ifc.AllocUARInSize), ifc.AllocUAROutSize); err != nil || ifc.AllocUAROutUAR.Get(out) != uar {
+		t.Fatalf("ALLOC_UAR after: %v, uar %d, want %d", err, ifc.AllocUAROutUAR.Get(out), uar)
+	}
+	if len(*findings) != 0 || d.Findings() != [hca.NumFindingKinds]uint64{} {
+		t.Fatalf("findings: %v", *findings)
 	}
 }
