@@ -182,6 +182,23 @@ func rcPair(t *testing.T) (*rcEnd, *rcEnd) {
 	return a, b
 }
 
+// TestRCNop: a NOP WQE (UCX's rc_mlx5 posts them) does nothing on the
+// wire and completes in order after the WQEs before it: a signaled NOP
+// behind an unsignaled WRITE completes once the WRITE is acknowledged,
+// with the NOP's counter and opcode; the QP goes on working.
+func TestRCNop(t *testing.T) {
+	a, b := rcPair(t)
+	copy(a.mem(0, 4096), bytes.Repeat([]byte{0x5A}, 4096))
+	a.drv.PostSend(a.wq, &uverbs.SendWQE{Ctrl: uverbs.CtrlSeg{Opcode: uverbs.OpcodeRDMAWrite},
+		Segs: uverbs.HasRAddr, RAddr: uverbs.RAddrSeg{RAddr: b.data + 8192, RKey: b.key}, Data: []uverbs.DataSeg{a.seg(0, 4096)}})
+	idx := a.drv.PostSend(a.wq, &uverbs.SendWQE{Ctrl: uverbs.CtrlSeg{Opcode: uverbs.OpcodeNOP, FMCESE: signaled}})
+	checkReq(t, a.poll(t), a.wq.Q.QPN, idx, uverbs.OpcodeNOP, 0)
+	if !bytes.Equal(b.mem(8192, 4096), a.mem(0, 4096)) {
+		t.Fatal("the NOP completed before the WRITE before it landed")
+	}
+	exchange(t, a, b)
+}
+
 // TestRCCQE128: on CQs of 128-byte CQEs (mlx5dv's cqe_size 128), each
 // CQE's 64-byte structure is the second half of its 128 bytes, where the
 // provider looks (get_sw_cqe: cqe + 64); the first half is left alone.

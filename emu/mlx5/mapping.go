@@ -78,8 +78,10 @@ var sendOpcodes = map[uint8]transport.Opcode{
 	uverbs.OpcodeSendInval: transport.OpSendInv, uverbs.OpcodeRDMAWrite: transport.OpWrite,
 	uverbs.OpcodeRDMAWriteImm: transport.OpWriteImm, uverbs.OpcodeRDMARead: transport.OpRead,
 	uverbs.OpcodeAtomicCS: transport.OpCompSwap, uverbs.OpcodeAtomicFA: transport.OpFetchAdd,
+	uverbs.OpcodeNOP: transport.OpNop,
 }
 
 // sendOpcode is the transport's opcode of a send WQE's (OpUnsupported for
-// one the device does not carry out: NOP, UMR, masked atomics, ...).
+// one the device does not carry out: UMR on a user QP, masked atomics,
+// ...).
 func sendOpcode(op uint8) transport.Opcode { return sendOpcodes[op] }

@@ -54,7 +54,7 @@ func TestSendOpcodes(t *testing.T) {
 		0x0a: transport.OpSend, 0x0b: transport.OpSendImm, 0x01: transport.OpSendInv,
 		0x08: transport.OpWrite, 0x09: transport.OpWriteImm, 0x10: transport.OpRead,
 		0x11: transport.OpCompSwap, 0x12: transport.OpFetchAdd,
-		0x00: transport.OpUnsupported, 0x14: transport.OpUnsupported, 0x25: transport.OpUnsupported,
+		0x00: transport.OpNop, 0x14: transport.OpUnsupported, 0x25: transport.OpUnsupported,
 	} {
 		if got := sendOpcode(op); got != want {
 			t.Errorf("opcode %#x: %v, want %v", op, got, want)

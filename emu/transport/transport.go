@@ -57,6 +57,9 @@ const (
 	OpFetchAdd
 	OpLocalInv
 	OpFastReg
+	// OpNop does nothing but complete, in order with the requests around
+	// it (mlx5's NOP WQE: UCX's rc_mlx5 and ud_mlx5 post them).
+	OpNop
 )
 
 // WCOpcode is the opcode of a completion.

@@ -62,7 +62,7 @@ func (qp *QP) prepare(req *request) {
 		req.length = 8
 		req.npsn = 1
 		req.readOrAtomic = true
-	case transport.OpLocalInv, transport.OpFastReg:
+	case transport.OpLocalInv, transport.OpFastReg, transport.OpNop:
 		req.local = true
 	default:
 		req.status = transport.StatusLocQPOpErr
@@ -450,6 +450,8 @@ func (qp *QP) completeReqs() {
 		case req.status != transport.StatusSuccess:
 			qp.failRequest(req, req.status)
 			return
+		case req.local && req.wr.Opcode == transport.OpNop:
+			req.done = true
 		case req.local:
 			if status := qp.env.LocalOp(&req.wr); status != transport.StatusSuccess {
 				qp.failRequest(req, status)

@@ -196,6 +196,9 @@ func (qp *QP) take() bool {
 		}
 		qp.npkt = max(1, (qp.cur.Length+pmtu-1)/pmtu)
 		qp.next = 0
+	case transport.OpNop:
+		qp.busy = false
+		qp.completeSend(transport.StatusSuccess, 0)
 	case transport.OpLocalInv, transport.OpFastReg:
 		st := qp.env.LocalOp(&qp.cur)
 		if st != transport.StatusSuccess {

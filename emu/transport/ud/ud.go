@@ -65,6 +65,10 @@ func (qp *QP) SetState(next transport.State) {
 // Send transmits one send request as a single SEND_ONLY datagram and
 // completes it locally.
 func (qp *QP) Send(wr *transport.SendWR) {
+	if wr.Opcode == transport.OpNop && wr.Status == transport.StatusSuccess {
+		qp.env.Complete(transport.Completion{WRID: wr.ID, Opcode: transport.WCSend, Signaled: wr.Signaled})
+		return
+	}
 	if wr.Opcode != transport.OpSend && wr.Opcode != transport.OpSendImm {
 		qp.fail(wr, transport.StatusLocQPOpErr, transport.EventQPRequestErr)
 		return
