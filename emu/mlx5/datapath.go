@@ -3,6 +3,8 @@ package mlx5
 import (
 	"encoding/binary"
 	"errors"
+	"math"
+	"slices"
 	"time"
 
 	doorbell "github.com/hcaemu/hcaemu/doorbell/mlx5"
@@ -539,6 +541,21 @@ func (env *qpEnv) TakeSend(wr *transport.SendWR) bool {
 	}
 	if w.Segs&uverbs.HasInline != 0 {
 		wr.Segs, wr.Length, wr.Status = env.takeInline(wr, start, w.Inline)
+		if len(w.Data) == 0 || wr.Status != transport.StatusSuccess {
+			return true
+		}
+		// Data segments after the inline bytes (UCX's active messages):
+		// the message is the inline bytes, then theirs.
+		inl, n := wr.Segs[0], wr.Length
+		wr.Segs, wr.Length, wr.Status = env.segs(w.Data, wr.Opcode.WritesLocal(), wr.Segs[:0])
+		if wr.Status == transport.StatusSuccess && uint64(wr.Length)+uint64(n) > math.MaxUint32 {
+			wr.Status = transport.StatusLocLenErr
+		}
+		wr.Segs = slices.Insert(wr.Segs, 0, inl)
+		wr.Length += n
+		if wr.Status == transport.StatusSuccess && env.d.faultDMA(env.q, wr, w.Data) {
+			wr.Status = transport.StatusLocProtErr
+		}
 		return true
 	}
 	wr.Segs, wr.Length, wr.Status = env.segs(w.Data, wr.Opcode.WritesLocal(), wr.Segs[:0])
@@ -578,7 +595,8 @@ func (env *qpEnv) takeInline(wr *transport.SendWR, start uint16, data []byte) ([
 }
 
 // gather copies a packet's payload: an inline WQE's from what takeInline
-// kept, any other from guest memory.
+// kept (then, for one with data segments after its inline bytes, the rest
+// from guest memory), any other from guest memory.
 func (env *qpEnv) gather(p *transport.Payload, dst []byte) error {
 	if !isInline(p) {
 		return p.Gather(env.mem, dst)
@@ -587,24 +605,49 @@ func (env *qpEnv) gather(p *transport.Payload, dst []byte) error {
 	if err != nil {
 		return err
 	}
-	copy(dst, data)
-	return nil
+	k := copy(dst, data)
+	if k == len(dst) {
+		return nil
+	}
+	// Past the inline bytes: the data segments', from where the packet's
+	// offset is past them.
+	in := env.inline[uint16(p.Segs[0].Addr)] // inlineBytes checked it
+	off := max(p.Off, uint64(len(in.data))) - uint64(len(in.data))
+	return env.mem.Copy(p.Segs[1:], off, dst[k:], false)
 }
 
-// isInline reports whether a packet's payload is an inline WQE's.
+// isInline reports whether a packet's payload starts with an inline
+// WQE's bytes (and may go on with data segments).
 func isInline(p *transport.Payload) bool {
-	return len(p.Segs) == 1 && p.Segs[0].Ref.Handle == inlineHandle
+	return len(p.Segs) >= 1 && p.Segs[0].Ref.Handle == inlineHandle
 }
 
-// inlineBytes is the n bytes of an inline payload a packet carries, as
-// takeInline kept them.
+// inlineBytes is what a packet of n payload bytes carries of an inline
+// WQE's bytes, as takeInline kept them: all n, or, for a WQE with data
+// segments after them, what is left of them from the packet's offset.
 func (env *qpEnv) inlineBytes(p *transport.Payload, n int) ([]byte, error) {
 	seg := p.Segs[0]
 	in, ok := env.inline[uint16(seg.Addr)]
-	if !ok || in.gen != seg.Ref.Key || p.Off > uint64(len(in.data)) || uint64(n) > uint64(len(in.data))-p.Off {
+	if !ok || in.gen != seg.Ref.Key {
 		return nil, errInline
 	}
-	return in.data[p.Off : p.Off+uint64(n)], nil
+	if p.Off >= uint64(len(in.data)) {
+		if len(p.Segs) > 1 {
+			return nil, nil // past them: the data segments only
+		}
+		if p.Off > uint64(len(in.data)) || n > 0 {
+			return nil, errInline
+		}
+		return nil, nil
+	}
+	end := p.Off + uint64(n)
+	if end > uint64(len(in.data)) {
+		if len(p.Segs) == 1 {
+			return nil, errInline
+		}
+		end = uint64(len(in.data))
+	}
+	return in.data[p.Off:end], nil
 }
 
 var errInline = errors.New("inline payload gone (its SQ slot reused)")

@@ -199,6 +199,37 @@ func TestRCNop(t *testing.T) {
 	exchange(t, a, b)
 }
 
+// TestRCInlineThenData: a SEND whose first bytes are inline and the rest
+// by data segments (UCX's rc_mlx5 active messages: the header inline),
+// three packets long so that one packet holds the end of the inline bytes
+// and the start of the segments' data: the receiver gets them in order,
+// whether the subnet carries whole packets or batches.
+func TestRCInlineThenData(t *testing.T) {
+	passThrough := func(next subnet.Link) subnet.Link { return next }
+	for name, sub := range map[string]*subnet.Subnet{"batches": subnet.New(subnet.Config{}), "whole packets": subnet.New(subnet.Config{}, passThrough)} {
+		t.Run(name, func(t *testing.T) {
+			a := newRCEnd(t, "hca0", sub, 0x0002c90300000100)
+			b := newRCEnd(t, "hca1", sub, 0x0002c90300000200)
+			a.connect(t, b.lid, b.wq.Q.QPN)
+			b.connect(t, a.lid, a.wq.Q.QPN)
+			hdr := []byte("ucx-am-header:40-bytes-of-it-inline-here")
+			body := bytes.Repeat([]byte("0123456789abcdef"), 160) // 2560 bytes
+			copy(a.mem(0, len(body)), body)
+			b.drv.PostRecv(b.wq, b.seg(8192, 4096))
+			idx := a.drv.PostSend(a.wq, &uverbs.SendWQE{Ctrl: uverbs.CtrlSeg{Opcode: uverbs.OpcodeSend, FMCESE: signaled},
+				Segs: uverbs.HasInline, Inline: hdr, Data: []uverbs.DataSeg{a.seg(0, 1000), a.seg(1000, 1560)}})
+			checkReq(t, a.poll(t), a.wq.Q.QPN, idx, uverbs.OpcodeSend, 0)
+			want := append(append([]byte(nil), hdr...), body...)
+			if c := uverbs.DecodeCQE(b.poll(t)); c.ByteCnt != uint32(len(want)) {
+				t.Fatalf("receive CQE %+v, want %d bytes", c, len(want))
+			}
+			if got := b.mem(8192, len(want)); !bytes.Equal(got, want) {
+				t.Fatal("the message is not the inline bytes then the segments' data")
+			}
+		})
+	}
+}
+
 // TestRCCQE128: on CQs of 128-byte CQEs (mlx5dv's cqe_size 128), each
 // CQE's 64-byte structure is the second half of its 128 bytes, where the
 // provider looks (get_sw_cqe: cqe + 64); the first half is left alone.

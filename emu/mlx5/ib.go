@@ -112,8 +112,12 @@ func (env *qpEnv) transmitDirect(path *transport.Path, f *roce.PacketFields, pay
 	}
 	pl := payload
 	if isInline(payload) {
-		data, err := env.inlineBytes(payload, payload.Len)
-		if err != nil {
+		// Not in memory regions the wire can gather from: the bytes.
+		if cap(env.payload) < payload.Len {
+			env.payload = make([]byte, payload.Len)
+		}
+		data := env.payload[:payload.Len]
+		if err := env.gather(payload, data); err != nil {
 			return true, err
 		}
 		pl = &transport.Payload{Len: payload.Len, Bytes: data}

@@ -102,13 +102,10 @@ type SendWQE struct {
 	Inline []byte
 }
 
-// Length is the number of bytes the data segments or the inline segment
-// describe (at most 63 segments of 2^32-1 bytes: no overflow).
+// Length is the number of bytes the inline segments and the data
+// segments describe (at most 63 segments of 2^32-1 bytes: no overflow).
 func (w *SendWQE) Length() uint64 {
-	if w.Segs&HasInline != 0 {
-		return uint64(len(w.Inline))
-	}
-	var n uint64
+	n := uint64(len(w.Inline))
 	for _, d := range w.Data {
 		n += uint64(d.ByteCount)
 	}
@@ -212,11 +209,15 @@ func (w *SendWQE) Decode(b []byte, st ST, maxDS int) error {
 	return w.decodeData(&r, inline, maxData)
 }
 
-// decodeData decodes what follows the fixed segments: data segments, or
-// (when inline is allowed) one inline segment that fills the rest of the
-// WQE exactly, as the provider's and the kernel's set_data_inl_seg pad it.
+// decodeData decodes what follows the fixed segments: (when inline is
+// allowed) inline segments, each padded to 16 bytes as the provider's and
+// the kernel's set_data_inl_seg pad it, then data segments, the message
+// being their bytes in that order. The provider posts one inline segment
+// that fills the WQE; UCX's rc_mlx5 puts an active message's header inline
+// before the data segments of its payload (uct_rc_mlx5_txqp_dptr_post_iov).
+// An inline segment after a data segment is refused.
 func (w *SendWQE) decodeData(r *reader, inline bool, maxData int) error {
-	if len(r.b) >= 4 && be.Uint32(r.b)&InlineSeg != 0 {
+	for len(r.b) >= 4 && be.Uint32(r.b)&InlineSeg != 0 {
 		if !inline {
 			return wqeErr(SyndromeLocalQPOpErr, "opcode %#x: inline segment", w.Ctrl.Opcode)
 		}
@@ -224,12 +225,13 @@ func (w *SendWQE) decodeData(r *reader, inline bool, maxData int) error {
 		if n > len(r.b)-4 {
 			return wqeErr(SyndromeLocalQPOpErr, "inline %d bytes in %d", n, len(r.b)-4)
 		}
-		if pad := (4 + n + SendWQEDS - 1) / SendWQEDS * SendWQEDS; pad != len(r.b) {
-			return wqeErr(SyndromeLocalQPOpErr, "inline %d bytes: %d bytes of segments, want %d", n, len(r.b), pad)
-		}
+		pad := (4 + n + SendWQEDS - 1) / SendWQEDS * SendWQEDS
 		w.Inline = append(w.Inline, r.b[4:4+n]...)
 		w.Segs |= HasInline
-		return nil
+		if pad > len(r.b) {
+			return wqeErr(SyndromeLocalQPOpErr, "inline %d bytes: its padding runs past the WQE", n)
+		}
+		r.b = r.b[pad:]
 	}
 	if len(r.b)%DataSegSize != 0 {
 		return wqeErr(SyndromeLocalQPOpErr, "%d bytes left: not whole data segments", len(r.b))
@@ -354,7 +356,6 @@ func (w *SendWQE) Encode(b []byte) int {
 			be.PutUint32(s, uint32(len(w.Inline))|InlineSeg)
 			copy(s[4:], w.Inline)
 		})
-		return n
 	}
 	for _, d := range w.Data {
 		put(DataSegSize, d.Encode)

@@ -326,7 +326,6 @@ func TestSendWQEMalformed(t *testing.T) {
 		{"READ inline", STRC, 63, ctrl(OpcodeRDMARead, 3) + raddr + inline(4, 16)},
 		{"atomic inline", STRC, 63, ctrl(OpcodeAtomicCS, 4) + raddr + raddr + inline(8, 16)},
 		{"inline longer than the WQE", STRC, 63, ctrl(OpcodeSend, 2) + inline(13, 16)},
-		{"inline with a trailing segment", STRC, 63, ctrl(OpcodeSend, 3) + inline(4, 16) + data},
 		{"inline after data", STRC, 63, ctrl(OpcodeSend, 3) + data + inline(4, 16)},
 		{"UD without AV", STUD, 63, ctrl(OpcodeSend, 2) + data},
 		{"XRC without XRC seg", STXRC, 63, ctrl(OpcodeSend, 1)},
@@ -364,6 +363,10 @@ func TestSendWQEAccepted(t *testing.T) {
 	}{
 		{"inline 0 bytes", STRC, SendWQE{Ctrl: CtrlSeg{Opcode: OpcodeSend, DS: 2}, Segs: HasInline}},
 		{"inline 12 bytes", STUD, SendWQE{Ctrl: CtrlSeg{Opcode: OpcodeSend, DS: 5}, Segs: HasAV | HasInline, Inline: []byte("123456789abc")}},
+		// UCX's rc_mlx5 active message: its header inline, the payload
+		// by data segments after it.
+		{"inline then data", STRC, SendWQE{Ctrl: CtrlSeg{Opcode: OpcodeSend, DS: 4}, Segs: HasInline,
+			Inline: []byte("ucx-hdr!"), Data: []DataSeg{{4096, 7, 0x10000}, {100, 7, 0x20000}}}},
 		{"masked CS", STRC, SendWQE{Ctrl: CtrlSeg{Opcode: OpcodeAtomicMaskedCS, DS: 5}, Segs: HasRAddr | HasMaskedAtomic,
 			Atomic: AtomicSeg{1, 2, 3, 4}, Data: []DataSeg{{8, 1, 2}}}},
 		{"atomic, no data", STXRC, SendWQE{Ctrl: CtrlSeg{Opcode: OpcodeAtomicFA, DS: 4}, Segs: HasXRC | HasRAddr | HasAtomic, XRCSRQN: 5}},
