@@ -7,9 +7,8 @@ import (
 )
 
 // The pyverbs suite on the emulated ConnectX-4 (mlx5_0, InfiniBand link
-// layer, IPoIB on ib0): a manual run (HCAEMU_CONFORMANCE_MLX5=1 with
-// HCAEMU_E2E=1), not a CI gate, until it has no failure or error
-// (docs/conformance.md, "Result on mlx5_0"). One python3 process per
+// layer, IPoIB on ib0), a CI gate since it has no failure or error
+// (docs/conformance.md, "Result on mlx5_0"; about 2m45s). One python3 process per
 // test module, each bounded: a module whose process has not ended after
 // 240 s is killed (reported as python3 died of signal 9) and the next one
 // runs. (test_mr's rereg tests used to wait there forever in the kernel
@@ -47,11 +46,18 @@ echo "SUITE-END mlx5_0 $st $(( $(date +%s) - start ))"
 // Anything else failing fails the test, and so does one of these passing.
 var conformanceMLX5Known = map[string]string{}
 
+// conformanceMLX5MinPassed is the gate on how many tests pass on mlx5_0:
+// 118 in the runs of 2026-11-28, against rxe0's 100 in PVRDMA's guest
+// (docs/conformance.md); a few tests draw random create flags and may skip
+// instead, so the floor leaves room for them and no more.
+const conformanceMLX5MinPassed = 112
+
+// TestE2EConformancePyverbsMLX5 runs rdma-core's suite on mlx5_0 (issue 26's
+// gate): no failure, no error, every skip with its reason (the reasons are
+// mapped to the capabilities the device declares absent in
+// docs/conformance.md), and at least conformanceMLX5MinPassed tests passing.
 func TestE2EConformancePyverbsMLX5(t *testing.T) {
 	needE2E(t)
-	if os.Getenv("HCAEMU_CONFORMANCE_MLX5") != "1" {
-		t.Skip("manual run: set HCAEMU_CONFORMANCE_MLX5=1 (not green yet, docs/conformance.md)")
-	}
 	t0 := time.Now()
 	out, code := hcaemuRun(t, "--device", "mlx5", "--image", "debian", "--packages", conformancePackages, "--timeout", "60m", "--", conformanceMLX5Script)
 	t.Logf("hcaemu run took %s", time.Since(t0).Round(time.Second))
@@ -65,6 +71,9 @@ func TestE2EConformancePyverbsMLX5(t *testing.T) {
 	c := run.counts()
 	t.Logf("mlx5_0: ran %d in %ds: %d passed, %d skipped, %d failed, %d errors", run.ran, run.seconds, c["ok"], c["skip"], c["fail"], c["error"])
 	checkSuite(t, run, conformanceMLX5Known, "conformanceMLX5Known")
+	if c["ok"] < conformanceMLX5MinPassed {
+		t.Errorf("mlx5_0: %d tests passed, want at least %d", c["ok"], conformanceMLX5MinPassed)
+	}
 	if path := os.Getenv("HCAEMU_CONFORMANCE_TABLE"); path != "" {
 		if err := os.WriteFile(path, []byte(conformanceTable(map[string]*suiteRun{"mlx5_0": run})), 0o644); err != nil {
 			t.Error(err)
