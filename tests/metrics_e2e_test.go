@@ -3,8 +3,6 @@ package tests
 import (
 	"bytes"
 	"encoding/json"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 )
 
 // lockedBuffer is an io.Writer the test can read while a process writes it.
@@ -58,8 +55,7 @@ func metricValue(scrape, series string) float64 {
 func TestE2EMetrics(t *testing.T) {
 	needE2E(t)
 	share := t.TempDir()
-	script := `wait_done() { i=0; while [ ! -e /x/done ]; do i=$((i+1)); if [ $i -ge 6000 ]; then echo "TIMEOUT waiting for /x/done"; return 1; fi; sleep 0.1; done; }
-if [ -z "$HCAEMU_SERVER_IP" ]; then
+	script := liveRunWaitDone + `if [ -z "$HCAEMU_SERVER_IP" ]; then
   ib_write_bw -x 1 -F -s 65536 -D 8 > /x/g0.bw 2>&1
 else
   ib_write_bw -x 1 -F -s 65536 -D 8 $HCAEMU_SERVER_IP > /x/g1.bw 2>&1
@@ -71,61 +67,13 @@ echo "BW $st"
 wait_done
 exit $st
 `
-	var out lockedBuffer
 	control := filepath.Join(t.TempDir(), "control.sock")
-	cmd := exec.Command(hcaemuBin, "run", "--guests", "2", "--share", share+":/x", "--metrics", "127.0.0.1:0", "--control", control, "--timeout", "10m", "--", script)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	ended := false
-	defer func() {
-		os.WriteFile(filepath.Join(share, "done"), nil, 0o644)
-		if !ended {
-			<-done
-		}
-		t.Logf("hcaemu run output:\n%s", out.String())
-	}()
-	// poll waits (bounded) for cond, which may scrape.
-	poll := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(8 * time.Minute)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("no %s", what)
-			}
-			select {
-			case err := <-done:
-				ended = true
-				t.Fatalf("hcaemu run ended while the test waited for %s: %v", what, err)
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-	}
-	var url string
-	poll("metrics address", func() bool {
-		m := regexp.MustCompile(`hcaemu: metrics at (http://\S+/metrics)`).FindStringSubmatch(out.String())
-		if m != nil {
-			url = m[1]
-		}
-		return m != nil
-	})
-	scrape := func() string {
-		rsp, err := http.Get(url)
-		if err != nil {
-			return ""
-		}
-		defer rsp.Body.Close()
-		b, _ := io.ReadAll(rsp.Body)
-		return string(b)
-	}
+	r := startRun(t, share, true, "--guests", "2", "--metrics", "127.0.0.1:0", "--control", control, "--timeout", "10m", "--", script)
+	url := r.metricsURL()
+	poll := r.poll
+	scrape := func() string { return scrape(url) }
 	const sent = `hcaemu_device_payload_bytes_total{device="hca1",dir="sent"}`
-	bwDone := func(k int) bool {
-		_, err := os.Stat(filepath.Join(share, "g"+strconv.Itoa(k)+".done"))
-		return err == nil
-	}
+	bwDone := func(k int) bool { return r.shared("g" + strconv.Itoa(k) + ".done") }
 	// During the run: guest 1's HCA sends, and the counter moves.
 	var first float64
 	poll("payload bytes sent by hca1", func() bool { first = metricValue(scrape(), sent); return first > 0 })
@@ -219,13 +167,11 @@ exit $st
 		}
 	}
 	t.Logf("metrics after the run (series not 0):\n%s", strings.Join(series, "\n"))
-	if err := os.WriteFile(filepath.Join(share, "done"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ended = true
-	if err := <-done; err != nil {
+	r.release()
+	if err := r.wait(); err != nil {
 		t.Errorf("hcaemu run: %v", err)
 	}
+	out := &r.out
 	for k := 0; k < 2; k++ {
 		mustContain(t, out.String(), k, `(?m)^BW 0$`)
 	}

@@ -1,14 +1,8 @@
 package tests
 
 import (
-	"io"
-	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"testing"
-	"time"
 )
 
 // TestE2EMLX5Direct: two mlx5 guests with nothing watching the subnet (no
@@ -23,8 +17,7 @@ import (
 func TestE2EMLX5Direct(t *testing.T) {
 	needE2E(t)
 	share := t.TempDir()
-	script := `wait_done() { i=0; while [ ! -e /x/done ]; do i=$((i+1)); if [ $i -ge 6000 ]; then echo "TIMEOUT waiting for /x/done"; return 1; fi; sleep 0.1; done; }
-try() {
+	script := liveRunWaitDone + `try() {
   port=$1; shift
   if [ -z "$HCAEMU_SERVER_IP" ]; then
     timeout -t 120s "$@" -p $port; st=$?
@@ -53,63 +46,16 @@ fi
 : > /x/g$HCAEMU_GUEST.done
 wait_done
 `
-	var out lockedBuffer
-	cmd := exec.Command(hcaemuBin, "run", "--device", "mlx5", "--guests", "2", "--strict", "fail", "--share", share+":/x",
+	r := startRun(t, share, false, "--device", "mlx5", "--guests", "2", "--strict", "fail",
 		"--metrics", "127.0.0.1:0", "--timeout", "8m", "--", script)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	url := r.metricsURL()
+	r.poll("both guests' traffic", func() bool { return r.shared("g0.done") && r.shared("g1.done") })
+	metrics := scrape(url)
+	r.release()
+	if err := r.wait(); err != nil {
+		t.Errorf("hcaemu run: %v", err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	ended := false
-	defer func() {
-		os.WriteFile(filepath.Join(share, "done"), nil, 0o644)
-		if !ended {
-			<-done
-		}
-		if t.Failed() {
-			t.Logf("hcaemu run output:\n%s", out.String())
-		}
-	}()
-	poll := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(7 * time.Minute)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("no %s", what)
-			}
-			select {
-			case err := <-done:
-				ended = true
-				t.Fatalf("hcaemu run ended while the test waited for %s: %v", what, err)
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-	}
-	var url string
-	poll("metrics address", func() bool {
-		m := regexp.MustCompile(`hcaemu: metrics at (http://\S+/metrics)`).FindStringSubmatch(out.String())
-		if m != nil {
-			url = m[1]
-		}
-		return m != nil
-	})
-	poll("both guests' traffic", func() bool {
-		_, e0 := os.Stat(filepath.Join(share, "g0.done"))
-		_, e1 := os.Stat(filepath.Join(share, "g1.done"))
-		return e0 == nil && e1 == nil
-	})
-	rsp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(rsp.Body)
-	rsp.Body.Close()
-	metrics := string(b)
-	os.WriteFile(filepath.Join(share, "done"), nil, 0o644)
-	<-done
-	ended = true
+	out := &r.out
 	for k := range 2 {
 		mustContain(t, out.String(), k,
 			regexp.QuoteMeta("RESULT 0 ibv_rc_pingpong -d mlx5_0 -n 200 -s 65536 -c"),
@@ -127,13 +73,13 @@ wait_done
 	}
 	for _, hca := range []string{"hca0", "hca1"} {
 		sent := metricValue(metrics, `hcaemu_device_packets_total{device="`+hca+`",dir="sent"}`)
-		out := metricValue(metrics, `hcaemu_port_frames_total{device="`+hca+`",dir="out"}`)
+		frames := metricValue(metrics, `hcaemu_port_frames_total{device="`+hca+`",dir="out"}`)
 		again := metricValue(metrics, `hcaemu_device_retransmitted_packets_total{device="`+hca+`"}`)
 		addr := metricValue(metrics, `hcaemu_port_dropped_frames_total{device="`+hca+`",reason="address"}`)
 		revoked := metricValue(metrics, `hcaemu_port_dropped_frames_total{device="`+hca+`",reason="revoked"}`)
-		if sent <= 0 || out < sent || again != 0 || addr != 0 || revoked != 0 {
+		if sent <= 0 || frames < sent || again != 0 || addr != 0 || revoked != 0 {
 			t.Errorf("%s: %.0f packets sent by its QPs, %.0f out of its port (the GSI's and IPoIB's too), %.0f retransmitted, %.0f dropped for their address, %.0f revoked",
-				hca, sent, out, again, addr, revoked)
+				hca, sent, frames, again, addr, revoked)
 		}
 	}
 	t.Logf("subnet direct packets: %v", direct)
