@@ -123,6 +123,8 @@ func (d *Device) kernelUMR(w *uverbs.SendWQE) (transport.Status, string) {
 		return transport.StatusLocProtErr, fmt.Sprintf("the mkey of index %#x is %#x", h, region.LKey)
 	case !o.umrEn[h]:
 		return transport.StatusLocProtErr, "created with umr_en=0"
+	case region.Window != nil:
+		return transport.StatusLocProtErr, "a memory window (bound by UMR WQEs on user QPs, mw.go)"
 	}
 	free := !region.Valid
 	switch u.CheckFree() {
