@@ -20,7 +20,7 @@ func TestCapsDeclareAbsent(t *testing.T) {
 		f    ifc.Field
 		want uint32
 	}{
-		{"imaicl", ifc.CmdHCACapImaicl, 1}, // memory windows (mw.go)
+		{"imaicl", ifc.CmdHCACapImaicl, 1},                                            // memory windows (mw.go)
 		{"device_frequency_khz", ifc.CmdHCACapDeviceFrequencyKHz, DeviceFrequencyKHz}, // a clock (clock.go)
 		{"cq_resize", ifc.CmdHCACapCQResize, 1},
 		{"xrc", ifc.CmdHCACapXRC, 1},

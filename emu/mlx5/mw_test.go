@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/hcaemu/hcaemu/emu/ib/subnet"
 	"github.com/hcaemu/hcaemu/emu/mlx5/ifc"
 	"github.com/hcaemu/hcaemu/emu/mlx5/mlx5test"
 	"github.com/hcaemu/hcaemu/emu/transport"
@@ -302,4 +303,29 @@ func TestMWRegionGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantSyndrome(t, rdma(t, a, false, key, b.data+mwOff, 64), uverbs.SyndromeRemoteAccessErr)
+}
+
+// TestMWUC: a type-2 window bound on a UC QP takes the peer's UC WRITE
+// through it; after its LOCAL_INV a WRITE by its key lands nowhere (UC
+// drops what the responder refuses: the requester's CQE is a success).
+func TestMWUC(t *testing.T) {
+	a, b := ucPair(t, subnet.New(subnet.Config{}))
+	mw := b.allocMW(t, true)
+	key := b.bind(t, b.bindArgs(mw, true))
+	for i := range 512 {
+		a.mem(32768, 512)[i] = byte(i + 9)
+	}
+	wantOK(t, rdma(t, a, false, key, b.data+mwOff+256, 512))
+	b.d.Sync()
+	if !bytes.Equal(b.mem(mwOff+256, 512), a.mem(32768, 512)) {
+		t.Fatal("UC WRITE through the window: data differ")
+	}
+	idx, cqe := b.post(t, mlx5test.LocalInvWQE(key, true))
+	checkReq(t, cqe, b.wq.Q.QPN, idx, uverbs.OpcodeUMR, 0)
+	clear(b.mem(mwOff, 1024))
+	wantOK(t, rdma(t, a, false, key, b.data+mwOff+256, 512))
+	b.d.Sync()
+	if !bytes.Equal(b.mem(mwOff, 1024), make([]byte, 1024)) {
+		t.Fatal("UC WRITE through an invalidated window landed")
+	}
 }
