@@ -21,12 +21,10 @@ type capValue struct {
 // no FW tracer, reset or MRTC, no Q counters, no BlueFlame and its
 // write-combining test, no DEVX, no fast/force teardown, no
 // ib_virt: the port is read through MAD_IFC). The HW clock is there
-// (device_frequency_khz, clock.go). imaicl is 0 too: memory
-// windows need user UMR WQEs (bind, spec §7.5.7), which the data path
-// does not carry out yet; with imaicl mlx5_ib offers ibv_alloc_mw and
-// every bind completed with LOC_QP_OP_ERR (pyverbs test_qp_ex_rc_bind_mw
-// an error), without it ibv_alloc_mw is EOPNOTSUPP and the MW tests skip
-// ("Create MW is not supported").
+// (device_frequency_khz, clock.go). imaicl is 1: memory windows of
+// types 1 and 2 (mlx5_ib's alloc_mw: a free KLM mkey; the provider's
+// bind, unbind and LOCAL_INV UMR WQEs on user QPs; SEND_WITH_INV of a
+// type-2 window; remote access through a window: mw.go).
 var generalCaps = []capValue{
 	{"page_request_disable", ifc.CmdHCACapPageRequestDisable, 1},
 	{"log_max_srq_sz", ifc.CmdHCACapLogMaxSRQSz, 15},
@@ -65,6 +63,7 @@ var generalCaps = []capValue{
 	{"log_max_xrcd", ifc.CmdHCACapLogMaxXRCD, 16},
 	{"log_max_rmp", ifc.CmdHCACapLogMaxRMP, 16},
 	{"device_frequency_khz", ifc.CmdHCACapDeviceFrequencyKHz, DeviceFrequencyKHz},
+	{"imaicl", ifc.CmdHCACapImaicl, 1}, // memory windows (mw.go)
 }
 
 // The EQ limits: 32 EQs (the driver needs at least 5: 4 async ones

@@ -8,10 +8,9 @@ import (
 
 // TestCapsDeclareAbsent: the capabilities of features the model does not
 // carry out read 0 (pyverbs turns the driver's EOPNOTSUPP into a skip;
-// a feature offered and failing is an error): memory windows (imaicl:
-// bind WQEs are not carried out), DC, ODP, BlueFlame, CQE compression,
-// the HW clock; and those it does carry out are offered: CQ resize
-// (MODIFY_CQ), XRC, atomics.
+// a feature offered and failing is an error): DC, ODP, BlueFlame, CQE
+// compression; and those it does carry out are offered: memory windows
+// (imaicl: mw.go), the HW clock, CQ resize (MODIFY_CQ), XRC, atomics.
 func TestCapsDeclareAbsent(t *testing.T) {
 	var b [ifc.HCACapSize]byte
 	d := &Device{}
@@ -21,7 +20,7 @@ func TestCapsDeclareAbsent(t *testing.T) {
 		f    ifc.Field
 		want uint32
 	}{
-		{"imaicl", ifc.CmdHCACapImaicl, 0},
+		{"imaicl", ifc.CmdHCACapImaicl, 1},                                            // memory windows (mw.go)
 		{"device_frequency_khz", ifc.CmdHCACapDeviceFrequencyKHz, DeviceFrequencyKHz}, // a clock (clock.go)
 		{"cq_resize", ifc.CmdHCACapCQResize, 1},
 		{"xrc", ifc.CmdHCACapXRC, 1},

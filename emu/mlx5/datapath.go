@@ -229,18 +229,23 @@ type qpEnv struct {
 	// inline are the payloads of the inline WQEs taken, by SQ counter.
 	inline    map[uint16]inlineData
 	inlineGen uint32
-	rwqe      []byte
-	rw        uverbs.RecvWQE
-	recv      transport.RecvWR
-	recvSt    transport.Status
-	recvSegs  []mr.Seg
-	payload   []byte
-	srqEnv    // receives from an SRQ (srqrecv.go)
+	// binds are the user UMR WQEs taken (memory windows, mw.go), by SQ
+	// counter.
+	binds    map[uint16]mwBind
+	rwqe     []byte
+	rw       uverbs.RecvWQE
+	recv     transport.RecvWR
+	recvSt   transport.Status
+	recvSegs []mr.Seg
+	payload  []byte
+	srqEnv   // receives from an SRQ (srqrecv.go)
 }
 
 // newEnv is the env of QP q, made when it first leaves RST.
 func (d *Device) newEnv(q *qp) *qpEnv {
-	return &qpEnv{d: d, q: q, mem: d.space(), sq: make([]byte, q.sqBytes), st: uverbs.ST(q.st)}
+	mem := d.space()
+	mem.QPN = q.QPN // type-2 memory windows (mw.go)
+	return &qpEnv{d: d, q: q, mem: mem, sq: make([]byte, q.sqBytes), st: uverbs.ST(q.st)}
 }
 
 // setPath takes the IB path from the QP context's primary address path.
@@ -258,6 +263,7 @@ func (env *qpEnv) reset() {
 	}
 	env.sqCons, env.sqStaged, env.rqCons, env.rqPeeked = 0, 0, 0, false
 	clear(env.inline)
+	clear(env.binds)
 }
 
 // space is the memory the device's transports reach.
@@ -510,6 +516,10 @@ func (env *qpEnv) TakeSend(wr *transport.SendWR) bool {
 	wr.ID = uint64(w.Ctrl.Opcode)<<16 | uint64(start)
 	wr.Opcode = sendOpcode(w.Ctrl.Opcode)
 	wr.Signaled, wr.Solicited, wr.Fence = w.Ctrl.Signaled(), w.Ctrl.Solicited(), w.Ctrl.FenceMode() != 0
+	if err == nil && w.Ctrl.Opcode == uverbs.OpcodeUMR && env.st != uverbs.STRegUMR {
+		env.takeBind(wr, start) // a memory-window bind or invalidation (mw.go)
+		return true
+	}
 	switch {
 	case err != nil:
 		env.d.find(hca.FindingWQE, "completed with LOC_LEN_ERR", "qp %#x SQ WQE %#x: %v", env.q.QPN, start, err)
@@ -718,6 +728,7 @@ func (env *qpEnv) Complete(c transport.Completion) {
 	d, q := env.d, env.q
 	if !c.Recv {
 		delete(env.inline, uint16(c.WRID)) // an inline WQE's payload
+		delete(env.binds, uint16(c.WRID))  // a flushed user UMR's (mw.go)
 		if !c.Signaled && c.Status == transport.StatusSuccess {
 			return
 		}
@@ -799,8 +810,6 @@ func (d *Device) writeCQE(c *cq, b *[uverbs.CQESize64]byte, solicited bool) {
 		d.compEvent(c)
 	}
 }
-
-func (env *qpEnv) LocalOp(*transport.SendWR) transport.Status { return transport.StatusLocQPOpErr }
 
 // Error moves the QP to ERR with its affiliated event (an EQE to the
 // async EQ); the engine then flushes its queues.

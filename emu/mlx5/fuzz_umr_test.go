@@ -16,6 +16,7 @@ type umrMkey struct {
 	pd, access, key uint32
 	valid           bool
 	umrEn, xlt      bool
+	window          bool // a memory window: kernel UMRs leave it alone (mw.go)
 }
 
 // umrFuzzMasks are the mkey_mask bits the fuzzer's masks draw from, the
@@ -43,7 +44,7 @@ func umrExpect(ms map[uint32]umrMkey, pds map[uint32]bool, w *uverbs.SendWQE) (b
 		u.MkeyMask&uverbs.MkeyMaskAccessLocalRead != 0 && s.AccessFlags&0x04 == 0 {
 		return false, idx, m
 	}
-	if !exists || m.key != w.Ctrl.Imm || !m.umrEn {
+	if !exists || m.key != w.Ctrl.Imm || !m.umrEn || m.window {
 		return false, idx, m
 	}
 	if u.Flags&0x60 == 0x40 && !m.valid || u.Flags&0x60 == 0x20 && m.valid {
@@ -91,6 +92,7 @@ func FuzzKernelUMR(f *testing.F) {
 	f.Add([]byte{1, 0x80, 0x60, 0, 0x40, 0, 3, 0})          // revoke of the second
 	f.Add([]byte{2, 0xa0, 0xe0, 0, 0, 0x04, 0, 0, 2, 0x20}) // enable a free mkey: no translation
 	f.Add([]byte{8, 0xc0, 0x3f, 0xff, 0, 0x7c, 1, 0x83})
+	f.Add([]byte{3, 0x00, 0x30, 0, 0, 0x30, 0, 0}) // PD and atomic of the memory window: refused
 	f.Fuzz(func(t *testing.T, prog []byte) {
 		d, drv, ib, _ := ibProbed(t, Config{})
 		defer d.Close()
@@ -131,7 +133,8 @@ func FuzzKernelUMR(f *testing.F) {
 					access |= flag
 				}
 			}
-			ms[k.Key>>8] = umrMkey{pd: a.PD, access: access, key: k.Key, valid: !a.Free, umrEn: true, xlt: !a.Free}
+			ms[k.Key>>8] = umrMkey{pd: a.PD, access: access, key: k.Key, valid: !a.Free, umrEn: true, xlt: !a.Free,
+				window: a.Mode == ifc.MkcAccessModeKLM}
 			keys = append(keys, k.Key)
 		}
 		for _, k := range []mlx5test.Mkey{ib.UMRKey, ib.P0Key, ib.MADKey} {
@@ -212,7 +215,7 @@ func FuzzKernelUMR(f *testing.F) {
 			}
 			for i, m := range ms {
 				s := mkeyOfDev(d, m.key)
-				dev := umrMkey{pd: s.pd, access: s.access, key: s.key, valid: s.valid, umrEn: m.umrEn, xlt: m.xlt}
+				dev := umrMkey{pd: s.pd, access: s.access, key: s.key, valid: s.valid, umrEn: m.umrEn, xlt: m.xlt, window: m.window}
 				if dev != m {
 					t.Fatalf("step %d: mkey %#x is %+v, the model's %+v", steps, i, dev, m)
 				}

@@ -33,8 +33,8 @@ import (
 // umr_en = 0, a PD that does not exist, the free check, enabling an
 // mkey without a translation) completes with an error CQE and moves the
 // QP to ERR (the kernel then recovers it: 2RST, RST2INIT, INIT2RTR,
-// RTR2RTS). UMR WQEs on user QPs (memory-window binds) stay
-// LOC_QP_OP_ERR (imaicl 0: no windows).
+// RTR2RTS). UMR WQEs on user QPs are carried out as memory-window
+// binds and invalidations (mw.go).
 
 // umrMkeyMask are the mkey_mask bits a kernel UMR may set.
 const umrMkeyMask = uverbs.MkeyMaskAccessLocalRead | uverbs.MkeyMaskAccessLocalWrite |
@@ -123,6 +123,8 @@ func (d *Device) kernelUMR(w *uverbs.SendWQE) (transport.Status, string) {
 		return transport.StatusLocProtErr, fmt.Sprintf("the mkey of index %#x is %#x", h, region.LKey)
 	case !o.umrEn[h]:
 		return transport.StatusLocProtErr, "created with umr_en=0"
+	case region.Window != nil:
+		return transport.StatusLocProtErr, "a memory window (bound by UMR WQEs on user QPs, mw.go)"
 	}
 	free := !region.Valid
 	switch u.CheckFree() {

@@ -234,6 +234,7 @@ func (d *Device) createMkey(in, out []byte) result {
 			return d.badField(op, "create_mkey_in.memory_key_mkey_entry.access_mode=KLM with free=0: only memory windows (free until bound), indirect mkeys are not implemented")
 		}
 		region.MaxPages = ifc.MkcTranslationsOctwordSize.Get(mkc)
+		region.Window = &mr.Window{Type2: ifc.MkcEnRinval.Get(mkc) != 0, QPN: 0xffffff} // mw.go
 	default:
 		return d.badField(op, "create_mkey_in.memory_key_mkey_entry.access_mode=%d: PA, MTT or KLM only", mode)
 	}

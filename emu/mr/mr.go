@@ -61,6 +61,22 @@ type Region struct {
 	// out twice, set on every registration and fast-register. References
 	// hold it, so one re-registered under the same key does not resolve.
 	Gen uint64
+	// Window, when set, makes the region a memory window (IBTA "Memory
+	// Windows"): it has no pages of its own; while Valid (bound) its
+	// [Start, Start+Length) maps onto the region Window.Target names. A
+	// window is reached by its R_Key only, never as an L_Key.
+	Window *Window
+}
+
+// Window is a memory window's binding.
+type Window struct {
+	Type2 bool   // type 2: remote invalidation, bound to one QP
+	QPN   uint32 // type 2: the QP it was bound through (only it reaches it)
+	// Target names the region the window is bound to (by its L_Key,
+	// resolved on every use: a window outlives no registration of it) and
+	// Addr the address in it of window byte Start.
+	Target Ref
+	Addr   uint64
 }
 
 // Handle is the region handle a key names (bits 31:8; bits 7:0 are the
@@ -98,7 +114,7 @@ func Lookup(regions Table, key uint32, remote bool) *Region {
 		if region.DMA || region.RKey != key {
 			return nil
 		}
-	} else if region.LKey != key {
+	} else if region.LKey != key || region.Window != nil {
 		return nil
 	}
 	return region
@@ -196,6 +212,10 @@ var ErrStale = errors.New("memory region no longer registered")
 type Space struct {
 	Mem     dma.Memory
 	Regions Table
+	// QPN is the QP the space is of (a device that has memory windows
+	// sets it): only it reaches a type-2 window bound through it, and only
+	// it invalidates one remotely.
+	QPN uint32
 	// Changed, when set, is called after Invalidate changed a region
 	// (the device calls it after every change to its regions it makes
 	// itself): a payload lent from the region may not be read after it.
@@ -373,20 +393,59 @@ func (s Space) Remote(pd, key uint32, va, n uint64, access uint32) (Ref, bool) {
 	if region == nil || region.PD != pd || region.Access&access == 0 || !region.InRange(va, n) {
 		return Ref{}, false
 	}
-	return Ref{Handle: Handle(key), Key: key, PD: pd, Remote: true, Gen: region.Gen}, true
+	ref := Ref{Handle: Handle(key), Key: key, PD: pd, Remote: true, Gen: region.Gen}
+	if region.Window != nil {
+		if _, _, ok := s.through(region, va, n); !ok {
+			return Ref{}, false
+		}
+	}
+	return ref, true
 }
 
 // Valid reports whether ref still resolves and its region covers [va,
 // va+n).
 func (s Space) Valid(ref Ref, va, n uint64) bool {
+	_, _, ok := s.resolve(ref, va, n)
+	return ok
+}
+
+// resolve resolves ref for [va, va+n): the region whose pages hold it (a
+// window's: the region it is bound to) and the address there.
+func (s Space) resolve(ref Ref, va, n uint64) (*Region, uint64, bool) {
 	region := ref.Resolve(s.Regions)
-	return region != nil && region.InRange(va, n)
+	if region == nil || !region.InRange(va, n) {
+		return nil, 0, false
+	}
+	if region.Window == nil {
+		return region, va, true
+	}
+	return s.through(region, va, n)
+}
+
+// through maps [va, va+n) of window w (in range) onto the region it is
+// bound to: that region must still be the registration bound (its L_Key,
+// PD and generation) and hold the whole range; a type-2 window is reached
+// through the QP it was bound through only.
+func (s Space) through(w *Region, va, n uint64) (*Region, uint64, bool) {
+	b := w.Window
+	if !w.Valid || (b.Type2 && b.QPN != s.QPN) {
+		return nil, 0, false
+	}
+	target := b.Target.Resolve(s.Regions)
+	if target == nil || target.Window != nil {
+		return nil, 0, false
+	}
+	tva, ok := dma.End(b.Addr, va-w.Start)
+	if !ok || !target.InRange(tva, n) {
+		return nil, 0, false
+	}
+	return target, tva, true
 }
 
 // span resolves ref and visits [va, va+n) of its region.
 func (s Space) span(ref Ref, va, n uint64, fn func(gpa, n, done uint64) error) error {
-	region := ref.Resolve(s.Regions)
-	if region == nil || !region.InRange(va, n) {
+	region, va, ok := s.resolve(ref, va, n)
+	if !ok {
 		return ErrStale
 	}
 	return region.Span(va, n, fn)
@@ -434,10 +493,18 @@ func (s Space) Atomic(ref Ref, va uint64, cas bool, compare, swapAdd uint64) (or
 }
 
 // Invalidate invalidates the fast-register region of protection domain pd
-// that key names (LOCAL_INV, SEND_WITH_INV); false if there is none.
+// that key names (LOCAL_INV, SEND_WITH_INV), or the type-2 window it names
+// bound through the space's QP (SEND_WITH_INV); false if there is none.
 func (s Space) Invalidate(pd, key uint32) bool {
 	region := LookupAny(s.Regions, key)
-	if region == nil || !region.FRMR || region.PD != pd {
+	if region == nil || region.PD != pd {
+		return false
+	}
+	if w := region.Window; w != nil {
+		if !w.Type2 || !region.Valid || w.QPN != s.QPN || region.RKey != key {
+			return false
+		}
+	} else if !region.FRMR {
 		return false
 	}
 	region.Valid = false
