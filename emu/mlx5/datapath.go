@@ -389,13 +389,22 @@ func (d *Device) serviceQP(h uint32, work hca.Work, gen uint64, expired bool) {
 // subnet carries no SMPs (its SM assigns LIDs without MADs). The WQEs are
 // taken and validated as any (an error CQE for a bad one).
 func (env *qpEnv) sendSink() {
-	n, ok := env.PendingSends()
-	var wr transport.SendWR
-	for i := uint32(0); ok && i < n; i++ {
-		wr = transport.SendWR{Segs: wr.Segs[:0]}
-		env.TakeSend(&wr)
+	env.eachSend(false, func(wr *transport.SendWR) {
 		env.Complete(transport.Completion{WRID: wr.ID, Status: wr.Status, Opcode: transport.WCSend,
 			ByteLen: wr.Length, Signaled: wr.Signaled})
+	})
+}
+
+// eachSend takes the send WQEs posted so far (PendingSends: bounded by the
+// SQ's depth), each copied once and decoded by TakeSend, and hands each to
+// fn; rtsOnly: it stops once the QP left RTS (fn moved it to ERR).
+func (env *qpEnv) eachSend(rtsOnly bool, fn func(wr *transport.SendWR)) {
+	n, ok := env.PendingSends()
+	var wr transport.SendWR
+	for i := uint32(0); ok && i < n && (!rtsOnly || env.q.state == ifc.QPStateRTS); i++ {
+		wr = transport.SendWR{Segs: wr.Segs[:0]}
+		env.TakeSend(&wr)
+		fn(&wr)
 	}
 }
 
@@ -841,13 +850,9 @@ const flushBatch = 1 << 16
 // (error CQEs, signaled or not, as the hardware does).
 func (env *qpEnv) flush() {
 	q := env.q
-	n, ok := env.PendingSends()
-	var wr transport.SendWR
-	for i := uint32(0); ok && i < min(n, flushBatch); i++ {
-		wr = transport.SendWR{Segs: wr.Segs[:0]}
-		env.TakeSend(&wr)
+	env.eachSend(false, func(wr *transport.SendWR) { // at most the SQ's depth, below flushBatch
 		env.Complete(transport.Completion{WRID: wr.ID, Status: transport.StatusWRFlushErr, Signaled: true})
-	}
+	})
 	for i := 0; q.rqBytes != 0 && i < flushBatch; i++ {
 		rwr, _, posted := env.PeekRecv()
 		if !posted {

@@ -62,13 +62,7 @@ func (d *Device) configureUD(q *qp) {
 // bounds them.
 func (env *qpEnv) sendUD() {
 	q := env.q
-	n, ok := env.PendingSends()
-	var wr transport.SendWR
-	for i := uint32(0); ok && i < n && q.state == ifc.QPStateRTS; i++ {
-		wr = transport.SendWR{Segs: wr.Segs[:0]}
-		env.TakeSend(&wr)
-		q.UD.Send(&wr)
-	}
+	env.eachSend(true, q.UD.Send)
 	if q.state == ifc.QPStateERR {
 		env.flush()
 	}

@@ -68,11 +68,7 @@ var umrAccessBits = [...]struct {
 // posted after it is flushed.
 func (env *qpEnv) sendUMR() {
 	q := env.q
-	n, ok := env.PendingSends()
-	var wr transport.SendWR
-	for i := uint32(0); ok && i < n && q.state == ifc.QPStateRTS; i++ {
-		wr = transport.SendWR{Segs: wr.Segs[:0]}
-		env.TakeSend(&wr)
+	env.eachSend(true, func(wr *transport.SendWR) {
 		// TakeSend decoded the UMR WQE (HasUMR) and, not being a transport
 		// operation, gave it LOC_QP_OP_ERR: the device carries it out.
 		if wr.Status == transport.StatusLocQPOpErr && env.sw.Ctrl.Opcode == uverbs.OpcodeUMR && env.sw.Segs&uverbs.HasUMR != 0 {
@@ -87,7 +83,7 @@ func (env *qpEnv) sendUMR() {
 		if wr.Status != transport.StatusSuccess {
 			env.Error(transport.EventQPRequestErr)
 		}
-	}
+	})
 	if q.state == ifc.QPStateERR {
 		env.flush()
 	}
