@@ -210,14 +210,15 @@ func (w *SendWQE) Decode(b []byte, st ST, maxDS int) error {
 }
 
 // decodeData decodes what follows the fixed segments: (when inline is
-// allowed) inline segments, each padded to 16 bytes as the provider's and
+// allowed) one inline segment, padded to 16 bytes as the provider's and
 // the kernel's set_data_inl_seg pad it, then data segments, the message
 // being their bytes in that order. The provider posts one inline segment
 // that fills the WQE; UCX's rc_mlx5 puts an active message's header inline
 // before the data segments of its payload (uct_rc_mlx5_txqp_dptr_post_iov).
-// An inline segment after a data segment is refused.
+// A second inline segment, or one after a data segment, is refused: no
+// driver posts them.
 func (w *SendWQE) decodeData(r *reader, inline bool, maxData int) error {
-	for len(r.b) >= 4 && be.Uint32(r.b)&InlineSeg != 0 {
+	if len(r.b) >= 4 && be.Uint32(r.b)&InlineSeg != 0 {
 		if !inline {
 			return wqeErr(SyndromeLocalQPOpErr, "opcode %#x: inline segment", w.Ctrl.Opcode)
 		}
@@ -232,6 +233,9 @@ func (w *SendWQE) decodeData(r *reader, inline bool, maxData int) error {
 			return wqeErr(SyndromeLocalQPOpErr, "inline %d bytes: its padding runs past the WQE", n)
 		}
 		r.b = r.b[pad:]
+		if len(r.b) >= 4 && be.Uint32(r.b)&InlineSeg != 0 {
+			return wqeErr(SyndromeLocalQPOpErr, "a second inline segment")
+		}
 	}
 	if len(r.b)%DataSegSize != 0 {
 		return wqeErr(SyndromeLocalQPOpErr, "%d bytes left: not whole data segments", len(r.b))

@@ -327,6 +327,7 @@ func TestSendWQEMalformed(t *testing.T) {
 		{"atomic inline", STRC, 63, ctrl(OpcodeAtomicCS, 4) + raddr + raddr + inline(8, 16)},
 		{"inline longer than the WQE", STRC, 63, ctrl(OpcodeSend, 2) + inline(13, 16)},
 		{"inline after data", STRC, 63, ctrl(OpcodeSend, 3) + data + inline(4, 16)},
+		{"two inline segments", STRC, 63, ctrl(OpcodeSend, 3) + inline(4, 16) + inline(0, 16)},
 		{"UD without AV", STUD, 63, ctrl(OpcodeSend, 2) + data},
 		{"XRC without XRC seg", STXRC, 63, ctrl(OpcodeSend, 1)},
 		{"UMR without mkey seg", STRC, 63, ctrl(OpcodeUMR, 4) + strings.Repeat("00", 48)},
