@@ -25,6 +25,10 @@ type capValue struct {
 // types 1 and 2 (mlx5_ib's alloc_mw: a free KLM mkey; the provider's
 // bind, unbind and LOCAL_INV UMR WQEs on user QPs; SEND_WITH_INV of a
 // type-2 window; remote access through a window: mw.go).
+// umr_modify_entity_size_disabled is 0: UMR WQEs load translations
+// (umrexec.go), so mlx5_ib keeps its MR cache of free mkeys, registers
+// user MRs through the REG_UMR QP and advertises
+// IB_DEVICE_MEM_MGT_EXTENSIONS: the kernel's fast registration (frwr.go).
 var generalCaps = []capValue{
 	{"page_request_disable", ifc.CmdHCACapPageRequestDisable, 1},
 	{"log_max_srq_sz", ifc.CmdHCACapLogMaxSRQSz, 15},
@@ -45,7 +49,6 @@ var generalCaps = []capValue{
 	{"num_ports", ifc.CmdHCACapNumPorts, 1},
 	{"log_max_msg", ifc.CmdHCACapLogMaxMsg, 30},
 	{"cqe_version", ifc.CmdHCACapCQEVersion, 1},
-	{"umr_modify_entity_size_disabled", ifc.CmdHCACapUMRModifyEntitySizeDisabled, 1},
 	{"atomic", ifc.CmdHCACapAtomic, 1},
 	{"cq_resize", ifc.CmdHCACapCQResize, 1},
 	{"xrc", ifc.CmdHCACapXRC, 1},

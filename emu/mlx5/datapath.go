@@ -231,7 +231,13 @@ type qpEnv struct {
 	inlineGen uint32
 	// binds are the user UMR WQEs taken (memory windows, mw.go), by SQ
 	// counter.
-	binds    map[uint16]mwBind
+	binds map[uint16]mwBind
+	// rqPoll is the interval of the receive queue's polling in ERR
+	// (pollRQ).
+	rqPoll time.Duration
+	// fastRegs are the kernel's UMR WQEs taken on a QP with fre (frwr.go),
+	// by SQ counter.
+	fastRegs map[uint16]umrReq
 	rwqe     []byte
 	rw       uverbs.RecvWQE
 	recv     transport.RecvWR
@@ -264,6 +270,7 @@ func (env *qpEnv) reset() {
 	env.sqCons, env.sqStaged, env.rqCons, env.rqPeeked = 0, 0, 0, false
 	clear(env.inline)
 	clear(env.binds)
+	clear(env.fastRegs)
 }
 
 // space is the memory the device's transports reach.
@@ -275,6 +282,9 @@ func (d *Device) space() mr.Space {
 // it the merged context at every transition; 2RST forgets its state.
 func (d *Device) qpTransition(q *qp) {
 	d.traceState(q)
+	if q.state == ifc.QPStateRST && q.env != nil {
+		d.core.StopTimer(&q.QP) // a receive queue's poll in ERR (pollRQ)
+	}
 	if q.st == ifc.QPStUC {
 		d.ucTransition(q) // uc.go
 		return
@@ -349,6 +359,9 @@ func (d *Device) serviceQP(h uint32, work hca.Work, gen uint64, expired bool) {
 		return
 	}
 	d.faultPending(q)
+	if q.state == ifc.QPStateERR && expired {
+		d.core.TimerExpired(&q.QP, gen) // the receive queue's poll (pollRQ)
+	}
 	if q.uc != nil {
 		d.serviceUC(q, work) // uc.go
 		return
@@ -526,7 +539,11 @@ func (env *qpEnv) TakeSend(wr *transport.SendWR) bool {
 	wr.Opcode = sendOpcode(w.Ctrl.Opcode)
 	wr.Signaled, wr.Solicited, wr.Fence = w.Ctrl.Signaled(), w.Ctrl.Solicited(), w.Ctrl.FenceMode() != 0
 	if err == nil && w.Ctrl.Opcode == uverbs.OpcodeUMR && env.st != uverbs.STRegUMR {
-		env.takeBind(wr, start) // a memory-window bind or invalidation (mw.go)
+		if env.q.fre {
+			env.takeFastReg(wr, start) // the kernel's REG_MR or LOCAL_INV (frwr.go)
+		} else {
+			env.takeBind(wr, start) // a memory-window bind or invalidation (mw.go)
+		}
 		return true
 	}
 	switch {
@@ -738,6 +755,7 @@ func (env *qpEnv) Complete(c transport.Completion) {
 	if !c.Recv {
 		delete(env.inline, uint16(c.WRID)) // an inline WQE's payload
 		delete(env.binds, uint16(c.WRID))  // a flushed user UMR's (mw.go)
+		delete(env.fastRegs, uint16(c.WRID))
 		if !c.Signaled && c.Status == transport.StatusSuccess {
 			return
 		}
@@ -853,6 +871,7 @@ func (env *qpEnv) flush() {
 	env.eachSend(false, func(wr *transport.SendWR) { // at most the SQ's depth, below flushBatch
 		env.Complete(transport.Completion{WRID: wr.ID, Status: transport.StatusWRFlushErr, Signaled: true})
 	})
+	flushed := false
 	for i := 0; q.rqBytes != 0 && i < flushBatch; i++ {
 		rwr, _, posted := env.PeekRecv()
 		if !posted {
@@ -860,7 +879,38 @@ func (env *qpEnv) flush() {
 		}
 		env.PopRecv()
 		env.Complete(transport.Completion{WRID: rwr.ID, Status: transport.StatusWRFlushErr, Recv: true})
+		flushed = true
 	}
+	env.pollRQ(flushed)
+}
+
+// Receive queue polling in ERR. A receive posted to a QP in ERR is
+// flushed like those posted before (mlx5_ib_drain_rq, which the kernel's
+// ULPs run at teardown, moves the QP to ERR, posts one receive and waits
+// for its flush CQE without a timeout), but the driver rings no doorbell
+// for receives: it only moves the doorbell record. So while a QP with a
+// receive queue is in ERR the device reads its doorbell record on the
+// QP's timer, every rqPollMin at first, backing off to rqPollMax while
+// nothing new is posted.
+const (
+	rqPollMin = time.Millisecond
+	rqPollMax = 64 * time.Millisecond
+)
+
+// pollRQ arms the QP's timer for the next read of its receive doorbell
+// record (lock held; the QP is in ERR): soon after a flush, later after
+// a read that found nothing.
+func (env *qpEnv) pollRQ(flushed bool) {
+	q := env.q
+	if q.rqBytes == 0 || q.state != ifc.QPStateERR {
+		return
+	}
+	if flushed || env.rqPoll == 0 {
+		env.rqPoll = rqPollMin
+	} else {
+		env.rqPoll = min(2*env.rqPoll, rqPollMax)
+	}
+	env.d.core.ArmTimer(&q.QP, env.rqPoll)
 }
 
 func (env *qpEnv) Drained() {}

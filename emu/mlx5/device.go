@@ -228,6 +228,11 @@ type Stats struct {
 	RxQueueFull uint64 // IB packets refused: the engine's receive queue was full (the sender retries)
 	// QKeyViolations: datagrams a UD or GSI QP dropped for their Q_Key.
 	QKeyViolations uint64
+	// UMR WQEs carried out (umrexec.go): translation loads (the MR
+	// cache's registrations), fast registrations of MTT and KLM mkeys on
+	// kernel QPs, invalidations (FREE = 1, a ULP's LOCAL_INV or the
+	// revoke), and those refused.
+	UMRTranslations, FastRegMTT, FastRegKLM, UMRInvalidations, UMRRefused uint64
 }
 
 // New creates a device in its power-on state.

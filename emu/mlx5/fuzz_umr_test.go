@@ -15,8 +15,12 @@ import (
 type umrMkey struct {
 	pd, access, key uint32
 	valid           bool
-	umrEn, xlt      bool
+	umrEn           bool
 	window          bool // a memory window: kernel UMRs leave it alone (mw.go)
+	start, length   uint64
+	shift           uint8
+	npages          int       // MTT entries loaded
+	pages           [4]uint64 // the first of them
 }
 
 // umrFuzzMasks are the mkey_mask bits the fuzzer's masks draw from, the
@@ -36,16 +40,19 @@ func umrExpect(ms map[uint32]umrMkey, pds map[uint32]bool, w *uverbs.SendWQE) (b
 	idx := w.Ctrl.Imm >> 8
 	m, exists := ms[idx]
 	implemented := uint64(0)
-	for _, b := range umrFuzzMasks[:8] {
+	for _, b := range umrFuzzMasks[:11] {
 		implemented |= b
 	}
-	if u.Flags&0x1f != 0 || u.Flags&0x60 == 0x60 || u.KLMOctowords != 0 ||
-		u.TranslationOffset != 0 || u.MkeyMask&^implemented != 0 ||
+	if u.Flags&0x0f != 0 || u.Flags&0x60 == 0x60 || u.KLMOctowords != 0 ||
+		u.MkeyMask&^implemented != 0 ||
 		u.MkeyMask&uverbs.MkeyMaskAccessLocalRead != 0 && s.AccessFlags&0x04 == 0 {
 		return false, idx, m
 	}
-	if !exists || m.key != w.Ctrl.Imm || !m.umrEn || m.window {
+	if !exists || u.MkeyMask&uverbs.MkeyMaskMkey == 0 && m.key != w.Ctrl.Imm || !m.umrEn || m.window {
 		return false, idx, m
+	}
+	if mode := s.AccessFlags & 3; mode == 2 {
+		return false, idx, m // a KLM access mode for an MTT mkey
 	}
 	if u.Flags&0x60 == 0x40 && !m.valid || u.Flags&0x60 == 0x20 && m.valid {
 		return false, idx, m
@@ -68,12 +75,38 @@ func umrExpect(ms map[uint32]umrMkey, pds map[uint32]bool, w *uverbs.SendWQE) (b
 	}
 	if u.MkeyMask&uverbs.MkeyMaskFree != 0 {
 		n.valid = s.Free&0x40 == 0
-		if n.valid && !m.xlt {
-			return false, idx, m
-		}
 	}
 	if u.MkeyMask&uverbs.MkeyMaskMkey != 0 {
 		n.key = idx<<8 | uint32(s.QPNMkey&0xff)
+	}
+	if u.MkeyMask&uverbs.MkeyMaskStartAddr != 0 {
+		n.start = s.StartAddr
+	}
+	if u.MkeyMask&uverbs.MkeyMaskLen != 0 {
+		n.length = s.Len
+	}
+	if u.MkeyMask&uverbs.MkeyMaskPageSize != 0 {
+		if lps := s.LogPageSize & 0x3f; lps < 12 || lps > 30 {
+			return false, idx, m
+		} else {
+			n.shift = lps
+		}
+	}
+	if n.valid {
+		// A live MTT mkey: a range, and a loaded, aligned page for each of
+		// its pages.
+		if n.length == 0 || n.length > 1<<46 || n.start+n.length < n.start || n.shift == 0 {
+			return false, idx, m
+		}
+		npages := (n.start+n.length-1)>>n.shift - n.start>>n.shift + 1
+		if npages > uint64(n.npages) {
+			return false, idx, m
+		}
+		for _, p := range n.pages[:npages] {
+			if p&(1<<n.shift-1) != 0 {
+				return false, idx, m
+			}
+		}
 	}
 	return true, idx, n
 }
@@ -133,12 +166,17 @@ func FuzzKernelUMR(f *testing.F) {
 					access |= flag
 				}
 			}
-			ms[k.Key>>8] = umrMkey{pd: a.PD, access: access, key: k.Key, valid: !a.Free, umrEn: true, xlt: !a.Free,
-				window: a.Mode == ifc.MkcAccessModeKLM}
+			m := umrMkey{pd: a.PD, access: access, key: k.Key, valid: !a.Free, umrEn: true,
+				window: a.Mode == ifc.MkcAccessModeKLM, start: a.Start, length: a.Len, npages: len(a.MTT)}
+			if a.Mode == ifc.MkcAccessModeMTT {
+				m.shift = uint8(a.LogPageSize)
+			}
+			copy(m.pages[:], a.MTT)
+			ms[k.Key>>8] = m
 			keys = append(keys, k.Key)
 		}
 		for _, k := range []mlx5test.Mkey{ib.UMRKey, ib.P0Key, ib.MADKey} {
-			ms[k.Key>>8] = umrMkey{pd: mkeyOfDev(d, k.Key).pd, access: mr.LocalWrite, key: k.Key, valid: true, xlt: true}
+			ms[k.Key>>8] = umrMkey{pd: mkeyOfDev(d, k.Key).pd, access: mr.LocalWrite, key: k.Key, valid: true}
 			keys = append(keys, k.Key)
 		}
 		refs := func() map[uint32]int {
@@ -179,7 +217,10 @@ func FuzzKernelUMR(f *testing.F) {
 			}
 			ctrl := uverbs.UMRCtrlSeg{Flags: b[1], MkeyMask: mask}
 			seg := uverbs.MkeyContextSeg{Free: b[4], AccessFlags: b[5], FlagsPD: pdList[int(b[6])%len(pdList)],
-				QPNMkey: 0xffffff00 | uint32(b[7])}
+				QPNMkey: 0xffffff00 | uint32(b[7]),
+				// A range of the mkeys' pages (none to 63 KiB) in pages of
+				// 4 to 32 KiB.
+				StartAddr: data, Len: uint64(b[4]&0x3f) << 10, LogPageSize: 12 + b[6]>>4&3}
 			switch b[7] & 0xc0 {
 			case 0xc0:
 				ctrl.TranslationOffset = uint16(b[7] & 3)
@@ -215,7 +256,8 @@ func FuzzKernelUMR(f *testing.F) {
 			}
 			for i, m := range ms {
 				s := mkeyOfDev(d, m.key)
-				dev := umrMkey{pd: s.pd, access: s.access, key: s.key, valid: s.valid, umrEn: m.umrEn, xlt: m.xlt, window: m.window}
+				dev := umrMkey{pd: s.pd, access: s.access, key: s.key, valid: s.valid, umrEn: m.umrEn, window: m.window,
+					start: s.start, length: s.length, shift: s.shift, npages: m.npages, pages: m.pages}
 				if dev != m {
 					t.Fatalf("step %d: mkey %#x is %+v, the model's %+v", steps, i, dev, m)
 				}
@@ -251,5 +293,5 @@ func mkeyOfDev(d *Device, key uint32) mkeyState {
 	if r == nil {
 		return mkeyState{}
 	}
-	return mkeyState{pd: r.PD, access: r.Access, key: r.LKey, valid: r.Valid, gen: r.Gen}
+	return mkeyState{pd: r.PD, access: r.Access, key: r.LKey, valid: r.Valid, gen: r.Gen, start: r.Start, length: r.Length, shift: r.PageShift}
 }

@@ -77,7 +77,7 @@ type MkeyState struct {
 	Index         uint32
 	Key           uint32
 	PD            uint32
-	Kind          string // pa (the DMA key), mtt or klm/free
+	Kind          string // pa (the DMA key), mtt, klm (indirect: a fast-registered SG_GAPS MR), window (bound), or free
 	Start, Length uint64
 	Access        string
 	Valid         bool
@@ -166,6 +166,10 @@ func (d *Device) Inspect() State {
 			kind = "pa"
 		case !m.Valid:
 			kind = "free"
+		case m.Window != nil:
+			kind = "window"
+		case m.KLMs != nil:
+			kind = "klm"
 		}
 		st.Mkeys = append(st.Mkeys, MkeyState{Index: h, Key: m.LKey, PD: m.PD, Kind: kind, Start: m.Start,
 			Length: m.Length, Access: mr.AccessString(m.Access), Valid: m.Valid, Pages: len(m.Pages)})

@@ -111,6 +111,10 @@ func (env *qpEnv) takeBind(wr *transport.SendWR, start uint16) {
 // the transport reaches it.
 func (env *qpEnv) LocalOp(wr *transport.SendWR) transport.Status {
 	start := uint16(wr.ID)
+	if fr, ok := env.fastRegs[start]; ok && wr.Opcode == transport.OpFastReg {
+		delete(env.fastRegs, start)
+		return env.fastReg(start, &fr)
+	}
 	b, ok := env.binds[start]
 	if wr.Opcode != transport.OpFastReg || !ok {
 		return transport.StatusLocQPOpErr

@@ -287,6 +287,11 @@ func (d *Device) ModelStats() []hca.NamedCount {
 		{Name: "rx_dropped", Help: "IB packets the device took and dropped.", Value: s.RxDropped},
 		{Name: "rx_queue_full", Help: "IB packets refused: the engine's receive queue was full.", Value: s.RxQueueFull},
 		{Name: "qkey_violations", Help: "Datagrams a UD or GSI QP dropped for their Q_Key.", Value: s.QKeyViolations},
+		{Name: "umr_translations", Help: "UMR WQEs that loaded MTT entries into an mkey (the MR cache's registrations).", Value: s.UMRTranslations},
+		{Name: "fast_reg_mtt", Help: "Fast registrations (IB_WR_REG_MR) of MTT mkeys on kernel QPs.", Value: s.FastRegMTT},
+		{Name: "fast_reg_klm", Help: "Fast registrations (IB_WR_REG_MR) of KLM mkeys (SG_GAPS MRs) on kernel QPs.", Value: s.FastRegKLM},
+		{Name: "umr_invalidations", Help: "UMR WQEs that made an mkey free (LOCAL_INV, the revoke).", Value: s.UMRInvalidations},
+		{Name: "umr_refused", Help: "Kernel UMR WQEs refused with an error CQE.", Value: s.UMRRefused},
 		{Name: "port_down_lost", Help: "IB packets lost to the port held down by a fault (both ways).", Value: d.x.port.lost.Load()},
 	}
 }

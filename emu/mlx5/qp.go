@@ -23,11 +23,15 @@ type qp struct {
 	uar                       uint32
 	hasSQ                     bool
 	userIndex                 uint32
-	dbr                       uint64
-	pageShift                 uint8
-	pageOffset                uint64
-	pas                       []uint64
-	rqBytes, sqBytes          uint64
+	// fre: fast registration enabled (the kernel creates its QPs with
+	// it): the QP's UMR WQEs are the kernel's REG_MR and LOCAL_INV
+	// (frwr.go), a user QP's are memory-window binds (mw.go).
+	fre              bool
+	dbr              uint64
+	pageShift        uint8
+	pageOffset       uint64
+	pas              []uint64
+	rqBytes, sqBytes uint64
 	// env is the transport's environment (datapath.go), from the first
 	// transition out of RST.
 	env *qpEnv
@@ -68,7 +72,7 @@ func (d *Device) createQP(in, out []byte) result {
 	get := func(f ifc.Field) uint32 { return f.Get(qpc) }
 	q := &qp{st: uint8(get(ifc.QPCSt)), hasSQ: get(ifc.QPCNoSQ) == 0, uar: get(ifc.QPCUARPage),
 		sndCQ: get(ifc.QPCCQNSnd), rcvCQ: get(ifc.QPCCQNRcv), xrcdn: get(ifc.QPCXRCD),
-		userIndex: get(ifc.QPCUserIndex), dbr: ifc.QPCDBRAddr.Get64(qpc)}
+		userIndex: get(ifc.QPCUserIndex), dbr: ifc.QPCDBRAddr.Get64(qpc), fre: get(ifc.QPCFre) != 0}
 	q.PD = get(ifc.QPCPD)
 	rqType := get(ifc.QPCRQType)
 	srqn := get(ifc.QPCSRQN)
@@ -194,8 +198,8 @@ func (d *Device) destroyQP(in, _ []byte) result {
 	}
 	if q.RC != nil {
 		q.RC.Reset()
-		d.core.StopTimer(&q.QP)
 	}
+	d.core.StopTimer(&q.QP) // the RC timers, a receive queue's poll in ERR (datapath.go)
 	d.detachAll(q)
 	d.qpRefs(q, -1)
 	d.fn.pins.Unpin(len(q.pas))

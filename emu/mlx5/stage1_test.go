@@ -259,7 +259,7 @@ func TestCapsQuery(t *testing.T) {
 	}{
 		"xrc": {ifc.CmdHCACapXRC, 1}, "page_request_disable": {ifc.CmdHCACapPageRequestDisable, 1},
 		"log_max_eq": {ifc.CmdHCACapLogMaxEQ, 5}, "cqe_version": {ifc.CmdHCACapCQEVersion, 1},
-		"log_bf_reg_size": {ifc.CmdHCACapLogBFRegSize, 9}, "umr_modify_entity_size_disabled": {ifc.CmdHCACapUMRModifyEntitySizeDisabled, 1},
+		"log_bf_reg_size": {ifc.CmdHCACapLogBFRegSize, 9}, "umr_modify_entity_size_disabled": {ifc.CmdHCACapUMRModifyEntitySizeDisabled, 0},
 		"num_ports": {ifc.CmdHCACapNumPorts, 1}, "atomic": {ifc.CmdHCACapAtomic, 1},
 		"port_type": {ifc.CmdHCACapPortType, 0}, "bf": {ifc.CmdHCACapBF, 0}, "roce": {ifc.CmdHCACapRoCE, 0},
 		"dct": {ifc.CmdHCACapDCT, 0}, "hca_cap_2": {ifc.CmdHCACapHCACap2, 0}, "log_max_uctx": {ifc.CmdHCACapLogMaxUctx, 0},

@@ -1,8 +1,6 @@
 package mlx5
 
 import (
-	"fmt"
-
 	"github.com/hcaemu/hcaemu/emu/hca"
 	"github.com/hcaemu/hcaemu/emu/mlx5/ifc"
 	"github.com/hcaemu/hcaemu/emu/mr"
@@ -37,14 +35,9 @@ import (
 // binds and invalidations (mw.go).
 
 // umrMkeyMask are the mkey_mask bits a kernel UMR may set.
-const umrMkeyMask = uverbs.MkeyMaskAccessLocalRead | uverbs.MkeyMaskAccessLocalWrite |
+const umrMkeyMask = uverbs.MkeyMaskLen | uverbs.MkeyMaskPageSize | uverbs.MkeyMaskStartAddr | uverbs.MkeyMaskAccessLocalRead | uverbs.MkeyMaskAccessLocalWrite |
 	uverbs.MkeyMaskAccessRemoteRead | uverbs.MkeyMaskAccessRemoteWrite | uverbs.MkeyMaskAccessAtomic |
 	uverbs.MkeyMaskPD | uverbs.MkeyMaskFree | uverbs.MkeyMaskMkey
-
-// umrFlags are the UMR control flags a kernel UMR may set: INLINE (the
-// translation, if any, follows the mkey segment; none here) and the
-// free-check mode.
-const umrFlags = uverbs.UMRCtrlFlagInline | uverbs.UMRCheckFree | uverbs.UMRCtrlFlagCheckFree
 
 // umrAccessBits pairs the mkey_mask access bits with the mkey context's
 // access_flags bits and the region's access flags (local read is always
@@ -90,85 +83,12 @@ func (env *qpEnv) sendUMR() {
 }
 
 // kernelUMR validates a decoded UMR WQE of the REG_UMR QP and applies it
-// (lock held). It returns the completion status and, for a failure, why.
-// Nothing changes unless every check passes; a change revokes the pages
-// lent from the device's regions first (the direct data path) and gives
-// the region a new generation, so references taken under the old PD,
-// access or key stop resolving.
+// (lock held): umrExec with the WQE's translation as decoded (inline, or
+// the data segment that points at it).
 func (d *Device) kernelUMR(w *uverbs.SendWQE) (transport.Status, string) {
-	u, m, key := w.UMRCtrl, &w.Mkey, w.Ctrl.Imm
-	switch {
-	case u.Flags&^umrFlags != 0:
-		return transport.StatusLocQPOpErr, fmt.Sprintf("umr_ctrl.flags=%#x: only INLINE and the free check", u.Flags)
-	case u.CheckFree() == uverbs.UMRCheckFree|uverbs.UMRCtrlFlagCheckFree:
-		return transport.StatusLocQPOpErr, fmt.Sprintf("umr_ctrl.flags=%#x: free-check mode 3", u.Flags)
-	case u.KLMOctowords != 0 || u.TranslationOffset != 0 || len(w.Translation) != 0 || len(w.Data) != 0:
-		return transport.StatusLocQPOpErr, fmt.Sprintf("umr_ctrl.xlt_octowords=%d xlt_offset=%d: translation updates are not implemented", u.KLMOctowords, u.TranslationOffset)
-	case u.MkeyMask&^umrMkeyMask != 0:
-		return transport.StatusLocQPOpErr, fmt.Sprintf("umr_ctrl.mkey_mask=%#x: %#x not implemented (PD, access, FREE, KEY only)", u.MkeyMask, u.MkeyMask&^umrMkeyMask)
-	case u.MkeyMask&uverbs.MkeyMaskAccessLocalRead != 0 && m.AccessFlags&uverbs.MkeyContextAccessFlagsLocalRead == 0:
-		return transport.StatusLocQPOpErr, "mkey_seg.lr=0: local read is always granted"
+	req := umrReq{key: w.Ctrl.Imm, ctrl: w.UMRCtrl, mkey: w.Mkey, inline: w.Translation}
+	if len(w.Data) == 1 {
+		req.ptr, req.hasPtr = w.Data[0], true
 	}
-	o := &d.fn.obj
-	h := mr.Handle(key)
-	region := o.Region(h)
-	switch {
-	case region == nil:
-		return transport.StatusLocProtErr, "no such mkey"
-	case region.LKey != key:
-		return transport.StatusLocProtErr, fmt.Sprintf("the mkey of index %#x is %#x", h, region.LKey)
-	case !o.umrEn[h]:
-		return transport.StatusLocProtErr, "created with umr_en=0"
-	case region.Window != nil:
-		return transport.StatusLocProtErr, "a memory window (bound by UMR WQEs on user QPs, mw.go)"
-	}
-	free := !region.Valid
-	switch u.CheckFree() {
-	case uverbs.UMRCheckFree: // the kernel's MLX5_UMR_CHECK_FREE: fail if free
-		if free {
-			return transport.StatusLocProtErr, "the mkey is free (MLX5_UMR_CHECK_FREE: fail if free)"
-		}
-	case uverbs.UMRCtrlFlagCheckFree: // the kernel's MLX5_UMR_CHECK_NOT_FREE: fail unless free
-		if !free {
-			return transport.StatusLocProtErr, "the mkey is live (MLX5_UMR_CHECK_NOT_FREE: fail unless free)"
-		}
-	}
-	pd, access, valid, next := region.PD, region.Access, region.Valid, region.LKey
-	if u.MkeyMask&uverbs.MkeyMaskPD != 0 {
-		if pd = m.PD(); o.pds.Get(pd) == nil {
-			return transport.StatusLocProtErr, fmt.Sprintf("mkey_seg.pd=%#x: no such PD", pd)
-		}
-	}
-	for _, b := range umrAccessBits {
-		if u.MkeyMask&b.mask == 0 {
-			continue
-		}
-		access &^= b.flag
-		if m.AccessFlags&b.ctx != 0 {
-			access |= b.flag
-		}
-	}
-	if u.MkeyMask&uverbs.MkeyMaskFree != 0 {
-		valid = m.Free&uverbs.MkeyContextFree == 0
-		if valid && !region.DMA && region.Length == 0 {
-			return transport.StatusLocProtErr, "mkey_seg.free=0 for an mkey without a translation"
-		}
-	}
-	if u.MkeyMask&uverbs.MkeyMaskMkey != 0 {
-		next = mr.Key(h, m.MkeyVariant())
-	}
-	if pd == region.PD && access == region.Access && valid == region.Valid && next == region.LKey {
-		return transport.StatusSuccess, "" // nothing changes: references stay good
-	}
-	d.wire.RevokeLoans() // the region's pages may be lent to another HCA
-	if pd != region.PD {
-		if p := o.pds.Get(region.PD); p != nil {
-			p.refs--
-		}
-		o.pds.Get(pd).refs++
-	}
-	region.PD, region.Access, region.Valid = pd, access, valid
-	region.LKey, region.RKey = next, next
-	region.Gen = d.mrKeys.NewGen()
-	return transport.StatusSuccess, ""
+	return d.umrExec(&req, umrQP{regUMR: true})
 }

@@ -80,6 +80,8 @@ type mkeyState struct {
 	pd, access, key uint32
 	valid           bool
 	gen             uint64
+	start, length   uint64
+	shift           uint8
 }
 
 func mkeyOf(e *rcEnd, key uint32) mkeyState { return mkeyOfDev(e.d, key) }
@@ -224,7 +226,7 @@ func TestUMRErrors(t *testing.T) {
 		{"umr_en 0", onKey(rereg, pa), uverbs.SyndromeLocalProtErr},
 		{"no such PD", mlx5test.ReregPDAccessWQE(b.key, 0x3333, 0), uverbs.SyndromeLocalProtErr},
 		{"check not free on a live mkey", withFlags(rereg, uverbs.UMRCtrlFlagCheckFree|uverbs.UMRCtrlFlagInline), uverbs.SyndromeLocalProtErr},
-		{"translation", withMask(rereg, uverbs.MkeyMaskLen|uverbs.MkeyMaskStartAddr), uverbs.SyndromeLocalQPOpErr},
+		{"empty range", withMask(rereg, uverbs.MkeyMaskLen|uverbs.MkeyMaskStartAddr), uverbs.SyndromeLocalProtErr},
 		{"QPN", withMask(rereg, uverbs.MkeyMaskQPN), uverbs.SyndromeLocalQPOpErr},
 		{"check QPN flag", withFlags(rereg, uverbs.UMRCtrlFlagCheckQPN), uverbs.SyndromeLocalQPOpErr},
 		{"free-check mode 3", withFlags(rereg, 3<<5), uverbs.SyndromeLocalQPOpErr},

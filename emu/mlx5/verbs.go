@@ -289,6 +289,9 @@ func (d *Device) mkeyMTT(in, mkc []byte, region *mr.Region, start, length uint64
 	if !region.Valid {
 		// A free mkey (a kernel fast-register MR, UMR-managed): no range
 		// or translation until a UMR WQE gives it one (Stage 5).
+		if octs > maxPASPages/2 {
+			return d.badField(op, "create_mkey_in.memory_key_mkey_entry.translations_octword_size=%#x: beyond %#x", octs, maxPASPages/2)
+		}
 		region.MaxPages = 2 * octs
 		return ok
 	}

@@ -66,6 +66,21 @@ type Region struct {
 	// [Start, Start+Length) maps onto the region Window.Target names. A
 	// window is reached by its R_Key only, never as an L_Key.
 	Window *Window
+	// KLMs, when set, make the region indirect (mlx5's KLM access mode: a
+	// kernel fast-registered MR of the SG_GAPS type): it has no pages of
+	// its own; byte Start+o of it is byte o of its entries laid end to
+	// end, each a range of another region of the same protection domain,
+	// resolved by reference on every use (an entry names neither a window
+	// nor another indirect region). Length is the entries' total.
+	KLMs []KLM
+}
+
+// KLM is an entry of an indirect region: Len bytes at Addr of the region
+// Target names.
+type KLM struct {
+	Target Ref
+	Addr   uint64
+	Len    uint64
 }
 
 // Window is a memory window's binding.
@@ -284,7 +299,7 @@ func (s Space) spanSegs(segs []Seg, off, n uint64, fn func(gpa, k, done uint64) 
 		if region == nil {
 			return ErrStale
 		}
-		err := region.Span(seg.Addr+off, k, func(gpa, m, done uint64) error { return fn(gpa, m, pos+done) })
+		err := s.spanRegion(region, seg.Addr+off, k, func(gpa, m, done uint64) error { return fn(gpa, m, pos+done) })
 		if err != nil {
 			return err
 		}
@@ -448,7 +463,45 @@ func (s Space) span(ref Ref, va, n uint64, fn func(gpa, n, done uint64) error) e
 	if !ok {
 		return ErrStale
 	}
-	return region.Span(va, n, fn)
+	return s.spanRegion(region, va, n, fn)
+}
+
+// spanRegion is region.Span for any region the space resolves: an
+// indirect one (KLMs) is visited entry by entry, each entry's reference
+// resolved and its range checked first (the walk is bounded by the
+// entries; entries nest no further).
+func (s Space) spanRegion(region *Region, va, n uint64, fn func(gpa, n, done uint64) error) error {
+	if region.KLMs == nil {
+		return region.Span(va, n, fn)
+	}
+	off := va - region.Start // the caller checked InRange
+	var done uint64
+	for _, k := range region.KLMs {
+		if n == 0 {
+			break
+		}
+		if off >= k.Len {
+			off -= k.Len
+			continue
+		}
+		m := min(k.Len-off, n)
+		target := k.Target.Resolve(s.Regions)
+		addr, ok := dma.End(k.Addr, off)
+		if target == nil || target.Window != nil || target.KLMs != nil || !ok || !target.InRange(addr, m) {
+			return ErrStale
+		}
+		base := done
+		if err := target.Span(addr, m, func(gpa, p, d uint64) error { return fn(gpa, p, base+d) }); err != nil {
+			return err
+		}
+		done += m
+		n -= m
+		off = 0
+	}
+	if n != 0 {
+		return ErrStale
+	}
+	return nil
 }
 
 // Write copies b into the region at va.

@@ -345,6 +345,7 @@ const (
 	MkeyMaskAccessRemoteRead  = 1 << 19
 	MkeyMaskAccessRemoteWrite = 1 << 20
 	MkeyMaskAccessAtomic      = 1 << 21
+	MkeyMaskSmallFence        = 1 << 23
 	MkeyMaskFree              = 1 << 29
 )
 
@@ -352,9 +353,21 @@ const (
 // 48 bytes).
 type UMRCtrlSeg struct {
 	Flags             uint8
-	KLMOctowords      uint16 // 16-byte units of inline translation that follow the mkey segment
-	TranslationOffset uint16
+	KLMOctowords      uint16 // 16-byte units of translation (inline after the mkey segment, or pointed to)
+	TranslationOffset uint16 // xlt_offset: bits 15:0 of the offset, in 16-byte units, of the translation in the mkey's
 	MkeyMask          uint64
+	// TranslationOffsetHigh is xlt_offset_47_16 (the kernel's chunked
+	// translation loads, mlx5r_umr_update_offset).
+	TranslationOffsetHigh uint32
+}
+
+// Offset is the translation offset in 16-byte units (xlt_offset_47_16
+// and xlt_offset), 0 unless UMRCtrlFlagTranslationOffset is set.
+func (u UMRCtrlSeg) Offset() uint64 {
+	if u.Flags&UMRCtrlFlagTranslationOffset == 0 {
+		return 0
+	}
+	return uint64(u.TranslationOffsetHigh)<<16 | uint64(u.TranslationOffset)
 }
 
 // CheckFree is the 2-bit free-check mode (flags[6:5]) in place:
@@ -365,7 +378,8 @@ func (u UMRCtrlSeg) CheckFree() uint8 { return u.Flags & umrCheckFreeMask }
 // DecodeUMRCtrlSeg decodes the 48-byte segment at the start of b.
 func DecodeUMRCtrlSeg(b []byte) UMRCtrlSeg {
 	_ = b[UMRCtrlSegSize-1]
-	return UMRCtrlSeg{Flags: b[0], KLMOctowords: be.Uint16(b[4:]), TranslationOffset: be.Uint16(b[6:]), MkeyMask: be.Uint64(b[8:])}
+	return UMRCtrlSeg{Flags: b[0], KLMOctowords: be.Uint16(b[4:]), TranslationOffset: be.Uint16(b[6:]), MkeyMask: be.Uint64(b[8:]),
+		TranslationOffsetHigh: be.Uint32(b[16:])}
 }
 
 // Encode writes the segment (reserved bytes zero) into b.
@@ -376,6 +390,7 @@ func (u UMRCtrlSeg) Encode(b []byte) {
 	be.PutUint16(b[4:], u.KLMOctowords)
 	be.PutUint16(b[6:], u.TranslationOffset)
 	be.PutUint64(b[8:], u.MkeyMask)
+	be.PutUint32(b[16:], u.TranslationOffsetHigh)
 }
 
 // Mkey context segment values (mlx5dv.h MLX5_WQE_MKEY_CONTEXT_*).
@@ -434,6 +449,17 @@ func (m MkeyContextSeg) PD() uint32 { return m.FlagsPD & 0xffffff }
 
 // QPN is the QP a type-2 window binds to (qpn_mkey[31:8]; 0xffffff none).
 func (m MkeyContextSeg) QPN() uint32 { return m.QPNMkey >> 8 }
+
+// AccessMode is the translation's access mode (flags[1:0], the mkc's
+// access_mode_1_0: 1 MTT, 2 KLM), as the kernel's set_reg_mkey_seg sets it.
+func (m MkeyContextSeg) AccessMode() uint8 { return m.AccessFlags & 3 }
+
+// EnRinval is flags_pd[24] (the kernel's MLX5_MKEY_REMOTE_INVAL): remote
+// invalidation allowed.
+func (m MkeyContextSeg) EnRinval() bool { return m.FlagsPD&(1<<24) != 0 }
+
+// Length64 is flags_pd[31] (the mkc's length64).
+func (m MkeyContextSeg) Length64() bool { return m.FlagsPD&(1<<31) != 0 }
 
 // MkeyVariant is the new key byte (qpn_mkey[7:0]).
 func (m MkeyContextSeg) MkeyVariant() uint8 { return uint8(m.QPNMkey) }

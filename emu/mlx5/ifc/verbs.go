@@ -171,6 +171,7 @@ var (
 	QPCAltPath       = F(0x220, 0x160)
 	QPCLogAckReqFreq = F(0x380, 4)
 	QPCLogSRAMax     = F(0x388, 3)
+	QPCFre           = F(0x394, 1) // fast registration enabled (the kernel sets it on its QPs)
 	QPCRetryCount    = F(0x38d, 3)
 	QPCRNRRetry      = F(0x390, 3)
 	QPCNextSendPSN   = F(0x3c8, 0x18)

@@ -51,6 +51,7 @@ func TestVerbsLayoutsAgainstSpec(t *testing.T) {
 		"qpc.secondary_address_path":              {qp(QPCAltPath), Field{0x5c * 8, 44 * 8}},
 		"create_qp_in.qpc.log_ack_req_freq":       {qp(QPCLogAckReqFreq), dw(34, 31, 28)},
 		"create_qp_in.qpc.log_sra_max":            {qp(QPCLogSRAMax), dw(34, 23, 21)},
+		"create_qp_in.qpc.fre":                    {qp(QPCFre), dw(34, 11, 11)},
 		"create_qp_in.qpc.retry_count":            {qp(QPCRetryCount), dw(34, 18, 16)},
 		"create_qp_in.qpc.rnr_retry":              {qp(QPCRNRRetry), dw(34, 15, 13)},
 		"create_qp_in.qpc.next_send_psn":          {qp(QPCNextSendPSN), dw(36, 23, 0)},
