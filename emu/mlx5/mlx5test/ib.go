@@ -309,6 +309,10 @@ type QPArgs struct {
 	NoSQ                      bool
 	UAR                       uint32
 	UserIndex                 uint32
+	// Fre: "fast registration enabled", which mlx5_ib sets on every
+	// kernel QP (_create_kernel_qp): its UMR WQEs are REG_MR and
+	// LOCAL_INV, a user QP's are memory-window binds.
+	Fre bool
 }
 
 // CreateQPIn builds create_qp_in as _create_kernel_qp does: one buffer,
@@ -343,6 +347,7 @@ func (d *Driver) CreateQPIn(a QPArgs) ([]byte, *QP) {
 		set(ifc.QPCLogRQStride, a.LogRQStride)
 	}
 	set(ifc.QPCNoSQ, b2u(a.NoSQ))
+	set(ifc.QPCFre, b2u(a.Fre))
 	if !a.NoSQ {
 		set(ifc.QPCLogSQSize, a.LogSQ)
 		set(ifc.QPCUARPage, a.UAR)

@@ -111,3 +111,75 @@ func (d *Driver) PostUMR(u *UMR, w *uverbs.SendWQE) uint16 { return d.PostSend(u
 
 // PollUMR polls the UMR CQ once.
 func (d *Driver) PollUMR(u *UMR) ([]byte, bool) { return d.PollCQ(u.CQ, &u.CI) }
+
+// Access bits of a fast registration's mkey segment (MLX5_PERM_*, byte
+// 2 of struct mlx5_mkey_seg) and its access modes.
+const (
+	permUMREn = 1 << 7
+	ModeMTT   = 1
+	ModeKLM   = 2
+)
+
+// RegMRWQE is set_reg_wr's WQE for IB_WR_REG_MR on a kernel QP (fre):
+// the MR's new key in the immediate, "fail if not free", the
+// frwr_mkey_mask, the mkey segment (access as ReregPDAccessWQE numbers
+// it, umr_en, the access mode, the new key byte, en_rinval, IOVA, length,
+// page size for MTT) and the descriptor list: inline (list, padded to 64
+// bytes) when ptr is nil, else the data segment ptr (the kernel's for
+// lists over 64 bytes: the list's DMA address, its bytes rounded up to
+// 64, the PD's local DMA L_Key).
+func RegMRWQE(newKey uint32, mode uint8, access uint32, iova, length uint64, pageShift uint8, list []byte, ptr *uverbs.DataSeg) uverbs.SendWQE {
+	w := ReregPDAccessWQE(newKey, 0, access)
+	n := (len(list) + 63) / 64 * 64
+	if ptr != nil {
+		n = int(ptr.ByteCount)
+	}
+	w.UMRCtrl = uverbs.UMRCtrlSeg{Flags: uverbs.UMRCtrlFlagCheckFree, KLMOctowords: uint16(n / 16),
+		MkeyMask: uverbs.MkeyMaskLen | uverbs.MkeyMaskPageSize | uverbs.MkeyMaskStartAddr | uverbs.MkeyMaskEnRinval |
+			uverbs.MkeyMaskMkey | uverbs.MkeyMaskAccessLocalRead | uverbs.MkeyMaskAccessLocalWrite | uverbs.MkeyMaskAccessRemoteRead |
+			uverbs.MkeyMaskAccessRemoteWrite | uverbs.MkeyMaskSmallFence | uverbs.MkeyMaskFree | uverbs.MkeyMaskAccessAtomic}
+	w.Mkey.AccessFlags |= permUMREn | mode
+	w.Mkey.FlagsPD = 1 << 24 // MLX5_MKEY_REMOTE_INVAL, no PD
+	w.Mkey.StartAddr, w.Mkey.Len = iova, length
+	if mode == ModeMTT {
+		w.Mkey.LogPageSize = pageShift
+	}
+	if ptr != nil {
+		w.Data = []uverbs.DataSeg{*ptr}
+		return w
+	}
+	w.UMRCtrl.Flags |= uverbs.UMRCtrlFlagInline
+	w.Translation = make([]byte, n)
+	copy(w.Translation, list)
+	return w
+}
+
+// KernelLocalInvWQE is set_linv_wr's WQE for IB_WR_LOCAL_INV on a kernel QP:
+// the key in the immediate, mkey_mask FREE, the mkey segment free.
+func KernelLocalInvWQE(key uint32) uverbs.SendWQE {
+	return UMRWQE(key, uverbs.UMRCtrlSeg{Flags: uverbs.UMRCtrlFlagInline, MkeyMask: uverbs.MkeyMaskFree},
+		uverbs.MkeyContextSeg{Free: uverbs.MkeyContextFree})
+}
+
+// XLTWQE is one of mlx5r_umr_update_mr_pas's WQEs on the REG_UMR QP for
+// mkey key: entries (bytes) pointed to by ptr at octoword offset off
+// (TRANSLATION_OFFSET when off is not 0), "fail if not free"; final
+// also enables the mkey (KEY, FREE, LEN, PAGE_SIZE, START_ADDR, the
+// access flags and PD) as the MR [iova, +length) of pd in pages of
+// 1<<pageShift bytes.
+func XLTWQE(key uint32, ptr uverbs.DataSeg, off uint64, final bool, pd, access uint32, iova, length uint64, pageShift uint8) uverbs.SendWQE {
+	w := ReregPDAccessWQE(key, pd, access)
+	w.UMRCtrl = uverbs.UMRCtrlSeg{Flags: uverbs.UMRCtrlFlagCheckFree, KLMOctowords: uint16(ptr.ByteCount / 16)}
+	if off != 0 {
+		w.UMRCtrl.Flags |= uverbs.UMRCtrlFlagTranslationOffset
+		w.UMRCtrl.TranslationOffset, w.UMRCtrl.TranslationOffsetHigh = uint16(off), uint32(off>>16)
+	}
+	if final {
+		w.UMRCtrl.MkeyMask = uverbs.MkeyMaskMkey | uverbs.MkeyMaskFree | uverbs.MkeyMaskAccessLocalRead | uverbs.MkeyMaskAccessLocalWrite |
+			uverbs.MkeyMaskAccessRemoteRead | uverbs.MkeyMaskAccessRemoteWrite | uverbs.MkeyMaskAccessAtomic | uverbs.MkeyMaskPD |
+			uverbs.MkeyMaskLen | uverbs.MkeyMaskPageSize | uverbs.MkeyMaskStartAddr
+		w.Mkey.StartAddr, w.Mkey.Len, w.Mkey.LogPageSize = iova, length, pageShift
+	}
+	w.Data = []uverbs.DataSeg{ptr}
+	return w
+}
