@@ -77,6 +77,12 @@ wait_done
 		again := metricValue(metrics, `hcaemu_device_retransmitted_packets_total{device="`+hca+`"}`)
 		addr := metricValue(metrics, `hcaemu_port_dropped_frames_total{device="`+hca+`",reason="address"}`)
 		revoked := metricValue(metrics, `hcaemu_port_dropped_frames_total{device="`+hca+`",reason="revoked"}`)
+		// Every user MR goes through mlx5_ib's MR cache: UMR WQEs load its
+		// translation (umr_modify_entity_size_disabled 0).
+		if xlt, refused := metricValue(metrics, `hcaemu_mlx5_umr_translations_total{device="`+hca+`"}`),
+			metricValue(metrics, `hcaemu_mlx5_umr_refused_total{device="`+hca+`"}`); xlt <= 0 || refused != 0 {
+			t.Errorf("%s: %.0f translations loaded by UMR WQEs, %.0f UMR WQEs refused", hca, xlt, refused)
+		}
 		if sent <= 0 || frames < sent || again != 0 || addr != 0 || revoked != 0 {
 			t.Errorf("%s: %.0f packets sent by its QPs, %.0f out of its port (the GSI's and IPoIB's too), %.0f retransmitted, %.0f dropped for their address, %.0f revoked",
 				hca, sent, frames, again, addr, revoked)

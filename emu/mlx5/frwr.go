@@ -11,10 +11,10 @@ import (
 // ctrl.imm naming the mkey (REG_MR: by its new key), which NVMe-oF,
 // iSER, NFS/RDMA and SMC post between their data transfers. An mkey from
 // ib_alloc_mr is free until a REG_MR loads it: IB_MR_TYPE_MEM_REG
-// (access mode MTT: page addresses) or IB_MR_TYPE_SG_GAPS (access mode
-// KLM: byte ranges of other regions of the PD, chosen by nvme-rdma since
-// the device reports IBK_SG_GAPS_REG), with en_rinval so the peer's
-// SEND_WITH_INV frees it. Both run in order as local operations of the
+// (access mode MTT: page addresses; nvme-rdma's) or IB_MR_TYPE_SG_GAPS
+// (access mode KLM: byte ranges of other regions of the PD, for ULPs
+// that ask for it: the device reports IBK_SG_GAPS_REG), with en_rinval
+// so the peer's SEND_WITH_INV frees it. Both run in order as local operations of the
 // transport, through the UMR engine (umrexec.go), and complete with a REQ
 // CQE of opcode 0x25 (the kernel reports IB_WC_REG_MR or IB_WC_LOCAL_INV
 // from its own bookkeeping); a WQE that fails its checks completes with

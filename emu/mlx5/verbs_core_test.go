@@ -18,8 +18,9 @@ import (
 
 // TestCore runs the core-behaviour tests every device model passes
 // (package verbstest) against the mlx5 model, through its fake driver, on
-// an InfiniBand subnet. The tests of the direct path (capability Direct)
-// and of fast registration (FastReg: UMR WQEs, issue 26) are skipped.
+// an InfiniBand subnet, every one of them: its QPs are created as the
+// kernel creates its own (fre), so fast registration and LOCAL_INV are
+// UMR WQEs (frwr.go).
 func TestCore(t *testing.T) {
 	verbstest.CheckGoroutines(t)
 	verbstest.RunCore(t, newVerbsHost)
@@ -104,6 +105,9 @@ type verbsQP struct {
 	h      *verbsHost
 	wq     *mlx5test.WQ
 	sq, rq map[uint16]uint64 // WR IDs by WQE counter (masked)
+	// umrOps: what each posted UMR WQE was (REG_MR or LOCAL_INV), by
+	// WQE counter (masked).
+	umrOps map[uint16]transport.WCOpcode
 	sqMask uint16
 	rqMask uint16
 }
@@ -126,7 +130,7 @@ func (h *verbsHost) PD() uint32                    { return h.pd }
 // Caps: InfiniBand, no direct path, no fast registration (UMR WQEs:
 // issue 26).
 func (h *verbsHost) Caps() verbstest.Caps {
-	return verbstest.Caps{LinkLayer: verbstest.InfiniBand, Direct: true}
+	return verbstest.Caps{LinkLayer: verbstest.InfiniBand, Direct: true, FastReg: true}
 }
 
 func (h *verbsHost) NewPD() uint32 {
@@ -179,7 +183,7 @@ func (h *verbsHost) RegMR(addr uint64, n int, access uint32) (lkey, rkey uint32)
 func (h *verbsHost) AllocFRMR(pages int) (lkey, rkey uint32) {
 	h.t.Helper()
 	key, err := h.drv.CreateMkey(h.drv.CreateMkeyIn(mlx5test.MkeyArgs{PD: h.pd, Mode: ifc.MkcAccessModeMTT, Free: true,
-		LogPageSize: 12, Octwords: uint32(pages+1) / 2, OmitActualOctets: true}))
+		LogPageSize: 12, Octwords: uint32(pages+3) &^ 3, OmitActualOctets: true})) // ndescs = ALIGN(max_num_sg, 4)
 	if err != nil {
 		h.t.Fatalf("CREATE_MKEY (free): %v", err)
 	}
@@ -196,15 +200,15 @@ func log2(n uint32) uint32 { return uint32(bits.Len32(max(n, 1) - 1)) }
 func (h *verbsHost) CreateRCQP(depth uint32) verbstest.QP {
 	h.t.Helper()
 	logRQ := log2(depth)
-	logSQ := log2(depth) + 1 // a WQE of up to two WQEBBs
+	logSQ := log2(depth) + 2 // a WQE of up to four WQEBBs (a fast registration's three)
 	args := mlx5test.QPArgs{St: ifc.QPStRC, PD: h.pd, SndCQ: h.cq.CQN, RcvCQ: h.cq.CQN,
-		LogRQ: logRQ, LogRQStride: 2, LogSQ: logSQ, UAR: h.drv.UAR}
+		LogRQ: logRQ, LogRQStride: 2, LogSQ: logSQ, UAR: h.drv.UAR, Fre: true}
 	in, q := h.drv.CreateQPIn(args)
 	q, err := h.drv.CreateQP(in, q)
 	if err != nil {
 		h.t.Fatalf("CREATE_QP: %v", err)
 	}
-	qp := &verbsQP{h: h, sq: map[uint16]uint64{}, rq: map[uint16]uint64{},
+	qp := &verbsQP{h: h, sq: map[uint16]uint64{}, rq: map[uint16]uint64{}, umrOps: map[uint16]transport.WCOpcode{},
 		sqMask: uint16(1)<<logSQ - 1, rqMask: uint16(1)<<logRQ - 1,
 		wq: &mlx5test.WQ{Q: q, UAR: h.drv.UAR, LogRQ: uint8(logRQ), RQStride: 64, LogSQ: uint8(logSQ), Hold: h.hold}}
 	h.qps[q.QPN] = qp
@@ -368,6 +372,10 @@ func (h *verbsHost) Poll() (verbstest.WC, bool) {
 	switch op {
 	case uverbs.CQEReq:
 		wc.Opcode = reqOpcodes[c.SOpcode]
+		if c.SOpcode == uverbs.OpcodeUMR {
+			// The kernel's own bookkeeping (wr_data): REG_MR or LOCAL_INV.
+			wc.Opcode = h.qps[c.QPN].umrOps[c.WQECounter&h.qps[c.QPN].sqMask]
+		}
 	case uverbs.CQERespSend, uverbs.CQERespSendInv:
 		wc.Recv, wc.Opcode = true, transport.WCRecv
 	case uverbs.CQERespSendImm:
@@ -416,6 +424,16 @@ func dataSegs(in []mr.SGE) []uverbs.DataSeg {
 
 // PostSend writes wr as an mlx5 send WQE (signaled) and rings the doorbell.
 func (q *verbsQP) PostSend(wr verbstest.SendWR) {
+	if w, ok := q.umrWQE(wr); ok {
+		idx := q.wq.SQPI
+		q.sq[idx&q.sqMask] = wr.ID
+		q.umrOps[idx&q.sqMask] = transport.WCFastReg
+		if wr.Opcode == transport.OpLocalInv {
+			q.umrOps[idx&q.sqMask] = transport.WCLocalInv
+		}
+		q.h.drv.PostSend(q.wq, &w)
+		return
+	}
 	op, ok := wqeOpcodes[wr.Opcode]
 	if !ok {
 		q.h.t.Fatalf("send opcode %v: the model carries out no such WQE", wr.Opcode)
@@ -441,6 +459,37 @@ func (q *verbsQP) PostSend(wr verbstest.SendWR) {
 	idx := q.wq.SQPI
 	q.sq[idx&q.sqMask] = wr.ID
 	q.h.drv.PostSend(q.wq, w)
+}
+
+// umrWQE is the kernel's UMR WQE for a fast registration (set_reg_wr: an
+// MTT list of 4 KiB pages, inline up to 8 entries, else through a DMA key
+// of the QP's PD) or a LOCAL_INV (set_linv_wr); false for other WRs.
+func (q *verbsQP) umrWQE(wr verbstest.SendWR) (uverbs.SendWQE, bool) {
+	switch wr.Opcode {
+	case transport.OpLocalInv:
+		return mlx5test.KernelLocalInvWQE(wr.InvalidateKey), true
+	case transport.OpFastReg:
+	default:
+		return uverbs.SendWQE{}, false
+	}
+	fr := wr.FastReg
+	list := make([]byte, 8*len(fr.Pages))
+	for i, p := range fr.Pages {
+		binary.BigEndian.PutUint64(list[8*i:], p|3)
+	}
+	if len(list) <= 64 {
+		return mlx5test.RegMRWQE(fr.Key, mlx5test.ModeMTT, fr.Access, fr.IOVA, uint64(fr.Length), 12, list, nil), true
+	}
+	h := q.h
+	dmaKey, err := h.drv.DMAMkey(h.pd)
+	if err != nil {
+		h.t.Fatalf("the PD's DMA key: %v", err)
+	}
+	n := (len(list) + 63) &^ 63
+	at := h.Alloc(n)
+	copy(h.Mem(at, n), list)
+	ptr := uverbs.DataSeg{Addr: at, ByteCount: uint32(n), LKey: dmaKey.Key}
+	return mlx5test.RegMRWQE(fr.Key, mlx5test.ModeMTT, fr.Access, fr.IOVA, uint64(fr.Length), 12, nil, &ptr), true
 }
 
 // PostSends posts wrs (a doorbell each: the fake driver rings one per

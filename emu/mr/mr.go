@@ -9,7 +9,9 @@
 // IBTA "key" portion): the device picks a new variant every time it
 // registers a handle, the consumer picks it on a fast-register, so a key
 // kept past a deregistration does not name the region that next holds the
-// handle. A reference names one registration of a region (handle, key and
+// handle. A region may also be a memory window (bound onto another
+// region) or indirect (a list of byte ranges of other regions, mlx5's KLM
+// mkeys). A reference names one registration of a region (handle, key and
 // registration generation) and is re-validated on every use: work that
 // outlives that registration fails instead of touching memory the region
 // no longer owns, whatever now holds the handle or key. The package belongs to no
