@@ -277,4 +277,16 @@ func TestUMRTranslationLoad(t *testing.T) {
 	if mkeyOf(b, key).valid {
 		t.Fatal("a refused enable made the mkey valid")
 	}
+	// The cache's smallest mkeys hold 4 entries (2 octowords), and their
+	// one load carries 8 (64 bytes, zero-padded): taken.
+	small, err := b.drv.CreateMkey(b.drv.CreateMkeyIn(mlx5test.MkeyArgs{PD: b.ib.UMRPD, Mode: ifc.MkcAccessModeMTT,
+		Free: true, LogPageSize: 12, Octwords: 2}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(b.mem(48<<10, 64), append(mtts(b.data), make([]byte, 56)...))
+	umrOK(t, b, u, mlx5test.XLTWQE(small.Key, chunk(0), 0, true, b.pd, allAccess, iova, 4096, 12))
+	if !mkeyOf(b, small.Key).valid {
+		t.Fatal("the small mkey is not enabled")
+	}
 }

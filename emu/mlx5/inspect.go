@@ -273,9 +273,19 @@ func (st *State) Print(tw io.Writer, what string) {
 		}
 	}
 	if all || what == "mrs" {
+		// Free mkeys are counted, not listed: mlx5_ib's MR cache holds
+		// thousands (--json lists them).
+		free := 0
 		for _, m := range st.Mkeys {
+			if m.Kind == "free" {
+				free++
+				continue
+			}
 			fmt.Fprintf(tw, "  mkey %#x\t%s\tpd %d\t[%#x, +%#x)\t%s\tvalid=%v\tpages %d\n",
 				m.Key, m.Kind, m.PD, m.Start, m.Length, m.Access, m.Valid, m.Pages)
+		}
+		if free > 0 {
+			fmt.Fprintf(tw, "  mkeys free: %d (the kernel's MR cache, fast-register MRs between registrations, unbound windows; --json lists them)\n", free)
 		}
 	}
 	if all || what == "cqs" {

@@ -270,6 +270,20 @@ func (d *Device) umrTranslation(req *umrReq, q umrQP, pd uint32) ([]byte, string
 	return buf, ""
 }
 
+// xltAlign is the alignment of a UMR's translation (the kernel's
+// MLX5_UMR_FLEX_ALIGNMENT): mlx5_ib loads translations in multiples of 64
+// bytes, zero-padded, even into an mkey created with room for fewer
+// entries (its MR cache's smallest mkeys hold 4 MTT entries, their loads
+// carry 8), so an mkey's capacity counts in whole 64-byte units.
+const xltAlign = 64
+
+// xltCapacity is how many entries of size bytes an mkey created with room
+// for n holds: n rounded up to whole 64-byte units.
+func xltCapacity(n uint32, size int) uint64 {
+	per := uint64(xltAlign / size)
+	return (uint64(n) + per - 1) / per * per
+}
+
 // umrMTTs writes MTT entries xlt (if any) at entry 2*off (off in 16-byte
 // units) of next's translation, within the capacity the mkey was created
 // with. The new page list is a copy: region's stays as it was until the
@@ -278,9 +292,9 @@ func umrMTTs(next, region *mr.Region, xlt []byte, off uint64) string {
 	if xlt == nil {
 		return ""
 	}
-	first, n := 2*off, uint64(len(xlt)/mttSize)
-	if off > uint64(region.MaxPages) || first+n > uint64(region.MaxPages) {
-		return fmt.Sprintf("MTT entries [%d, +%d) beyond the mkey's translations_octword_size*2 = %d", first, n, region.MaxPages)
+	first, n, capacity := 2*off, uint64(len(xlt)/mttSize), xltCapacity(region.MaxPages, mttSize)
+	if off > capacity || first+n > capacity {
+		return fmt.Sprintf("MTT entries [%d, +%d) beyond the mkey's translations_octword_size*2 = %d (%d in 64-byte units)", first, n, region.MaxPages, capacity)
 	}
 	pages := make([]uint64, max(uint64(len(region.Pages)), first+n))
 	copy(pages, region.Pages)
@@ -303,8 +317,8 @@ func (d *Device) umrKLMs(next *mr.Region, xlt []byte, off uint64) string {
 	if off != 0 {
 		return fmt.Sprintf("umr_ctrl xlt_offset=%d on a KLM mkey: a KLM list loads from entry 0", off)
 	}
-	if n := uint64(len(xlt) / klmSize); n > uint64(next.MaxPages) {
-		return fmt.Sprintf("%d KLM entries beyond the mkey's translations_octword_size %d", n, next.MaxPages)
+	if n, capacity := uint64(len(xlt)/klmSize), xltCapacity(next.MaxPages, klmSize); n > capacity {
+		return fmt.Sprintf("%d KLM entries beyond the mkey's translations_octword_size %d (%d in 64-byte units)", n, next.MaxPages, capacity)
 	}
 	writes := next.Access&(mr.LocalWrite|mr.RemoteWrite|mr.RemoteAtomic) != 0
 	var klms []mr.KLM
