@@ -249,6 +249,7 @@ func TestReplayMLX5CatchesChanges(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel() // each a whole replay of the recording (its MR cache fill: about 6,000 commands)
 			rec, err := record.ReadFile(mlx5Golden)
 			if err != nil {
 				t.Fatal(err)

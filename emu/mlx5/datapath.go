@@ -891,18 +891,37 @@ func (env *qpEnv) flush() {
 // for receives: it only moves the doorbell record. So while a QP with a
 // receive queue is in ERR the device reads its doorbell record on the
 // QP's timer, every rqPollMin at first, backing off to rqPollMax while
-// nothing new is posted.
+// nothing new is posted. A device made with a step clock (recording and
+// replay, whose device is driven by its inputs alone: tap.go) reads
+// them at an input instead, every read of the health counter (the
+// driver's health poll reads it every 2 s), so a recording replays the
+// same reads.
 const (
 	rqPollMin = time.Millisecond
 	rqPollMax = 64 * time.Millisecond
 )
+
+// pollRQsStepped kicks every QP in ERR with a receive queue (lock held;
+// a step-clock device's health counter read): its Service reads the
+// doorbell record and flushes what is new. Bounded by the QP table.
+func (d *Device) pollRQsStepped() {
+	o := &d.fn.obj
+	if !d.clock.step || o.qps.Limit() == 0 {
+		return
+	}
+	for _, h := range o.qps.Handles() {
+		if q := o.qps.Get(h); q.state == ifc.QPStateERR && q.rqBytes != 0 && q.env != nil {
+			d.core.Kick(hca.TargetQP, q.Handle, hca.WorkSend)
+		}
+	}
+}
 
 // pollRQ arms the QP's timer for the next read of its receive doorbell
 // record (lock held; the QP is in ERR): soon after a flush, later after
 // a read that found nothing.
 func (env *qpEnv) pollRQ(flushed bool) {
 	q := env.q
-	if q.rqBytes == 0 || q.state != ifc.QPStateERR {
+	if q.rqBytes == 0 || q.state != ifc.QPStateERR || env.d.clock.step {
 		return
 	}
 	if flushed || env.rqPoll == 0 {

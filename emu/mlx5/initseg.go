@@ -64,6 +64,7 @@ func (d *Device) reg32(reg uint64) uint32 {
 		}
 		return 0
 	case ifc.InitSegHealthCounter:
+		d.pollRQsStepped() // receives posted in ERR, in a recording or replay (datapath.go)
 		d.seg.healthCounter++
 		return d.seg.healthCounter
 	case ifc.InitSegInternalTimerH:
