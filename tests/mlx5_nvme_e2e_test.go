@@ -6,11 +6,10 @@ import (
 	"testing"
 )
 
-// mlx5NVMeScript is an NVMe-oF/RDMA target in guest 0 (nvmet_rdma,
-// configfs, a 64 MiB file-backed namespace on its IPoIB address, port
-// 4420) and "nvme connect -t rdma" in guest 1, both on mlx5_0: 16 MiB of
-// random data written through the block device with O_DIRECT, read back
-// and compared by SHA-256, then the disconnect (which drains the queues'
+// mlx5NVMeScript is an NVMe-oF/RDMA target in guest 0 on its IPoIB
+// address and the host in guest 1, both on mlx5_0 (testdata/nvme/nvmeof.sh:
+// 16 MiB of random data written through the block device with O_DIRECT,
+// read back and compared by SHA-256), then the disconnect (which drains the queues'
 // QPs: mlx5_ib_drain_rq waits without a timeout for the flush of a
 // receive posted in ERR). Guest 0 writes its address to /x/nvme.ready
 // once the port is enabled, guest 1 /x/nvme.done when it is done; every
@@ -18,35 +17,16 @@ import (
 const mlx5NVMeScript = liveRunWaitDone + `set -u
 step() { echo "STEP $1 $2"; }
 waitfor() { i=0; while [ ! -e "$1" ]; do i=$((i+1)); if [ $i -ge 3000 ]; then echo "TIMEOUT waiting for $1"; return 1; fi; sleep 0.1; done; }
+. /x/nvmeof.sh
 myip=$(ip -4 -o addr show ib0 | sed 's/.*inet \([0-9.]*\).*/\1/')
 if [ "$HCAEMU_GUEST" = 0 ]; then
-  mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
-  n=/sys/kernel/config/nvmet
-  mkdir $n/subsystems/hcaemu && echo 1 > $n/subsystems/hcaemu/attr_allow_any_host &&
-    mkdir $n/subsystems/hcaemu/namespaces/1 && truncate -s 64M /tmp/nvme.img &&
-    echo -n /tmp/nvme.img > $n/subsystems/hcaemu/namespaces/1/device_path &&
-    echo 1 > $n/subsystems/hcaemu/namespaces/1/buffered_io &&
-    echo 1 > $n/subsystems/hcaemu/namespaces/1/enable && mkdir $n/ports/1 &&
-    echo rdma > $n/ports/1/addr_trtype && echo ipv4 > $n/ports/1/addr_adrfam &&
-    echo "$myip" > $n/ports/1/addr_traddr && echo 4420 > $n/ports/1/addr_trsvcid &&
-    ln -s $n/subsystems/hcaemu $n/ports/1/subsystems/hcaemu
-  step nvmet $?
+  nvme_target "$myip"
   echo "$myip" > /x/nvme.tmp && mv /x/nvme.tmp /x/nvme.ready
   waitfor /x/nvme.done
   dmesg | grep -i nvmet
 else
   waitfor /x/nvme.ready
-  nvme connect -t rdma -a "$(cat /x/nvme.ready)" -s 4420 -n hcaemu
-  step nvme-connect $?
-  i=0; while [ ! -b /dev/nvme0n1 ] && [ $i -lt 600 ]; do i=$((i+1)); sleep 0.1; done
-  head -c $((16 << 20)) /dev/urandom > /tmp/data
-  dd if=/tmp/data of=/dev/nvme0n1 bs=1M oflag=direct status=none
-  step nvme-write $?
-  dd if=/dev/nvme0n1 of=/tmp/back bs=1M count=16 iflag=direct status=none
-  step nvme-read $?
-  echo "NVME-SUMS $(sha256sum < /tmp/data | cut -c1-64) $(sha256sum < /tmp/back | cut -c1-64)"
-  nvme disconnect -n hcaemu
-  step nvme-disconnect $?
+  nvme_host "$(cat /x/nvme.ready)"
   : > /x/nvme.done
 fi
 : > /x/g$HCAEMU_GUEST.done
@@ -63,7 +43,7 @@ wait_done
 // UMR refused on either; --strict fail.
 func TestE2EMLX5NVMe(t *testing.T) {
 	needE2E(t)
-	share := t.TempDir()
+	share := shared(t, "nvme/nvmeof.sh")
 	r := startRun(t, share, false, "--device", "mlx5", "--guests", "2", "--image", "debian", "--packages", "nvme-cli",
 		"--ulp", "nvmet_rdma,nvme_rdma", "--strict", "fail", "--metrics", "127.0.0.1:0", "--timeout", "10m", "--", mlx5NVMeScript)
 	url := r.metricsURL()

@@ -17,7 +17,7 @@ import (
 // TestE2EImageDebianQperf; what each needs is in docs/software.md.
 func TestE2ERealSoftware(t *testing.T) {
 	needE2E(t)
-	share := shared(t, "software/run.sh")
+	share := shared(t, "software/run.sh", "nvme/nvmeof.sh")
 	out, code := hcaemuRun(t, "--guests", "2", "--image", "debian", "--packages", "libfabric-bin,nvme-cli,ucx-utils",
 		"--ulp", "nvmet_rdma,nvme_rdma", "--share", share+":/x", "--timeout", "15m", "--", "bash /x/run.sh")
 	if code != 0 {

@@ -159,6 +159,7 @@ func TestFRWRMTT(t *testing.T) {
 // bytes than the MR's length, are refused.
 func TestFRWRKLM(t *testing.T) {
 	a, b, dmaKey := kernelPair(t)
+	pinned := func() uint64 { b.d.core.Lock(); defer b.d.core.Unlock(); return b.d.fn.pins.Pinned() }
 	key := mlx5test.IncRKey(allocFRMR(t, b, true, 4))
 	const iova = 0x10000
 	list := klms(klmEntry{50, dmaKey, b.data + 100}, klmEntry{30, dmaKey, b.data + 1000}, klmEntry{200, dmaKey, b.data + 5000})
@@ -198,6 +199,15 @@ func TestFRWRKLM(t *testing.T) {
 	wantErrCQE(t, cqe, uverbs.SyndromeLocalProtErr)
 	if mkeyOf(b, key) != st {
 		t.Fatal("a refused REG_MR changed the mkey")
+	}
+	// Its 3-entry KLM list counts in the page-list budget until
+	// DESTROY_MKEY.
+	before := pinned()
+	if err := b.drv.DestroyMkey(mlx5test.Mkey{Key: key}); err != nil {
+		t.Fatal(err)
+	}
+	if got := pinned(); before-got != 3 {
+		t.Fatalf("DESTROY_MKEY of the KLM MR released %d page-list entries, want its 3", before-got)
 	}
 }
 

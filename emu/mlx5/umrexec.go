@@ -321,7 +321,7 @@ func (d *Device) umrKLMs(next *mr.Region, xlt []byte, off uint64) string {
 		return fmt.Sprintf("%d KLM entries beyond the mkey's translations_octword_size %d (%d in 64-byte units)", n, next.MaxPages, capacity)
 	}
 	writes := next.Access&(mr.LocalWrite|mr.RemoteWrite|mr.RemoteAtomic) != 0
-	var klms []mr.KLM
+	var klms []mr.Seg
 	var total uint64
 	for i := 0; i+klmSize <= len(xlt) && total < next.Length; i += klmSize {
 		n, key, addr := uint64(binary.BigEndian.Uint32(xlt[i:])), binary.BigEndian.Uint32(xlt[i+4:]), binary.BigEndian.Uint64(xlt[i+8:])
@@ -340,7 +340,7 @@ func (d *Device) umrKLMs(next *mr.Region, xlt []byte, off uint64) string {
 			return fmt.Sprintf("klm[%d].mkey=%#x: no local write under an mkey that grants writes", i/klmSize, key)
 		}
 		if n > 0 {
-			klms = append(klms, mr.KLM{Target: mr.Ref{Handle: mr.Handle(key), Key: key, PD: target.PD, Gen: target.Gen}, Addr: addr, Len: n})
+			klms = append(klms, mr.Seg{Ref: mr.Ref{Handle: mr.Handle(key), Key: key, PD: target.PD, Gen: target.Gen}, Addr: addr, Len: n})
 		}
 		total += n
 	}
@@ -348,7 +348,7 @@ func (d *Device) umrKLMs(next *mr.Region, xlt []byte, off uint64) string {
 		return fmt.Sprintf("KLM entries cover %#x bytes of mkey_seg.len %#x", total, next.Length)
 	}
 	if klms == nil {
-		klms = []mr.KLM{} // indirect and empty: nothing to reach
+		klms = []mr.Seg{} // indirect and empty: nothing to reach
 	}
 	next.KLMs = klms
 	return ""

@@ -22,7 +22,7 @@ func TestIndirect(t *testing.T) {
 	regRef := mr.Ref{Handle: 2, Key: key, PD: pd, Gen: regions[2].Gen}
 	ind := &mr.Region{PD: pd, Access: mr.LocalWrite | mr.RemoteWrite | mr.RemoteRead, Valid: true, FRMR: true,
 		Start: 0x9000, Length: 20, LKey: ikey, RKey: ikey,
-		KLMs: []mr.KLM{{Target: dmaRef, Addr: ramBase + 0x10, Len: 6}, {Target: regRef, Addr: va + dma.PageSize - 4, Len: 14}}}
+		KLMs: []mr.Seg{{Ref: dmaRef, Addr: ramBase + 0x10, Len: 6}, {Ref: regRef, Addr: va + dma.PageSize - 4, Len: 14}}}
 	regions[7] = ind
 	msg := []byte("0123456789abcdefghij")
 	ref, ok := space.Remote(pd, ikey, 0x9000, 20, mr.RemoteWrite)
@@ -65,7 +65,7 @@ func TestIndirect(t *testing.T) {
 	}
 	// An entry naming an indirect region reaches nothing.
 	regions[8] = &mr.Region{PD: pd, Access: mr.RemoteRead, Valid: true, Start: 0, Length: 4, LKey: 8 << 8, RKey: 8 << 8,
-		KLMs: []mr.KLM{{Target: mr.Ref{Handle: 7, Key: ikey, PD: pd, Gen: ind.Gen}, Addr: 0x9000, Len: 4}}}
+		KLMs: []mr.Seg{{Ref: mr.Ref{Handle: 7, Key: ikey, PD: pd, Gen: ind.Gen}, Addr: 0x9000, Len: 4}}}
 	nref, ok := space.Remote(pd, 8<<8, 0, 4, mr.RemoteRead)
 	if !ok {
 		t.Fatal("Remote refused the outer region")

@@ -73,16 +73,9 @@ type Region struct {
 	// its own; byte Start+o of it is byte o of its entries laid end to
 	// end, each a range of another region of the same protection domain,
 	// resolved by reference on every use (an entry names neither a window
-	// nor another indirect region). Length is the entries' total.
-	KLMs []KLM
-}
-
-// KLM is an entry of an indirect region: Len bytes at Addr of the region
-// Target names.
-type KLM struct {
-	Target Ref
-	Addr   uint64
-	Len    uint64
+	// nor another indirect region). Length is the entries' total. Each
+	// entry is a Seg: Len bytes at Addr of the region its Ref names.
+	KLMs []Seg
 }
 
 // Window is a memory window's binding.
@@ -286,6 +279,13 @@ func (s Space) SegsInto(dst []Seg, pd uint32, sges []SGE, write bool) ([]Seg, ui
 // bytes), each segment's reference resolved, and so re-validated, before
 // anything of it is visited.
 func (s Space) spanSegs(segs []Seg, off, n uint64, fn func(gpa, k, done uint64) error) error {
+	return s.walkSegs(segs, off, n, true, fn)
+}
+
+// walkSegs is spanSegs; with indirect false (an indirect region's
+// entries), a segment whose region is itself indirect is stale: entries
+// nest no further.
+func (s Space) walkSegs(segs []Seg, off, n uint64, indirect bool, fn func(gpa, k, done uint64) error) error {
 	left := n
 	var pos uint64
 	for _, seg := range segs {
@@ -298,10 +298,18 @@ func (s Space) spanSegs(segs []Seg, off, n uint64, fn func(gpa, k, done uint64) 
 		}
 		k := min(seg.Len-off, left)
 		region := seg.Ref.Resolve(s.Regions)
-		if region == nil {
+		addr, ok := dma.End(seg.Addr, off)
+		if region == nil || !ok || !indirect && (region.KLMs != nil || !region.InRange(addr, k)) {
 			return ErrStale
 		}
-		err := s.spanRegion(region, seg.Addr+off, k, func(gpa, m, done uint64) error { return fn(gpa, m, pos+done) })
+		base := pos
+		visit := func(gpa, m, done uint64) error { return fn(gpa, m, base+done) }
+		var err error
+		if indirect {
+			err = s.spanRegion(region, addr, k, visit)
+		} else {
+			err = region.Span(addr, k, visit)
+		}
 		if err != nil {
 			return err
 		}
@@ -476,34 +484,7 @@ func (s Space) spanRegion(region *Region, va, n uint64, fn func(gpa, n, done uin
 	if region.KLMs == nil {
 		return region.Span(va, n, fn)
 	}
-	off := va - region.Start // the caller checked InRange
-	var done uint64
-	for _, k := range region.KLMs {
-		if n == 0 {
-			break
-		}
-		if off >= k.Len {
-			off -= k.Len
-			continue
-		}
-		m := min(k.Len-off, n)
-		target := k.Target.Resolve(s.Regions)
-		addr, ok := dma.End(k.Addr, off)
-		if target == nil || target.Window != nil || target.KLMs != nil || !ok || !target.InRange(addr, m) {
-			return ErrStale
-		}
-		base := done
-		if err := target.Span(addr, m, func(gpa, p, d uint64) error { return fn(gpa, p, base+d) }); err != nil {
-			return err
-		}
-		done += m
-		n -= m
-		off = 0
-	}
-	if n != 0 {
-		return ErrStale
-	}
-	return nil
+	return s.walkSegs(region.KLMs, va-region.Start, n, false, fn) // the caller checked InRange
 }
 
 // Write copies b into the region at va.

@@ -8,6 +8,7 @@
 # Every wait is bounded. Each step prints "STEP <name> <exit status>".
 set -u
 step() { echo "STEP $1 $2"; }
+. /x/nvmeof.sh
 # waitfor FILE: at most 5 minutes.
 waitfor() {
 	local i=0
@@ -92,22 +93,7 @@ myip=$(ip -4 -o addr show eth0 | sed 's/.*inet \([0-9.]*\).*/\1/')
 
 if [ "$HCAEMU_GUEST" = 0 ]; then
 	# NVMe-oF target: a 64 MiB file-backed namespace on port 4420.
-	mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
-	n=/sys/kernel/config/nvmet
-	mkdir $n/subsystems/hcaemu &&
-		echo 1 > $n/subsystems/hcaemu/attr_allow_any_host &&
-		mkdir $n/subsystems/hcaemu/namespaces/1 &&
-		truncate -s 64M /tmp/nvme.img &&
-		echo -n /tmp/nvme.img > $n/subsystems/hcaemu/namespaces/1/device_path &&
-		echo 1 > $n/subsystems/hcaemu/namespaces/1/buffered_io &&
-		echo 1 > $n/subsystems/hcaemu/namespaces/1/enable &&
-		mkdir $n/ports/1 &&
-		echo rdma > $n/ports/1/addr_trtype &&
-		echo ipv4 > $n/ports/1/addr_adrfam &&
-		echo "$myip" > $n/ports/1/addr_traddr &&
-		echo 4420 > $n/ports/1/addr_trsvcid &&
-		ln -s $n/subsystems/hcaemu $n/ports/1/subsystems/hcaemu
-	step nvmet $?
+	nvme_target "$myip"
 	rdma resource show cm_id | grep -q 'LISTEN.*nvmet_rdma.*:4420'
 	step nvmet-listen $?
 	: > /x/nvme.ready
@@ -122,21 +108,7 @@ if [ "$HCAEMU_GUEST" = 0 ]; then
 	ucxserve ucx-put-bw
 else
 	waitfor /x/nvme.ready
-	nvme connect -t rdma -a "$HCAEMU_SERVER_IP" -s 4420 -n hcaemu
-	step nvme-connect $?
-	i=0
-	while [ ! -b /dev/nvme0n1 ] && [ $i -lt 600 ]; do
-		i=$((i + 1))
-		sleep 0.1
-	done
-	head -c $((16 << 20)) /dev/urandom > /tmp/data
-	dd if=/tmp/data of=/dev/nvme0n1 bs=1M oflag=direct status=none
-	step nvme-write $?
-	dd if=/dev/nvme0n1 of=/tmp/back bs=1M count=16 iflag=direct status=none
-	step nvme-read $?
-	echo "NVME-SUMS $(sha256sum < /tmp/data | cut -c1-64) $(sha256sum < /tmp/back | cut -c1-64)"
-	nvme disconnect -n hcaemu
-	step nvme-disconnect $?
+	nvme_host "$HCAEMU_SERVER_IP"
 	: > /x/nvme.done
 
 	waitfor /x/fi-msg.ready
