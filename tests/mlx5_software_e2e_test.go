@@ -145,10 +145,8 @@ func TestE2EMLX5Software(t *testing.T) {
 		}
 	}
 	t.Logf("guest 1's results:\n%s", strings.Join(results, "\n"))
-	checkMLX5Health(t, out)
-	if t.Failed() {
-		t.Logf("hcaemu run output:\n%s", out)
-	}
+	logMLX5StepTimes(t, out)
+	checkMLX5Health(t, out) // (startRun logs the run's output if the test failed)
 }
 
 // qperfBytes returns the payload guest 1's qperf says went from guest 1
@@ -172,6 +170,31 @@ func qperfBytes(t *testing.T, out string) (to, from float64) {
 		value("rc_lat", "loc_send_bytes") + value("ud_lat", "loc_send_bytes"))
 	from = 0.95 * (value("rc_lat", "rem_send_bytes") + value("ud_lat", "rem_send_bytes"))
 	return to, from
+}
+
+// logMLX5StepTimes logs how long each step's server took to listen
+// (guest 0) and its client to run (guest 1), from the scripts' "T NAME
+// EVENT SECONDS" lines (each guest's own clock).
+func logMLX5StepTimes(t *testing.T, out string) {
+	t.Helper()
+	at := map[string]float64{}
+	for k := range 2 {
+		for _, l := range guestLines(out, k) {
+			if f := strings.Fields(l); len(f) == 4 && f[0] == "T" {
+				v, err := strconv.ParseFloat(f[3], 64)
+				if err == nil {
+					at[f[1]+" "+f[2]] = v
+				}
+			}
+		}
+	}
+	var lines []string
+	for _, s := range mlx5SoftwareSteps {
+		n := s.name
+		lines = append(lines, fmt.Sprintf("%-14s server listening after %5.1f s, ended %5.1f s after; client ran %5.1f s",
+			n, at[n+" listen"]-at[n+" start"], at[n+" end"]-at[n+" listen"], at[n+" done"]-at[n+" client"]))
+	}
+	t.Logf("steps:\n%s", strings.Join(lines, "\n"))
 }
 
 // checkMLX5Health checks guest 1's devlink health steps.

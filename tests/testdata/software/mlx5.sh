@@ -3,11 +3,13 @@
 # (--device mlx5, TestE2EMLX5Software), in the Debian image with ucx-utils,
 # gdb, libfabric-bin and qperf. Guest 0 serves, guest 1 is the client;
 # they take turns through files in the share (/x): guest 0 writes
-# /x/STEP.ready once its server listens (seen in /proc/net/tcp), then
-# runs it to its end. Guest 1 waits for that, runs its client, then writes
-# /x/g1.STEP and waits for /x/STEP.ok: the test reads the HCAs' counters
-# between two steps (what each step moved through them). Every wait is
-# bounded. Each side prints "STEP <name> <exit status>" per step.
+# /x/STEP.ready once its server listens (seen in /proc/net/tcp or tcp6;
+# the next server starts while the previous one serves). Guest 1 waits
+# for that, runs its client, then writes /x/g1.STEP and waits for
+# /x/STEP.ok: the test reads the HCAs' counters between two steps (what
+# each step moved through them). Every wait is bounded. Each side prints
+# "STEP <name> <exit status>" per step, and "T <name> <event> <seconds>"
+# lines (start, listen, end; client, done) the test logs as step times.
 #
 # Last, guest 1 alone: devlink health on its mlx5_core (the fw and
 # fw_fatal reporters), a firmware fatal error (device_fatal through
@@ -58,17 +60,25 @@ while_running() {
 		sleep 0.1
 	done
 }
-# serve NAME PORT COMMAND...: guest 0 runs a server (at most 2 minutes),
-# tells guest 1 once it listens on TCP PORT, waits for its end.
-serve() {
+# start NAME PORT COMMAND...: guest 0 starts a server (at most 2
+# minutes) and tells guest 1 once it listens on TCP PORT; finish NAME
+# waits for its end. A server can start while the previous one serves.
+declare -A pids
+start() {
 	local name=$1 port=$2
 	shift 2
+	echo "T $name start $(date +%s.%N)"
 	timeout -s KILL 120 "$@" > "/tmp/$name.out" 2>&1 &
-	local pid=$!
-	while_running $pid listening "$port"
+	pids[$name]=$!
+	while_running ${pids[$name]} listening "$port"
+	echo "T $name listen $(date +%s.%N)"
 	: > "/x/$name.ready"
-	wait $pid
+}
+finish() {
+	local name=$1
+	wait ${pids[$name]}
 	local st=$?
+	echo "T $name end $(date +%s.%N)"
 	filter "/tmp/$name.out"
 	step "$name" $st
 }
@@ -78,8 +88,10 @@ client() {
 	local name=$1
 	shift
 	waitfor "/x/$name.ready" || return
+	echo "T $name client $(date +%s.%N)"
 	timeout -s KILL 120 "$@" > "/tmp/$name.out" 2>&1
 	local st=$?
+	echo "T $name done $(date +%s.%N)"
 	filter "/tmp/$name.out"
 	step "$name" $st
 	: > "/x/g1.$name"
@@ -95,45 +107,48 @@ export UCX_NET_DEVICES=mlx5_0:1 FI_VERBS_IFACE=ib0
 myib=$(ip -4 -o addr show ib0 | sed 's/.*inet \([0-9.]*\).*/\1/')
 srv=${HCAEMU_SERVER_IPOIB:-}
 
-# The steps: NAME PORT then the server's command (guest 0) and the
-# client's (guest 1). ucx_perftest's out-of-band exchange is TCP over
-# eth0; fi_pingpong's and qperf's over ib0 (rdma_cm resolves the same
-# address).
+# The steps, in guest 0 servers (each started while the previous one
+# serves: UCX's start-up under TCG takes seconds), in guest 1 their
+# clients, one after the other. ucx_perftest's out-of-band exchange is TCP
+# over eth0; fi_pingpong's and qperf's over ib0 (rdma_cm resolves the
+# same address).
+ucxserve() { start "$1" "$3" env UCX_TLS="$2" ucx_perftest -P 0 -p "$3"; }
 ucx() {
-	local name=$1 tls=$2
-	shift 2
-	if [ "$HCAEMU_GUEST" = 0 ]; then
-		serve "$name" 13337 env UCX_TLS="$tls" ucx_perftest -P 0
-	else
-		client "$name" env UCX_TLS="$tls" ucx_perftest -P 0 "$HCAEMU_SERVER_IP" "$@"
-	fi
+	local name=$1 tls=$2 port=$3
+	shift 3
+	client "$name" env UCX_TLS="$tls" ucx_perftest -P 0 -p "$port" "$HCAEMU_SERVER_IP" "$@"
 }
-fipp() {
-	local name=$1 prov=$2 ep=$3
-	if [ "$HCAEMU_GUEST" = 0 ]; then
-		serve "$name" 47592 fi_pingpong -p "$prov" -e "$ep" -I 200 -S 4096 -s "$myib"
-	else
-		client "$name" fi_pingpong -p "$prov" -e "$ep" -I 200 -S 4096 "$srv"
-	fi
-}
-
-# The test reads the counters before the first step.
-if [ "$HCAEMU_GUEST" = 1 ]; then
-	: > /x/g1.begin
-	waitfor /x/begin.ok
-fi
-ucx ucx-lat-rc rc_mlx5,ud_mlx5 -t tag_lat -n 1000
-ucx ucx-lat-ud ud_mlx5 -t tag_lat -n 1000
-ucx ucx-lat-verbs rc_verbs,ud_verbs -t tag_lat -n 1000
-ucx ucx-put-bw rc_mlx5,ud_mlx5 -t ucp_put_bw -s 65536 -n 200
-ucx ucx-tag-bw rc_mlx5,ud_mlx5 -t tag_bw -s 65536 -n 200
-fipp fi-msg verbs msg
-fipp fi-rdm 'verbs;ofi_rxm' rdm
+fiserve() { start "$1" 47592 fi_pingpong -p "$2" -e "$3" -I 200 -S 4096 -s "$myib"; }
+fipp() { client "$1" fi_pingpong -p "$2" -e "$3" -I 200 -S 4096 "$srv"; }
 # qperf: its listener (TCP 19765) on ib0's address, the tests' QPs
 # connected by rdma_cm (-cm1); -vvs prints the bytes each side moved.
 if [ "$HCAEMU_GUEST" = 0 ]; then
-	serve qperf 19765 qperf
+	ucxserve ucx-lat-rc rc_mlx5,ud_mlx5 13337
+	ucxserve ucx-lat-ud ud_mlx5 13338
+	finish ucx-lat-rc
+	ucxserve ucx-lat-verbs rc_verbs,ud_verbs 13339
+	finish ucx-lat-ud
+	ucxserve ucx-put-bw rc_mlx5,ud_mlx5 13340
+	finish ucx-lat-verbs
+	ucxserve ucx-tag-bw rc_mlx5,ud_mlx5 13341
+	finish ucx-put-bw
+	fiserve fi-msg verbs msg
+	finish ucx-tag-bw
+	finish fi-msg
+	fiserve fi-rdm 'verbs;ofi_rxm' rdm
+	start qperf 19765 qperf
+	finish fi-rdm
+	finish qperf
 else
+	: > /x/g1.begin
+	waitfor /x/begin.ok
+	ucx ucx-lat-rc rc_mlx5,ud_mlx5 13337 -t tag_lat -n 1000
+	ucx ucx-lat-ud ud_mlx5 13338 -t tag_lat -n 1000
+	ucx ucx-lat-verbs rc_verbs,ud_verbs 13339 -t tag_lat -n 1000
+	ucx ucx-put-bw rc_mlx5,ud_mlx5 13340 -t ucp_put_bw -s 65536 -n 200
+	ucx ucx-tag-bw rc_mlx5,ud_mlx5 13341 -t tag_bw -s 65536 -n 200
+	fipp fi-msg verbs msg
+	fipp fi-rdm 'verbs;ofi_rxm' rdm
 	client qperf qperf -cm1 -vvs "$srv" rc_bw rc_lat ud_lat ud_bw quit
 fi
 
