@@ -126,10 +126,8 @@ if [ "$HCAEMU_GUEST" = 0 ]; then
 	ucxserve ucx-lat-rc rc_mlx5,ud_mlx5 13337
 	ucxserve ucx-lat-ud ud_mlx5 13338
 	finish ucx-lat-rc
-	ucxserve ucx-lat-verbs rc_verbs,ud_verbs 13339
-	finish ucx-lat-ud
 	ucxserve ucx-put-bw rc_mlx5,ud_mlx5 13340
-	finish ucx-lat-verbs
+	finish ucx-lat-ud
 	ucxserve ucx-tag-bw rc_mlx5,ud_mlx5 13341
 	finish ucx-put-bw
 	fiserve fi-msg verbs msg
@@ -144,7 +142,6 @@ else
 	waitfor /x/begin.ok
 	ucx ucx-lat-rc rc_mlx5,ud_mlx5 13337 -t tag_lat -n 1000
 	ucx ucx-lat-ud ud_mlx5 13338 -t tag_lat -n 1000
-	ucx ucx-lat-verbs rc_verbs,ud_verbs 13339 -t tag_lat -n 1000
 	ucx ucx-put-bw rc_mlx5,ud_mlx5 13340 -t ucp_put_bw -s 65536 -n 200
 	ucx ucx-tag-bw rc_mlx5,ud_mlx5 13341 -t tag_bw -s 65536 -n 200
 	fipp fi-msg verbs msg
@@ -155,6 +152,14 @@ fi
 if [ "$HCAEMU_GUEST" = 0 ]; then
 	# Its HCA lives until the test has read the counters of the last step.
 	waitfor /x/qperf.ok
+	# While guest 1 checks devlink health: UCX over the verbs transports,
+	# one process talking to itself through the HCA (loopback by LID).
+	echo "T ucx-lat-verbs-lo start $(date +%s.%N)"
+	UCX_TLS=rc_verbs,ud_verbs timeout -s KILL 120 ucx_perftest -P 0 -l -t tag_lat -n 1000 > /tmp/lo.out 2>&1
+	st=$?
+	echo "T ucx-lat-verbs-lo end $(date +%s.%N)"
+	filter /tmp/lo.out
+	step ucx-lat-verbs-lo $st
 	echo "SOFTWARE-END"
 	exit 0
 fi
