@@ -38,7 +38,8 @@ import (
 // unloads mlx5_ib and mlx5_core and loads them again: the port comes back
 // ACTIVE; and last, firmware fatal through a device_fatal rule: mlx5_core's
 // health recovery resets the firmware and probes again, and an RC
-// pingpong runs on the recovered HCA.
+// pingpong runs on the recovered HCA. (devlink health, which this
+// initramfs lacks, follows two such errors in TestE2EMLX5Software.)
 func TestE2EMLX5Probe(t *testing.T) {
 	needE2E(t)
 	dir := t.TempDir()
