@@ -29,6 +29,9 @@ type mlx5SoftwareStep struct {
 // messages of 64 KiB one way; fi_pingpong 200 × 4 KiB each way; qperf's
 // bytes are what it reports (checked in checkQperf).
 var mlx5SoftwareSteps = []mlx5SoftwareStep{
+	// NVMe-oF: the host writes 16 MiB (the target READs them from hca1)
+	// and reads them back (the target WRITEs them to hca1).
+	{"nvme", `(?m)^STEP nvme-disconnect 0$`, 16 << 20, 16 << 20},
 	{"ucx-lat-rc", `(?m)^Final:\s+1000\s+[0-9.]+\s+[0-9.]+`, 8000, 8000},
 	{"ucx-lat-ud", `(?m)^Final:\s+1000\s+[0-9.]+\s+[0-9.]+`, 8000, 8000},
 	{"ucx-put-bw", `(?m)^Final:\s+200\s+[0-9.]+\s+[0-9.]+`, 200 * 65536, 0},
@@ -40,6 +43,18 @@ var mlx5SoftwareSteps = []mlx5SoftwareStep{
 
 // TestE2EMLX5Software runs real software between two guests on mlx5_0
 // (testdata/software/mlx5.sh), under --strict fail, in one boot:
+//
+// An NVMe-oF/RDMA target (nvmet_rdma, configfs, a file-backed namespace
+// on guest 0's IPoIB address) and host ("nvme connect -t rdma" in guest
+// 1; testdata/nvme/nvmeof.sh): 16 MiB of random data written through the
+// block device with O_DIRECT, read back and compared by SHA-256, then
+// the disconnect (it drains the queues' QPs: mlx5_ib_drain_rq waits
+// without a timeout for the flush of a receive posted in ERR). nvme_rdma
+// registers its I/O buffers by fast registration
+// (IB_DEVICE_MEM_MGT_EXTENSIONS: IB_MR_TYPE_MEM_REG MTT mkeys, UMR WQEs on
+// its queues' QPs) and the target invalidates the host's keys with
+// SEND_WITH_INV: the host's HCA must count a fast registration per I/O,
+// and neither HCA may refuse a UMR.
 //
 // UCX's ucx_perftest over its direct-verbs transports (rc_mlx5 and
 // ud_mlx5, which build WQEs themselves: NOP WQEs, an active message's
@@ -69,10 +84,10 @@ var mlx5SoftwareSteps = []mlx5SoftwareStep{
 // recover 2); an RC pingpong on the recovered HCA.
 func TestE2EMLX5Software(t *testing.T) {
 	needE2E(t)
-	share := shared(t, "software/mlx5.sh")
+	share := shared(t, "software/mlx5.sh", "nvme/nvmeof.sh")
 	r := startRun(t, share, false, "--device", "mlx5", "--guests", "2", "--image", "debian",
-		"--packages", "gdb,libfabric-bin,qperf,ucx-utils", "--strict", "fail", "--metrics", "127.0.0.1:0",
-		"--timeout", "8m", "--", "bash /x/mlx5.sh")
+		"--packages", "gdb,libfabric-bin,nvme-cli,qperf,ucx-utils", "--ulp", "nvmet_rdma,nvme_rdma",
+		"--strict", "fail", "--metrics", "127.0.0.1:0", "--timeout", "8m", "--", "bash /x/mlx5.sh")
 	start := time.Now()
 	url := r.metricsURL()
 	series := func(dev, dir string) string {
@@ -95,9 +110,13 @@ func TestE2EMLX5Software(t *testing.T) {
 	prev := read()
 	ack("begin")
 	moved := map[string]payload{}
+	var umrs string // the HCAs' UMR counters after NVMe-oF
 	for _, s := range mlx5SoftwareSteps {
 		r.poll("guest 1's step "+s.name, func() bool { return r.shared("g1." + s.name) })
 		t.Logf("%s done: %.1f s", s.name, time.Since(start).Seconds())
+		if s.name == "nvme" {
+			umrs = scrape(url)
+		}
 		now := read()
 		moved[s.name] = payload{now.sent0 - prev.sent0, now.recv0 - prev.recv0, now.sent1 - prev.sent1, now.recv1 - prev.recv1}
 		prev = now
@@ -136,6 +155,7 @@ func TestE2EMLX5Software(t *testing.T) {
 				s.name, m.sent1, m.recv0, m.sent0, m.recv1, to, from)
 		}
 	}
+	checkMLX5NVMe(t, out, umrs)
 	// UCX over rc_verbs and ud_verbs in guest 0, through its HCA in
 	// loopback, while guest 1 checks devlink health.
 	mustContain(t, out, 0, `(?m)^Final:\s+1000\s+[0-9.]+\s+[0-9.]+.*\nSTEP ucx-lat-verbs-lo 0$`, `(?m)^SOFTWARE-END$`)
@@ -150,6 +170,34 @@ func TestE2EMLX5Software(t *testing.T) {
 	t.Logf("guest 1's results:\n%s", strings.Join(results, "\n"))
 	logMLX5StepTimes(t, out)
 	checkMLX5Health(t, out) // (startRun logs the run's output if the test failed)
+}
+
+// checkMLX5NVMe checks the NVMe-oF step: the target up in guest 0, each
+// of the host's steps in guest 1, the data read back as written; the
+// host's HCA fast-registered at least one MTT mkey per 1 MiB I/O (32) and
+// neither HCA refused a UMR WQE (metrics, read after the step).
+func checkMLX5NVMe(t *testing.T, out, metrics string) {
+	t.Helper()
+	mustContain(t, out, 0, `(?m)^STEP nvmet 0$`)
+	mustContain(t, out, 1, `(?m)^STEP nvme-connect 0$`, `(?m)^STEP nvme-write 0$`, `(?m)^STEP nvme-read 0$`)
+	m := regexp.MustCompile(`NVME-SUMS ([0-9a-f]{64}) ([0-9a-f]{64})`).FindStringSubmatch(out)
+	if m == nil || m[1] != m[2] {
+		t.Errorf("the data read back through nvme-rdma differs from what was written: %v", m)
+	}
+	for _, c := range []struct {
+		hca, name string
+		min       float64
+	}{
+		{"hca1", "fast_reg_mtt", 32},
+		{"hca0", "umr_refused", 0},
+		{"hca1", "umr_refused", 0},
+	} {
+		got := metricValue(metrics, `hcaemu_mlx5_`+c.name+`_total{device="`+c.hca+`"}`)
+		if c.min == 0 && got != 0 || got < c.min {
+			t.Errorf("%s: hcaemu_mlx5_%s_total = %.0f after NVMe-oF, want %s %.0f", c.hca, c.name, got, map[bool]string{true: "=", false: "≥"}[c.min == 0], c.min)
+		}
+	}
+	t.Logf("UMR metrics after NVMe-oF:\n%s", strings.Join(regexp.MustCompile(`(?m)^hcaemu_mlx5_(umr|fast_reg)\S+ \S+$`).FindAllString(metrics, -1), "\n"))
 }
 
 // qperfBytes returns the payload guest 1's qperf says went from guest 1

@@ -1,5 +1,5 @@
 # NVMe-oF over RDMA between two guests, sourced by the tests' guest
-# scripts (software/run.sh for PVRDMA, TestE2EMLX5NVMe for mlx5); each
+# scripts (software/run.sh for PVRDMA, software/mlx5.sh for mlx5); each
 # step prints "STEP <name> <exit status>" (the caller's step function).
 #
 # nvme_target ADDR: the target on ADDR (the address rdma_cm listens on),

@@ -11,6 +11,10 @@
 # "STEP <name> <exit status>" per step, and "T <name> <event> <seconds>"
 # lines (start, listen, end; client, done) the test logs as step times.
 #
+# First, NVMe-oF/RDMA (nvmeof.sh): the target in guest 0 on its IPoIB
+# address, the host in guest 1 (16 MiB written and read back through
+# nvme-rdma's fast registrations).
+#
 # Last, guest 1 alone: devlink health on its mlx5_core (the fw and
 # fw_fatal reporters), a firmware fatal error (device_fatal through
 # hcaemu-faults) recovered by "devlink health recover", then a second one
@@ -18,6 +22,7 @@
 # the recovered HCA.
 set -u
 step() { echo "STEP $1 $2"; }
+. /x/nvmeof.sh
 # waitfor FILE: at most 5 minutes.
 waitfor() {
 	local i=0
@@ -123,6 +128,9 @@ fipp() { client "$1" fi_pingpong -p "$2" -e "$3" -I 200 -S 4096 "$srv"; }
 # qperf: its listener (TCP 19765) on ib0's address, the tests' QPs
 # connected by rdma_cm (-cm1); -vvs prints the bytes each side moved.
 if [ "$HCAEMU_GUEST" = 0 ]; then
+	nvme_target "$myib"
+	step nvme $?
+	: > /x/nvme.ready
 	ucxserve ucx-lat-rc rc_mlx5,ud_mlx5 13337
 	ucxserve ucx-lat-ud ud_mlx5 13338
 	finish ucx-lat-rc
@@ -140,6 +148,7 @@ if [ "$HCAEMU_GUEST" = 0 ]; then
 else
 	: > /x/g1.begin
 	waitfor /x/begin.ok
+	client nvme bash -c '. /x/nvmeof.sh; step() { echo "STEP $1 $2"; }; nvme_host "$1"' nvme "$srv"
 	ucx ucx-lat-rc rc_mlx5,ud_mlx5 13337 -t tag_lat -n 1000
 	ucx ucx-lat-ud ud_mlx5 13338 -t tag_lat -n 1000
 	ucx ucx-put-bw rc_mlx5,ud_mlx5 13340 -t ucp_put_bw -s 65536 -n 200
