@@ -664,3 +664,27 @@ func TestNAKOwedWhenPeerBusy(t *testing.T) {
 		}
 	}
 }
+
+// TestResponderSendInvalidateRefused: a SEND with invalidate naming an
+// R_Key the QP may not invalidate (here a memory region's) fails the
+// receive with REM_INV_REQ and answers NAK Invalid Request, so the
+// requester completes with an error instead of retrying into RETRY_EXC;
+// the region stays.
+func TestResponderSendInvalidateRefused(t *testing.T) {
+	h := newHarness(t, nil)
+	h.PostRecv(7, 0, 256)
+	f := reqPacket(roce.RCSendOnlyWithInvalidate, testRQPSN, true, make([]byte, 32))
+	f.IETH = testKey
+	h.receive(f)
+	checkPackets(t, h.Take(), []wantPacket{{op: roce.RCAcknowledge, psn: testRQPSN, syn: roce.NAKSyndrome(roce.NAKInvalidRequest), msn: 0}})
+	if len(h.Events) != 1 || h.Events[0] != transport.EventQPRequestErr {
+		t.Errorf("events %v, want a request error", h.Events)
+	}
+	c := h.Completions()
+	if len(c) != 1 || c[0].WRID != 7 || c[0].Status != transport.StatusRemInvReq {
+		t.Fatalf("completions %+v, want receive 7 with REM_INV_REQ", c)
+	}
+	if _, ok := h.Mem().Remote(testPD, testKey, testVA, 32, mr.RemoteWrite); !ok {
+		t.Error("the region was invalidated")
+	}
+}

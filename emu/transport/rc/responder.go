@@ -371,9 +371,12 @@ func (qp *QP) executeSend(pkt *roce.Packet, recv transport.RecvWR, first, last b
 	if pkt.IETH != nil {
 		key := pkt.IETH.RKey()
 		if !qp.mem.Invalidate(qp.cfg.PD, key) {
+			// An R_Key this QP may not invalidate: the receive fails and
+			// the requester gets NAK Invalid Request (its REM_INV_REQ),
+			// not silence it would retry into RETRY_EXC.
 			c.Status = transport.StatusRemInvReq
 			qp.completeRecv(c)
-			qp.env.Error(transport.EventQPRequestErr)
+			qp.nak(psn, roce.NAKInvalidRequest, transport.EventQPRequestErr)
 			return false
 		}
 		binary.LittleEndian.PutUint32(c.Imm[:], key)
