@@ -300,3 +300,29 @@ func TestUMRTranslationLoad(t *testing.T) {
 		t.Fatal("the small mkey is not enabled")
 	}
 }
+
+// TestFRWROtherPD: a kernel QP fast-registers and invalidates only the
+// MRs of its own PD: a REG_MR or a LOCAL_INV of another PD's MR (whose
+// key it may have learnt) completes with LOC_PROT_ERR and leaves it as
+// it was.
+func TestFRWROtherPD(t *testing.T) {
+	a, b, _ := kernelPair(t)
+	other := addEndWith(t, b.d, b.drv, b.ib, func(q *mlx5test.QPArgs) { q.Fre = true }) // a kernel QP of another PD
+	other.connect(t, a.lid, a.wq.Q.QPN)                                                 // RTS: its UMR WQEs run
+	key := mlx5test.IncRKey(allocFRMR(t, other, false, 8))
+	_, cqe := b.post(t, mlx5test.RegMRWQE(key, mlx5test.ModeMTT, rwAccess, 0x1000, 4096, 12, mtts(b.data), nil))
+	wantErrCQE(t, cqe, uverbs.SyndromeLocalProtErr)
+	if mkeyOf(b, key).valid {
+		t.Fatal("another PD's QP fast-registered the MR")
+	}
+	// Registered live by its own PD's QP; then a LOCAL_INV from b's.
+	idx, cqe := other.post(t, mlx5test.RegMRWQE(key, mlx5test.ModeMTT, rwAccess, 0x1000, 4096, 12, mtts(other.data), nil))
+	wantUMR(t, other, idx, cqe)
+	reconnect(t, a, b)
+	st := mkeyOf(b, key)
+	_, cqe = b.post(t, mlx5test.KernelLocalInvWQE(key))
+	wantErrCQE(t, cqe, uverbs.SyndromeLocalProtErr)
+	if got := mkeyOf(b, key); got != st || !got.valid {
+		t.Fatalf("another PD's LOCAL_INV changed the MR: %+v, was %+v", got, st)
+	}
+}
