@@ -14,25 +14,26 @@ import (
 // the control segment's immediate names the mkey (all 32 bits), a UMR
 // control segment says which mkey context fields change (mkey_mask) and
 // what to check first (the free-check mode in flags[6:5]), and an mkey
-// context segment in the mkc layout holds the new values. Linux 6.12
-// posts two: ibv_rereg_mr of the PD and/or access flags
+// context segment in the mkc layout holds the new values, then the
+// translation the WQE loads. Linux 6.12 posts three kinds: the MR
+// cache's registrations (mlx5r_umr_update_mr_pas: MTT entries through a
+// pointer, in chunks at xlt_offset, the last also setting LEN,
+// PAGE_SIZE, START_ADDR, the access flags, PD, KEY and FREE = 0 under
+// "fail unless free"), ibv_rereg_mr of the PD and/or access flags
 // (mlx5r_umr_rereg_pd_access: LR|LW|RR|RW|A|PD, "fail if free") and the
-// revoke that fences a registration before its pages go to a new one
-// (mlx5r_umr_revoke_mr: FREE|PD, free = 1, the UMR PD).
+// revoke that fences a registration before its mkey goes back to the
+// cache (mlx5r_umr_revoke_mr: FREE|PD, free = 1, the UMR PD).
 //
-// The device applies the PD, the access flags, the free bit and the key
-// variant (mkey_mask PD, LR..A, FREE, KEY) to a umr_en mkey and completes
-// the WQE with a REQ CQE of opcode 0x25; the kernel waits for it without
-// a timeout. Translation changes (LEN, START_ADDR, PAGE_SIZE, an inline
-// or pointed-to MTT/KLM list) are not carried out: with
-// umr_modify_entity_size_disabled = 1 mlx5_ib's mkeys are not cacheable
-// and 6.12 posts none on the UMR QP. Such a WQE, any other mkey_mask or
-// flags bit, or a check that fails (no such mkey, another key variant,
-// umr_en = 0, a PD that does not exist, the free check, enabling an
-// mkey without a translation) completes with an error CQE and moves the
-// QP to ERR (the kernel then recovers it: 2RST, RST2INIT, INIT2RTR,
-// RTR2RTS). UMR WQEs on user QPs are carried out as memory-window
-// binds and invalidations (mw.go).
+// The UMR engine (umrexec.go) validates and applies them and completes
+// each with a REQ CQE of opcode 0x25; the kernel waits for it without a
+// timeout. A WQE it refuses (another mkey_mask or flags bit, no such
+// mkey, another key variant, umr_en = 0, a PD that does not exist, the
+// free check, a translation beyond the mkey's, enabling an mkey without
+// a page for every page of its range) completes with an error CQE and
+// moves the QP to ERR (the kernel then recovers it: 2RST, RST2INIT,
+// INIT2RTR, RTR2RTS). UMR WQEs on a kernel ULP's QP are fast
+// registrations (frwr.go), on a user QP memory-window binds and
+// invalidations (mw.go).
 
 // umrMkeyMask are the mkey_mask bits a kernel UMR may set.
 const umrMkeyMask = uverbs.MkeyMaskLen | uverbs.MkeyMaskPageSize | uverbs.MkeyMaskStartAddr | uverbs.MkeyMaskAccessLocalRead | uverbs.MkeyMaskAccessLocalWrite |
