@@ -55,7 +55,7 @@ func (m *frwrModel) gpaOf(off uint64) uint64 {
 // the guest addresses the model's translation gives; the device never
 // dies.
 func FuzzFastReg(f *testing.F) {
-	f.Add([]byte{0, 1, 2, 0, 0x08, 0x0f, 0, 4, 2, 2, 0, 0, 0, 0, 0, 0})   // register, write, invalidate
+	f.Add([]byte{0, 1, 2, 0, 0x08, 0x0f, 0, 4, 2, 2, 0, 0, 0, 0, 0, 0})    // register, write, invalidate
 	f.Add([]byte{1, 1, 2, 0x55, 0x10, 0x0f, 0, 1, 3, 2, 0, 0, 0, 0, 0, 0}) // KLM: register, invalidate
 	f.Add([]byte{0, 1, 0x83, 9, 0xfc, 0x0f, 0, 200, 0, 2, 1, 0, 0, 0, 0, 0})
 	f.Add([]byte{0, 1, 1, 0, 0x20, 0x0f, 0, 0, 0, 2, 1, 0, 0, 0, 0, 0}) // too short, then live

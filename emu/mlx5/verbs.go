@@ -326,7 +326,7 @@ func (d *Device) destroyMkey(in, _ []byte) result {
 	if m == nil {
 		return d.unknown(ifc.OpDestroyMkey, "destroy_mkey_in.mkey_index", h, "mkey")
 	}
-	d.wire.RevokeLoans() // the region's pages may be lent to another HCA
+	d.wire.RevokeLoans()                        // the region's pages may be lent to another HCA
 	d.fn.pins.Unpin(len(m.Pages) + len(m.KLMs)) // a UMR may have loaded either (umrexec.go)
 	if p := d.fn.obj.pds.Get(m.PD); p != nil {
 		p.refs--
