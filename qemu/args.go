@@ -168,13 +168,16 @@ type guestSpec struct {
 	initrd    string
 	netSocket string // the guest's NIC on the segment: a unix stream socket QEMU connects to
 	devSocket string // vfio-user socket; "" for none
-	reboot    bool   // a guest reboot restarts the machine instead of ending QEMU
-	cpus      int    // vCPUs (0 = 1)
-	shares    []guestShare
-	image     string // a root file system disk image attached read-only; "" for none
-	faults    string // unix socket of the virtio-serial port FaultsPortName; "" for none
-	rxe       bool   // soft-RoCE (rxe0 over eth0) instead of an emulated HCA
-	mtu       int    // the vmxnet3's MTU (0: the default, 1500)
+	// mlx5Socket is the vfio-user socket of a second HCA, the ConnectX
+	// of a ModelPVRDMAMLX5 guest, at function 0 of MLX5Slot; "" for none.
+	mlx5Socket string
+	reboot     bool // a guest reboot restarts the machine instead of ending QEMU
+	cpus       int  // vCPUs (0 = 1)
+	shares     []guestShare
+	image      string // a root file system disk image attached read-only; "" for none
+	faults     string // unix socket of the virtio-serial port FaultsPortName; "" for none
+	rxe        bool   // soft-RoCE (rxe0 over eth0) instead of an emulated HCA
+	mtu        int    // the vmxnet3's MTU (0: the default, 1500)
 	// model is the emulated HCA's device model ("" = ModelPVRDMA); an
 	// mlx5 guest's ib0 gets the address k above ipoib (guest 0's).
 	model DeviceModel
@@ -213,6 +216,11 @@ func shareMount(i int) string {
 // imageSlot is the PCI slot of the image's virtio disk (after the shares' and the fault port's).
 const imageSlot = 0x11
 
+// MLX5Slot is the PCI slot of the ConnectX function (function 0) of a
+// guest with both HCAs (ModelPVRDMAMLX5); its PVRDMA function keeps slot
+// 4, function 1, beside the vmxnet3.
+const MLX5Slot = 0x12
+
 // kernelCmdline is guest g.index's kernel command line (guest 0's address
 // is g.net).
 func kernelCmdline(g guestSpec) string {
@@ -238,8 +246,8 @@ func kernelCmdline(g guestSpec) string {
 		parts = append(parts, "hcaemu.mtu="+strconv.Itoa(g.mtu))
 	}
 	// A soft-RoCE guest has no emulated HCA, whatever its model.
-	if g.model == ModelMLX5 && !g.rxe {
-		parts = append(parts, "hcaemu.device="+string(ModelMLX5),
+	if g.model.HasMLX5() && !g.rxe {
+		parts = append(parts, "hcaemu.device="+string(g.model),
 			"hcaemu.ipoib="+netip.PrefixFrom(GuestIP(g.ipoib, k), g.ipoib.Bits()).String())
 		if k > 0 {
 			parts = append(parts, "hcaemu.ipoibserver="+g.ipoib.Addr().String())
@@ -291,6 +299,9 @@ func qemuArgs(g guestSpec) []string {
 		dev = dev[:len(dev)-2]
 	}
 	args = append(args, dev...)
+	if g.mlx5Socket != "" {
+		args = append(args, "-device", VFIOUserDevice(g.mlx5Socket, MLX5Slot, 0))
+	}
 	// Shares in the slots after the HCA's (5, 6, ...): read-write, files
 	// keep the guest's modes, owned by whoever runs QEMU.
 	for i, sh := range g.shares {

@@ -38,8 +38,9 @@ type Cluster struct {
 	MemoryMiB int
 	// Timeout bounds the whole run (boot + command); 0 = no limit.
 	Timeout time.Duration
-	// Devices attaches a vfio-user-pci function at SocketPath(k) to guest k
-	// (the servers must listen before Run).
+	// Devices attaches a vfio-user-pci function at SocketPath(k) to guest k,
+	// and with ModelPVRDMAMLX5 a second one at MLX5SocketPath(k) (the
+	// servers must listen before Run).
 	Devices bool
 	// Stdout receives the command's output, each line prefixed "[gK] ".
 	Stdout io.Writer
@@ -89,6 +90,9 @@ type Cluster struct {
 	// ModelMLX5 guests (but the SoftRoCE ones) load mlx5_core, mlx5_ib and
 	// ib_ipoib, wait for mlx5_0 and give ib0 the address k above
 	// IPoIBNet(Net), in HCAEMU_SERVER_IPOIB (guest 0's; empty in guest 0).
+	// ModelPVRDMAMLX5 guests have both HCAs: the PVRDMA function at
+	// SocketPath(k) and the ConnectX at MLX5SocketPath(k); they load both
+	// drivers and set up ib0 as ModelMLX5 guests do.
 	// A Kernel must be prepared for the same model (KernelOptions.Model).
 	Model DeviceModel
 
@@ -263,6 +267,13 @@ func (c *Cluster) SocketPath(k int) string {
 	return filepath.Join(c.Dir, fmt.Sprintf("hca%d.sock", k))
 }
 
+// MLX5SocketPath is where the vfio-user server of guest k's second HCA,
+// its ConnectX, must listen in a run of ModelPVRDMAMLX5 (the first, its
+// PVRDMA function, at SocketPath(k)).
+func (c *Cluster) MLX5SocketPath(k int) string {
+	return filepath.Join(c.Dir, fmt.Sprintf("hca%d-mlx5.sock", k))
+}
+
 // FaultsSocketPath is where guest k's fault-control port connects.
 func (c *Cluster) FaultsSocketPath(k int) string {
 	return filepath.Join(c.Dir, fmt.Sprintf("g%d.faults", k))
@@ -395,7 +406,7 @@ func (c *Cluster) kernelFiles() (string, []string, error) {
 		return "", nil, err
 	}
 	files := []string{order + ":modules/order"}
-	if gk.Model == ModelMLX5 {
+	if gk.Model.HasMLX5() {
 		// The mlx5 modules of this kernel, not the provisioned one's.
 		mlx5 := filepath.Join(c.Dir, "modules.order.mlx5")
 		if err := os.WriteFile(mlx5, []byte(strings.Join(gk.MLX5Order, "\n")+"\n"), 0o644); err != nil {
@@ -474,13 +485,14 @@ func (c *Cluster) Run(ctx context.Context, script string) ([]GuestResult, error)
 		return nil, err
 	}
 	var ipoib netip.Prefix
-	if model == ModelMLX5 {
+	if model.HasMLX5() {
 		if ipoib, err = IPoIBNet(c.guestNet()); err != nil {
 			return nil, err
 		}
-		if c.Kernel != nil && c.Kernel.Model != ModelMLX5 {
-			return nil, errors.New("the run's kernel (Cluster.Kernel) was prepared for another device model than mlx5 (KernelOptions.Model)")
-		}
+	}
+	if k := c.Kernel; k != nil && (model.HasMLX5() && !k.Model.HasMLX5() || model == ModelPVRDMAMLX5 && !k.Model.HasPVRDMA()) {
+		km, _ := ParseDeviceModel(string(k.Model))
+		return nil, fmt.Errorf("the run's kernel (Cluster.Kernel) was prepared for device model %s, not %s (KernelOptions.Model)", km, model)
 	}
 	kernel, files, err := c.kernelFiles()
 	if err != nil {
@@ -518,6 +530,9 @@ func (c *Cluster) Run(ctx context.Context, script string) ([]GuestResult, error)
 		}
 		if c.Devices && !g.rxe {
 			g.devSocket = c.SocketPath(k)
+			if model == ModelPVRDMAMLX5 {
+				g.mlx5Socket = c.MLX5SocketPath(k)
+			}
 		}
 		if c.FaultPorts {
 			g.faults = c.FaultsSocketPath(k)

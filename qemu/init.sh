@@ -4,7 +4,8 @@
 #   hcaemu.image=1 (a root file system on /dev/vda: the command runs in it)
 #   hcaemu.rxe=1 (Linux soft-RoCE: rxe0 over eth0, the guest's RDMA device)
 #   hcaemu.mtu=N (eth0's MTU, e.g. 9000 for jumbo frames)
-#   hcaemu.device=pvrdma|mlx5 (the emulated HCA's model; pvrdma by default)
+#   hcaemu.device=pvrdma|mlx5|pvrdma,mlx5 (the emulated HCA's model, or both
+#     HCAs; pvrdma by default)
 #   hcaemu.ipoib=A.B.C.D/N hcaemu.ipoibserver=IP (mlx5: ib0's address, guest 0's)
 # The command is /hcaemu/cmd.sh (from a per-run cpio appended to the initramfs).
 # Markers on the console (one per line): HCAEMU-FAIL <what>, HCAEMU-WAIT, then,
@@ -48,9 +49,9 @@ finish() {
 	poweroff
 }
 case "$device" in
-pvrdma|mlx5) ;;
+pvrdma|mlx5|pvrdma,mlx5) ;;
 *)
-	echo "HCAEMU-FAIL unknown device model $device (want pvrdma or mlx5)"
+	echo "HCAEMU-FAIL unknown device model $device (want pvrdma, mlx5 or pvrdma,mlx5)"
 	finish 125
 	;;
 esac
@@ -94,7 +95,8 @@ if [ -n "$ip" ]; then
 		finish 125
 	fi
 fi
-# The guest's RDMA device: soft-RoCE on request, else the emulated HCA.
+# The guest's RDMA device: soft-RoCE on request, else the emulated HCA
+# (vmw_pvrdma0 when the guest has both).
 dev=vmw_pvrdma0
 if [ -n "$rxe" ]; then
 	dev=rxe0
@@ -103,10 +105,12 @@ if [ -n "$rxe" ]; then
 		dmesg | tail -n 20
 		finish 125
 	fi
-elif [ "$device" = mlx5 ]; then
+elif [ "$device" != pvrdma ]; then
 	# An emulated ConnectX-4 with an InfiniBand port: mlx5_core probes the
 	# PCI function, mlx5_ib makes mlx5_0 of it, ib_ipoib ib0 on its port.
-	dev=mlx5_0
+	if [ "$device" = mlx5 ]; then
+		dev=mlx5_0
+	fi
 	mlx5fail() {
 		echo "HCAEMU-FAIL $1"
 		loaded=""
@@ -227,7 +231,7 @@ done
 
 # A guest with an emulated HCA has its IB device once the driver's probe is
 # done; when it has none, show what the driver said (a probe that failed).
-if [ -z "$rxe" ] && [ "$device" = pvrdma ] && [ ! -e /sys/class/infiniband/vmw_pvrdma0 ]; then
+if [ -z "$rxe" ] && [ "$device" != mlx5 ] && [ ! -e /sys/class/infiniband/vmw_pvrdma0 ]; then
 	echo "hcaemu-init: no vmw_pvrdma0 after loading the modules; the kernel said:"
 	dmesg | grep -i -e pvrdma -e vmxnet -e infiniband -e rdma | tail -n 20
 fi
@@ -235,7 +239,7 @@ fi
 export HCAEMU_GUEST="$guest"
 export HCAEMU_SERVER_IP="$server"
 export HCAEMU_RDMA_DEV="$dev"
-if [ "$device" = mlx5 ]; then
+if [ "$device" != pvrdma ]; then
 	export HCAEMU_SERVER_IPOIB="$ipoibserver"
 fi
 # Only errors from the kernel from here on, so the console carries the command's output.

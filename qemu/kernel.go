@@ -30,8 +30,9 @@ type GuestKernel struct {
 	// provisioned kernel (its others are in the base initramfs).
 	Files map[string]string
 	// Model is the device model the modules were chosen for
-	// (KernelOptions.Model); for ModelMLX5, MLX5Order is what an mlx5
-	// guest loads after Order (the /modules/order.mlx5 file).
+	// (KernelOptions.Model); for a model with an mlx5 HCA (HasMLX5),
+	// MLX5Order is what the guest loads after Order (the
+	// /modules/order.mlx5 file).
 	Model     DeviceModel
 	MLX5Order []string
 }
@@ -78,8 +79,8 @@ type KernelOptions struct {
 	// ULPs are upper-layer protocol modules (of ULPModules) to load after
 	// the device's, with their dependencies (ParseULPs).
 	ULPs []string
-	// Model is the guests' device model ("" = ModelPVRDMA): ModelMLX5
-	// requires the mlx5 modules too (GuestKernel.MLX5Order).
+	// Model is the guests' device model ("" = ModelPVRDMA): ModelMLX5 and
+	// ModelPVRDMAMLX5 require the mlx5 modules too (GuestKernel.MLX5Order).
 	Model DeviceModel
 }
 
@@ -196,7 +197,7 @@ func (e *Env) PrepareKernel(opts KernelOptions) (*GuestKernel, error) {
 		preferred = append(preferred, m)
 	}
 	var more []string // loaded after the others: the model's
-	if opts.Model == ModelMLX5 {
+	if opts.Model.HasMLX5() {
 		for _, m := range mlx5Modules {
 			if _, have := mods[m]; !have && !builtin[m] {
 				return nil, lacks(m)
@@ -248,12 +249,12 @@ func (e *Env) PrepareKernel(opts KernelOptions) (*GuestKernel, error) {
 		return nil, fmt.Errorf("guest kernel %s: %v", gk.Release, err)
 	}
 	gk.Order = order
-	if opts.Model == ModelMLX5 {
+	if opts.Model.HasMLX5() {
 		all, err := moduleOrder(deps.String(), slices.Concat(preferred, more))
 		if err != nil {
 			return nil, fmt.Errorf("guest kernel %s: %v", gk.Release, err)
 		}
-		gk.Model = ModelMLX5
+		gk.Model = opts.Model
 		gk.MLX5Order = slices.DeleteFunc(all, func(m string) bool { return slices.Contains(order, m) })
 	}
 	for _, m := range slices.Concat(order, gk.MLX5Order) {
@@ -340,9 +341,12 @@ func requiredFor(shares bool, model DeviceModel) []string {
 	if shares {
 		required = append(required, shareModules...)
 	}
-	if model == ModelMLX5 {
+	if !model.HasPVRDMA() {
 		// (vmw_pvrdma is loaded when there is one, for nothing)
-		required = append(slices.DeleteFunc(required, func(m string) bool { return m == "vmw_pvrdma" }), mlx5Modules...)
+		required = slices.DeleteFunc(required, func(m string) bool { return m == "vmw_pvrdma" })
+	}
+	if model.HasMLX5() {
+		required = append(required, mlx5Modules...)
 	}
 	return required
 }

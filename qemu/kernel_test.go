@@ -272,6 +272,11 @@ func TestPrepareKernelMLX5(t *testing.T) {
 	if _, err := env.PrepareKernel(opts); err == nil || !strings.Contains(err.Error(), "lacks module vmw_pvrdma") {
 		t.Errorf("pvrdma guests without vmw_pvrdma: %v", err)
 	}
+	// Both HCAs in each guest: vmw_pvrdma is required again.
+	opts.Model = ModelPVRDMAMLX5
+	if _, err := env.PrepareKernel(opts); err == nil || !strings.Contains(err.Error(), "lacks module vmw_pvrdma") {
+		t.Errorf("pvrdma,mlx5 guests without vmw_pvrdma: %v", err)
+	}
 	opts.Model = ModelMLX5
 	gk, err := env.PrepareKernel(opts)
 	if err != nil {

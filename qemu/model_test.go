@@ -9,13 +9,36 @@ import (
 )
 
 func TestParseDeviceModel(t *testing.T) {
-	for in, want := range map[string]DeviceModel{"": ModelPVRDMA, "pvrdma": ModelPVRDMA, "mlx5": ModelMLX5} {
-		if m, err := ParseDeviceModel(in); err != nil || m != want {
-			t.Errorf("ParseDeviceModel(%q) = %q, %v", in, m, err)
+	for _, tc := range []struct {
+		in          string
+		want        DeviceModel
+		pvrdma, mlx bool // HasPVRDMA, HasMLX5
+		err         string
+	}{
+		{in: "", want: ModelPVRDMA, pvrdma: true},
+		{in: "pvrdma", want: ModelPVRDMA, pvrdma: true},
+		{in: "mlx5", want: ModelMLX5, mlx: true},
+		{in: "pvrdma,mlx5", want: ModelPVRDMAMLX5, pvrdma: true, mlx: true},
+		{in: "mlx5,pvrdma", want: ModelPVRDMAMLX5, pvrdma: true, mlx: true},
+		{in: "mlx4", err: `unknown device model "mlx4" (want pvrdma, mlx5 or pvrdma,mlx5)`},
+		{in: "pvrdma,mlx4", err: `unknown device model "mlx4" (want pvrdma, mlx5 or pvrdma,mlx5)`},
+		{in: "pvrdma,", err: `unknown device model "" (want pvrdma, mlx5 or pvrdma,mlx5)`},
+		{in: "PVRDMA", err: `unknown device model "PVRDMA"`},
+		{in: "pvrdma pvrdma", err: `unknown device model "pvrdma pvrdma"`},
+		{in: "mlx5,mlx5", err: `device model "mlx5" named twice in "mlx5,mlx5"`},
+		{in: "pvrdma,mlx5,pvrdma", err: `device model "pvrdma" named twice in "pvrdma,mlx5,pvrdma"`},
+	} {
+		m, err := ParseDeviceModel(tc.in)
+		switch {
+		case tc.err != "":
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("ParseDeviceModel(%q) = %q, %v; want error %q", tc.in, m, err, tc.err)
+			}
+		case err != nil || m != tc.want:
+			t.Errorf("ParseDeviceModel(%q) = %q, %v; want %q", tc.in, m, err, tc.want)
+		case m.HasPVRDMA() != tc.pvrdma || m.HasMLX5() != tc.mlx:
+			t.Errorf("%q: HasPVRDMA %v, HasMLX5 %v", m, m.HasPVRDMA(), m.HasMLX5())
 		}
-	}
-	if _, err := ParseDeviceModel("mlx4"); err == nil || !strings.Contains(err.Error(), `unknown device model "mlx4" (want pvrdma or mlx5)`) {
-		t.Errorf("mlx4: %v", err)
 	}
 }
 
@@ -58,9 +81,17 @@ func TestKernelCmdlineModel(t *testing.T) {
 	if got, want := kernelCmdline(g), "console=ttyS0 panic=-1 quiet no_timer_check hcaemu.guest=0 hcaemu.ip=10.0.0.1/24 hcaemu.device=mlx5 hcaemu.ipoib=10.0.1.1/24"; got != want {
 		t.Errorf("mlx5 guest 0:\n got %q\nwant %q", got, want)
 	}
-	g.rxe = true
-	if got := kernelCmdline(g); strings.Contains(got, "hcaemu.device") || strings.Contains(got, "ipoib") {
-		t.Errorf("soft-RoCE guest of an mlx5 run: %q", got)
+	// Both HCAs: the init is told both models, and ib0's addresses as
+	// for mlx5.
+	g.model, g.index = ModelPVRDMAMLX5, 1
+	if got, want := kernelCmdline(g), base+" hcaemu.device=pvrdma,mlx5 hcaemu.ipoib=10.0.1.2/24 hcaemu.ipoibserver=10.0.1.1"; got != want {
+		t.Errorf("pvrdma,mlx5 guest 1:\n got %q\nwant %q", got, want)
+	}
+	for _, m := range []DeviceModel{ModelMLX5, ModelPVRDMAMLX5} {
+		g.model, g.rxe = m, true
+		if got := kernelCmdline(g); strings.Contains(got, "hcaemu.device") || strings.Contains(got, "ipoib") {
+			t.Errorf("soft-RoCE guest of a %s run: %q", m, got)
+		}
 	}
 }
 

@@ -165,6 +165,14 @@ func TestQEMUArgs(t *testing.T) {
 	if joined = strings.Join(qemuArgs(g), " "); !strings.Contains(joined, " hcaemu.image=1 hcaemu.rxe=1 ") {
 		t.Errorf("soft-RoCE guest's cmdline: %s", joined)
 	}
+	// Both HCAs: the ConnectX's vfio-user-pci at function 0 of its own
+	// slot, after the PVRDMA function's.
+	g.rxe, g.devSocket, g.mlx5Socket = false, "/c/run/x/hca0.sock", "/c/run/x/hca0-mlx5.sock"
+	joined = strings.Join(qemuArgs(g), " ")
+	if want := `"addr":"0x4.1","x-no-posted-writes":true} -device {"driver":"vfio-user-pci","socket":{"type":"unix","path":"/c/run/x/hca0-mlx5.sock"},"addr":"0x12.0","x-no-posted-writes":true} `; !strings.Contains(joined, want) {
+		t.Errorf("args lack %q:\n%s", want, joined)
+	}
+	g.rxe, g.devSocket, g.mlx5Socket = true, "", ""
 	// Jumbo frames: the guest init sets eth0's MTU.
 	g.mtu = 9000
 	if joined = strings.Join(qemuArgs(g), " "); !strings.Contains(joined, " hcaemu.rxe=1 hcaemu.mtu=9000 ") {

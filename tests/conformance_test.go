@@ -13,26 +13,84 @@ import (
 
 // rdma-core's own test suite (pyverbs, tests/run_tests.py, shipped by
 // Debian's python3-pyverbs under /usr/share/doc/rdma-core/tests with its
-// larger files gzipped) run in a guest booted on the Debian image against
-// the emulated HCA. With HCAEMU_CONFORMANCE_RXE=1 the same guest runs it on
-// soft-RoCE (rdma_rxe over eth0) too, and HCAEMU_CONFORMANCE_TABLE=FILE
-// writes the side-by-side table of docs/conformance.md
-// (scripts/conformance.sh does both).
+// larger files gzipped) run in ONE guest booted on the Debian image with
+// both emulated HCAs (hcaemu run --device pvrdma,mlx5): on the PVRDMA
+// function (vmw_pvrdma0), on soft-RoCE over the same guest's vmxnet3
+// (rxe0, for comparison) and on the ConnectX-4 (mlx5_0, InfiniBand link
+// layer, IPoIB on ib0). HCAEMU_CONFORMANCE_TABLE=FILE writes the
+// three-device table of docs/conformance.md (scripts/conformance.sh).
 
 // conformancePackages are the image's packages for the suite: pyverbs and
 // the python3 it runs on (the suite imports nothing else outside the
 // standard library and pyverbs; its CUDA and mlx5 parts skip themselves).
 const conformancePackages = "python3,python3-pyverbs"
 
-// conformanceScript runs the suite on each device named by $devs (guest
-// shell: the image's bash). Each run is framed by SUITE-BEGIN/SUITE-END.
-const conformanceScript = `devs="vmw_pvrdma0"
-if [ "$1" = rxe ]; then
-  rdma link add rxe0 type rxe netdev eth0 && devs="$devs rxe0"
-fi
+// conformanceModuleBound bounds each test module's run (its process is
+// killed: reported as python3 died of signal 9), so that a module that
+// hangs cannot end the whole run (test_mr's rereg tests on mlx5_0 used to
+// wait forever in the kernel for a UMR completion; the device carries out
+// the REG_UMR QP's UMR WQEs now, emu/mlx5/umr.go).
+const conformanceModuleBound = 240
+
+// conformanceRunner runs the suite on one device (argv: bound, device,
+// test modules) as run_tests.py does, but each module in a child forked
+// after the suite is imported: importing it (every test module, pyverbs)
+// takes seconds under TCG, and a process per module paid that about 40
+// times per device. A child is bounded by the bound (SIGKILL) and dies
+// alone: python3 dies with SIGSEGV on rxe0 after test_resize_cq, which
+// would end a whole-suite run. After each module: MODULE-END and the
+// child's exit status (128+N for a signal N). Exits with the last non-zero
+// status.
+const conformanceRunner = `import os, select, signal, sys, unittest
+from importlib.machinery import SourceFileLoader
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, here)
+from args_parser import parser
+bound, dev, modules = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+sys.argv = [os.path.join(here, 'run_tests.py'), '--dev', dev, '-v']
+tests = SourceFileLoader('tests', os.path.join(here, '__init__.py')).load_module()
+parser.parse_args()
+status = 0
+for m in modules:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            prog = unittest.main(module=tests, argv=[sys.argv[0]] + sys.argv[1:] + ['tests.' + m], exit=False)
+            code = 0 if prog.result.wasSuccessful() else 1
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    fd = os.pidfd_open(pid)
+    if not select.select([fd], [], [], bound)[0]:
+        os.kill(pid, signal.SIGKILL)
+    os.close(fd)
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    if code < 0:
+        code = 128 - code
+    print(f'\nMODULE-END {code}', flush=True)
+    if code:
+        status = code
+sys.exit(status)
+`
+
+// conformanceScript runs the suite on vmw_pvrdma0, rxe0 and mlx5_0 in one
+// guest (the image's bash) of two vCPUs: first on vmw_pvrdma0, the whole
+// suite in one python3 process as its gate always ran it, alone; then
+// rxe0 and mlx5_0 at once, each with conformanceRunner (test_mr last).
+// Those two are on different ports and addresses (eth0's and ib0's, which
+// the rdma_cm tests resolve to their device; vmw_pvrdma0 and rxe0 share
+// eth0's and never run together), and each writes a file of its own,
+// printed when both are done. Each device's run is framed by
+// SUITE-BEGIN/SUITE-END.
+var conformanceScript = `rdma link add rxe0 type rxe netdev eth0 || echo "conformance: no rxe0"
 ibv_devices
-# The huge-page tests check for 2 MiB pages before anything else.
-echo 16 > /proc/sys/vm/nr_hugepages
+# The huge-page tests check for 2 MiB pages before anything else (16 for
+# each of the two suites that run at once).
+echo 32 > /proc/sys/vm/nr_hugepages
 python3 - <<'PY'
 # What ibv_query_qp reports for a QP created with 93 WRs each way, in RESET
 # and in INIT; what becomes of a UD QP asked for 0xffffffff send WRs.
@@ -67,25 +125,24 @@ rm -rf /tmp/rdma-tests
 cp -r /usr/share/doc/rdma-core/tests /tmp/rdma-tests
 gunzip -f /tmp/rdma-tests/*.gz
 cd /tmp/rdma-tests
-for dev in $devs; do
-  echo "SUITE-BEGIN $dev"
+cat > hcaemu_runner.py <<'PY'
+` + conformanceRunner + `PY
+echo "SUITE-BEGIN vmw_pvrdma0"
+start=$(date +%s)
+python3 -u run_tests.py --dev vmw_pvrdma0 -v 2>&1
+echo "SUITE-END vmw_pvrdma0 $? $(( $(date +%s) - start ))"
+modules=$(ls test_*.py | grep -v '^test_mr.py$' | sed 's/\.py$//'; echo test_mr)
+suite() {
+  echo "SUITE-BEGIN $1"
   start=$(date +%s)
-  if [ $dev = vmw_pvrdma0 ]; then
-    python3 -u run_tests.py --dev $dev -v 2>&1
-    st=$?
-  else
-    # One process per module: python3 crashes on rxe0 (SIGSEGV after
-    # test_resize_cq), which would end the whole run.
-    st=0
-    for m in test_*.py; do
-      python3 -u run_tests.py --dev $dev -v tests.${m%.py} 2>&1
-      mst=$?
-      echo "MODULE-END $mst"
-      if [ $mst -ne 0 ]; then st=$mst; fi
-    done
-  fi
-  echo "SUITE-END $dev $st $(( $(date +%s) - start ))"
-done
+  python3 -u hcaemu_runner.py ` + fmt.Sprint(conformanceModuleBound) + ` $1 $modules 2>&1
+  echo "SUITE-END $1 $? $(( $(date +%s) - start ))"
+}
+suite rxe0 > /tmp/suite-rxe0.out 2>&1 &
+rxe=$!
+suite mlx5_0 > /tmp/suite-mlx5_0.out 2>&1
+wait $rxe
+cat /tmp/suite-rxe0.out /tmp/suite-mlx5_0.out
 `
 
 // suiteResult is one test's outcome: ok, skip, fail, error, xfail, xpass.
@@ -240,17 +297,34 @@ var conformanceOutsideDevice = map[string]string{
 	"test_create_raw_qp_ex_with_illegal_caps_max_recv_wr (tests.test_qp.QPTest.test_create_raw_qp_ex_with_illegal_caps_max_recv_wr)": "provider: align_next_power2(int) turns 0xffffffff WRs into 1 before the kernel and the device see them",
 }
 
+// conformanceMLX5Known are the mlx5_0 failures and errors known today,
+// with their class (docs/conformance.md): device features not built yet.
+// Anything else failing fails the test, and so does one of these passing.
+var conformanceMLX5Known = map[string]string{}
+
+// conformanceMLX5MinPassed is the gate on how many tests pass on mlx5_0:
+// 125 in the runs of 2026-11-28 with memory windows (117 and 118 before
+// them), against rxe0's 100 (docs/conformance.md); a few tests draw
+// random create flags and may skip instead, so the floor leaves room for
+// them and no more.
+const conformanceMLX5MinPassed = 120
+
+// TestE2EConformancePyverbs boots one guest with both emulated HCAs and
+// runs rdma-core's suite on vmw_pvrdma0, rxe0 and mlx5_0 (issue 26's
+// three-device table from one guest). The gates: on vmw_pvrdma0 no failure
+// or error outside conformanceOutsideDevice, each of which must still
+// fail, and the QUERY_QP/CREATE_QP caps below; on mlx5_0 no failure or
+// error outside conformanceMLX5Known, at least conformanceMLX5MinPassed
+// passed; on both every skip with its reason; and mlx5_0 passes more tests
+// than rxe0 in the same guest. rxe0's own results are the comparison, not
+// gated, but its run must complete.
 func TestE2EConformancePyverbs(t *testing.T) {
 	needE2E(t)
-	arg := ""
-	if os.Getenv("HCAEMU_CONFORMANCE_RXE") == "1" {
-		arg = "rxe"
-	}
-	script := "set -- " + arg + "\n" + conformanceScript
 	t0 := time.Now()
-	out, code := hcaemuRun(t, "--image", "debian", "--packages", conformancePackages, "--timeout", "40m", "--", script)
-	t.Logf("hcaemu run took %s (image provisioning, boot and suite)", time.Since(t0).Round(time.Second))
+	out, code := hcaemuRun(t, "--device", "pvrdma,mlx5", "--smp", "2", "--memory", "1536M", "--image", "debian", "--packages", conformancePackages, "--timeout", "60m", "--", conformanceScript)
+	t.Logf("hcaemu run took %s (image provisioning, boot and three suites)", time.Since(t0).Round(time.Second))
 	if code != 0 {
+		// (the script ends with the suites' output, whatever their status)
 		t.Errorf("hcaemu run exited %d", code)
 	}
 	// QUERY_QP and CREATE_QP caps (docs/conformance.md): in RESET the
@@ -264,26 +338,40 @@ func TestE2EConformancePyverbs(t *testing.T) {
 		`CAPS ud-max_send_wr-0xffffffff-created state=1 send_wr=1 recv_wr=1 `,
 		`CAPS ud-max_recv_wr-0xffffffff-created state=1 send_wr=1 recv_wr=1 `)
 	runs := parseSuite(guestLines(out, 0))
-	pv := runs["vmw_pvrdma0"]
-	if pv == nil || !pv.ended {
-		t.Fatalf("no complete suite run on vmw_pvrdma0")
-	}
-	c := pv.counts()
-	t.Logf("vmw_pvrdma0: ran %d in %ds: %d passed, %d skipped, %d failed, %d errors (exit %d)",
-		pv.ran, pv.seconds, c["ok"], c["skip"], c["fail"], c["error"], pv.status)
-	if len(pv.results) == 0 || c["ok"] == 0 {
-		t.Errorf("no test passed: the output was not parsed")
-	}
-	checkSuite(t, pv, conformanceOutsideDevice, "conformanceOutsideDevice")
-	for id := range conformanceOutsideDevice {
-		if _, ran := pv.results[id]; !ran {
-			t.Errorf("%s (in conformanceOutsideDevice) did not run", id)
+	counts := map[string]map[string]int{}
+	for _, dev := range []string{"vmw_pvrdma0", "rxe0", "mlx5_0"} {
+		run := runs[dev]
+		if run == nil || !run.ended {
+			t.Fatalf("no complete suite run on %s", dev)
+		}
+		c := run.counts()
+		counts[dev] = c
+		t.Logf("%s: ran %d in %ds: %d passed, %d skipped, %d failed, %d errors (exit %d)",
+			dev, run.ran, run.seconds, c["ok"], c["skip"], c["fail"], c["error"], run.status)
+		if len(run.results) == 0 || c["ok"] == 0 {
+			t.Errorf("%s: no test passed: the output was not parsed", dev)
 		}
 	}
 	if path := os.Getenv("HCAEMU_CONFORMANCE_TABLE"); path != "" {
 		if err := os.WriteFile(path, []byte(conformanceTable(runs)), 0o644); err != nil {
 			t.Error(err)
 		}
+	}
+
+	pv := runs["vmw_pvrdma0"]
+	checkSuite(t, pv, conformanceOutsideDevice, "conformanceOutsideDevice")
+	for id := range conformanceOutsideDevice {
+		if _, ran := pv.results[id]; !ran {
+			t.Errorf("%s (in conformanceOutsideDevice) did not run", id)
+		}
+	}
+
+	checkSuite(t, runs["mlx5_0"], conformanceMLX5Known, "conformanceMLX5Known")
+	if n := counts["mlx5_0"]["ok"]; n < conformanceMLX5MinPassed {
+		t.Errorf("mlx5_0: %d tests passed, want at least %d", n, conformanceMLX5MinPassed)
+	}
+	if m, r := counts["mlx5_0"]["ok"], counts["rxe0"]["ok"]; m <= r {
+		t.Errorf("mlx5_0 passed %d tests, rxe0 %d in the same guest: want mlx5_0 ahead", m, r)
 	}
 }
 

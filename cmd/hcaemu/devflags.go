@@ -13,8 +13,12 @@ import (
 
 // registerDeviceFlag is --device: the model of the emulated HCAs.
 func registerDeviceFlag(fs *flag.FlagSet) *string {
-	return fs.String("device", string(qemu.ModelPVRDMA), "the emulated HCAs' model: pvrdma (VMware PVRDMA, vmw_pvrdma, RoCE v2 beside the guests' vmxnet3) or mlx5 (ConnectX-4 with an InfiniBand port, mlx5_core and mlx5_ib: being built: RC, UC, UD, XRC and SRQs, IPoIB and rdma_cm work; docs/mlx5.md)")
+	return fs.String("device", string(qemu.ModelPVRDMA), "the emulated HCAs' model: pvrdma (VMware PVRDMA, vmw_pvrdma, RoCE v2 beside the guests' vmxnet3) or mlx5 (ConnectX-4 with an InfiniBand port, mlx5_core and mlx5_ib: being built: RC, UC, UD, XRC and SRQs, IPoIB and rdma_cm work; docs/mlx5.md)"+runOnlyModels)
 }
+
+// runOnlyModels is what registerDeviceFlag's help adds for "hcaemu run":
+// the spelling of both HCAs in each guest, which serve refuses.
+const runOnlyModels = "; run only: pvrdma,mlx5 gives each guest both, the PVRDMA function (hcaK, vmw_pvrdma0) and a ConnectX-4 (hcaK-mlx5, mlx5_0, ib0)"
 
 // deviceModel checks --device's value.
 func deviceModel(s string) (qemu.DeviceModel, error) {

@@ -50,7 +50,8 @@ type hcas struct {
 	maxQP uint32
 	// mtu is the segment's Ethernet MTU (--mtu; 0: 1500).
 	mtu int
-	// model is the HCAs' device model (--device; "": PVRDMA).
+	// model is the HCAs' device model (--device; "": PVRDMA); with
+	// ModelPVRDMAMLX5 each HCA is served as the model serve names.
 	model qemu.DeviceModel
 	// ib is the InfiniBand subnet of the mlx5 HCAs' ports (made by
 	// setupIB, else with the first of them), with its SM and SA; ibPcap
@@ -192,10 +193,11 @@ func (h *hcas) recorder(name string, mac [6]byte) *record.Recorder {
 	return rec
 }
 
-// factory returns the vfio.NewDevice for the HCA called name, paired with a
-// vmxnet3 whose MAC is mac.
-func (h *hcas) factory(name string, mac [6]byte) vfio.NewDevice {
-	if h.model == qemu.ModelMLX5 {
+// factory returns the vfio.NewDevice for the HCA called name, of device
+// model model (ModelPVRDMA or ModelMLX5), paired with a vmxnet3 whose MAC
+// is mac.
+func (h *hcas) factory(name string, model qemu.DeviceModel, mac [6]byte) vfio.NewDevice {
+	if model == qemu.ModelMLX5 {
 		return h.mlx5Factory(name, mac)
 	}
 	return func(host vfio.Host) (vfio.Device, error) {
@@ -330,10 +332,11 @@ func (h *hcas) onFinding() func(hca.Finding) {
 	return h.latch.report
 }
 
-// serve serves HCA name on l until ctx ends or stop is called.
-func (h *hcas) serve(ctx context.Context, l *net.UnixListener, name string, mac [6]byte) (stop func()) {
+// serve serves HCA name, of device model model (ModelPVRDMA or
+// ModelMLX5), on l until ctx ends or stop is called.
+func (h *hcas) serve(ctx context.Context, l *net.UnixListener, name string, model qemu.DeviceModel, mac [6]byte) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
-	srv := &vfio.Server{NewDevice: h.factory(name, mac), Log: h.log.With("dev", name)}
+	srv := &vfio.Server{NewDevice: h.factory(name, model, mac), Log: h.log.With("dev", name)}
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		if err := srv.Serve(ctx, l); err != nil && ctx.Err() == nil {

@@ -111,7 +111,7 @@ func controlled(t *testing.T) (*hcas, *controlSocket, string) {
 func probed(t *testing.T, h *hcas, name string) (*emutest.Driver, vfio.Device) {
 	t.Helper()
 	drv := emutest.New(16 << 20)
-	dev, err := h.factory(name, [6]byte{0, 0x50, 0x56, 0, 0, 1})(vfio.Host{Mem: drv.RAM, MSIX: drv.IRQ.Raise})
+	dev, err := h.factory(name, h.model, [6]byte{0, 0x50, 0x56, 0, 0, 1})(vfio.Host{Mem: drv.RAM, MSIX: drv.IRQ.Raise})
 	if err != nil {
 		t.Fatal(err)
 	}

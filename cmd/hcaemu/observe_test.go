@@ -26,7 +26,7 @@ func probedMLX5(t *testing.T, h *hcas, name string) (*mlx5test.Driver, vfio.Devi
 	t.Helper()
 	h.model = qemu.ModelMLX5
 	mem := dma.NewFlat(1<<32, 32<<20)
-	dev, err := h.factory(name, [6]byte{0, 0x50, 0x56, 0, 0, 1})(vfio.Host{Mem: mem})
+	dev, err := h.factory(name, h.model, [6]byte{0, 0x50, 0x56, 0, 0, 1})(vfio.Host{Mem: mem})
 	if err != nil {
 		t.Fatal(err)
 	}

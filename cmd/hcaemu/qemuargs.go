@@ -61,6 +61,10 @@ func qemuArgsWith(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "hcaemu qemu-args: %v\n", err)
 		return 2
 	}
+	if model == qemu.ModelPVRDMAMLX5 {
+		fmt.Fprintf(stderr, "hcaemu qemu-args: --device %s: one function per socket: print each with its own --device and --slot\n", model)
+		return 2
+	}
 	mem, err := qemu.ParseMemory(*memory)
 	if err != nil {
 		fmt.Fprintf(stderr, "hcaemu qemu-args: --memory: %v\n", err)

@@ -22,6 +22,7 @@ func TestQemuArgs(t *testing.T) {
 		{"mlx5", []string{"--socket-path", "/tmp/h.sock", "--device", "mlx5", "--slot", "5"}, 0,
 			[]string{`Start "hcaemu serve --device mlx5 --socket-path /tmp/h.sock" first`, "15b3:1013", "mlx5_core", `"addr":"0x5.1"`}},
 		{"unknown model", []string{"--socket-path", "/tmp/h.sock", "--device", "cx7"}, 2, []string{"--device"}},
+		{"both models", []string{"--socket-path", "/tmp/h.sock", "--device", "pvrdma,mlx5"}, 2, []string{"--device pvrdma,mlx5: one function per socket"}},
 		{"no socket", []string{"--device", "mlx5"}, 2, []string{"--socket-path is required"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/hcaemu/hcaemu/qemu"
@@ -25,7 +26,7 @@ func TestRecordMLX5(t *testing.T) {
 	h.model = qemu.ModelMLX5
 	var devs []vfio.Device
 	for i := range 2 {
-		dev, err := h.factory(recName(i), defaultMAC(i))(vfio.Host{})
+		dev, err := h.factory(recName(i), h.model, defaultMAC(i))(vfio.Host{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,3 +54,53 @@ func TestRecordMLX5(t *testing.T) {
 }
 
 func recName(i int) string { return fmt.Sprintf("hca%d", i) }
+
+// TestBothModelsOneGuest: with --device pvrdma,mlx5 a guest's two HCAs are
+// live side by side under their own names and models (what inspect, trace
+// and the metrics list), the ConnectX on the run's subnet, and --record
+// writes one recording per HCA: hca0's of the Ethernet segment, hca0-mlx5's
+// of the InfiniBand subnet.
+func TestBothModelsOneGuest(t *testing.T) {
+	dir := t.TempDir()
+	h, err := newHCAs(slog.New(slog.NewTextHandler(io.Discard, nil)), "", dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.model = qemu.ModelPVRDMAMLX5
+	if err := h.setupIB("", nil); err != nil {
+		t.Fatal(err)
+	}
+	var devs []vfio.Device
+	for _, hca := range guestHCAs(h.model, 0) {
+		dev, err := h.factory(hca.name, hca.model, defaultMAC(0))(vfio.Host{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		devs = append(devs, dev)
+	}
+	var live []string
+	for _, d := range h.live() {
+		live = append(live, d.Name()+" "+d.Model())
+	}
+	if want := []string{"hca0 pvrdma", "hca0-mlx5 mlx5"}; !slices.Equal(live, want) {
+		t.Errorf("live devices %q, want %q", live, want)
+	}
+	for _, dev := range devs {
+		dev.Close()
+	}
+	if err := h.close(); err != nil {
+		t.Fatal(err)
+	}
+	for name, link := range map[string]string{"hca0": "", "hca0-mlx5": record.LinkInfiniBand} {
+		rec, err := record.ReadFile(filepath.Join(dir, name+".rec.gz"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Name != name || rec.Link != link && !(link == "" && rec.Link == record.LinkEthernet) {
+			t.Errorf("%s: recording of %q, link %q; want link %q", name, rec.Name, rec.Link, link)
+		}
+		if link == record.LinkInfiniBand && (rec.IB == nil || rec.IB.LID != 2) {
+			t.Errorf("%s: port %+v, want LID 2 on the run's subnet", name, rec.IB)
+		}
+	}
+}

@@ -18,16 +18,17 @@ import (
 	"github.com/hcaemu/hcaemu/qemu"
 )
 
-// startDevice starts the emulated PVRDMA function of guest k: a vfio-user
+// startDevice starts an emulated HCA of a guest (guestHCAs): a vfio-user
 // server listening on socketPath (before it returns). stop shuts it down.
-// While nil, guests boot without the vfio-user device.
-var startDevice func(ctx context.Context, socketPath string, guest int, mac [6]byte) (stop func(), err error)
+// While nil, guests boot without the vfio-user devices.
+var startDevice func(ctx context.Context, socketPath string, hca guestHCA, mac [6]byte) (stop func(), err error)
 
 const runUsage = `usage: hcaemu run [--guests N] [--ready started|listen|marker] [--share HOSTDIR[:GUESTDIR]]... [--smp N]
                   [--kernel bzImage] [--modules DIR] [--kernel-tree PATH] [--ulp MODULE,...] [--timeout D] [--memory M] [--cache DIR]
                   [--image debian [--packages PKG,...]] [--pcap FILE] [--record DIR] [--log-level L] [--reboots]
                   [--faults PLAN] [--faults-log FILE] [--faults-seed N] [--control SOCK] [--strict warn|off|fail]
-                  [--metrics ADDR] [--rxe K,...|all] [--guest-ip ADDR[/LEN]] [--uplink tap:NAME|dev:IFACE] [--max-qp N] [--mtu N] -- COMMAND...
+                  [--metrics ADDR] [--rxe K,...|all] [--guest-ip ADDR[/LEN]] [--uplink tap:NAME|dev:IFACE] [--max-qp N] [--mtu N]
+                  [--device pvrdma|mlx5|pvrdma,mlx5] -- COMMAND...
 
 Provisions (cached) a QEMU with vfio-user, a guest kernel and initramfs, starts
 one emulated PVRDMA device per guest, boots N guests on one Ethernet segment
@@ -49,7 +50,11 @@ read-only and keep their writes in RAM.
 The HCAs' ports and the guests' NICs share the segment (--pcap captures all
 of it), which pauses senders instead of dropping frames, as PFC does.
 With --device mlx5 the HCAs' ports are on an InfiniBand subnet instead,
-captured next to the --pcap file (rc.pcap: rc.ib.pcap).
+captured next to the --pcap file (rc.pcap: rc.ib.pcap). With --device
+pvrdma,mlx5 each guest has both HCAs: the PVRDMA function hcaK
+(vmw_pvrdma0, HCAEMU_RDMA_DEV) on the segment and the ConnectX hcaK-mlx5
+(mlx5_0, ib0) on the subnet; captures, recordings and fault plans cover
+both (a plan's "guest": K is hcaK; the ConnectX is "device": "hcaK-mlx5").
 --uplink joins it to a network outside: a TAP device to bridge or route
 as you like, or an existing interface; guests of hcaemu on two hosts talk
 IP and RoCEv2 through it (give them different --guest-ip addresses).
@@ -111,7 +116,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	timeout := fs.Duration("timeout", 10*time.Minute, "time limit for boot and command")
 	memory := fs.String("memory", "1G", "RAM per guest (e.g. 1G, 1536M)")
 	cache := fs.String("cache", "", "cache directory (default $HCAEMU_CACHE, else /var/cache/hcaemu for root, else /var/cache/hcaemu read-only when complete, else ~/.cache/hcaemu: hcaemu cache -h)")
-	pcap := fs.String("pcap", "", "write everything on the segment (the guests' IP traffic and RoCE) to this pcap file (--device mlx5: also the InfiniBand subnet's packets to FILE with .ib before its extension, rc.pcap: rc.ib.pcap, link type 252 that tshark decodes)")
+	pcap := fs.String("pcap", "", "write everything on the segment (the guests' IP traffic and RoCE) to this pcap file (--device mlx5 or pvrdma,mlx5: also the InfiniBand subnet's packets to FILE with .ib before its extension, rc.pcap: rc.ib.pcap, link type 252 that tshark decodes)")
 	recordDir := fs.String("record", "", "record each HCA's boundary into this directory (hca0.rec.gz, ...) for replay tests")
 	logLevel := fs.String("log-level", "warn", "log level of the emulated HCAs (debug, info, warn, error)")
 	image := fs.String("image", "", "run the command in a Debian root file system (debian) instead of the u-root initramfs")
@@ -271,13 +276,19 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			if slices.Contains(softRoCE, k) {
 				continue
 			}
-			stop, err := startDevice(ctx, cl.SocketPath(k), k, cl.GuestMAC(k))
-			if err != nil {
-				fmt.Fprintf(stderr, "hcaemu run: starting the device of guest %d: %v\n", k, err)
-				return 1
-			}
-			if stop != nil {
-				defer stop()
+			for _, hca := range guestHCAs(model, k) {
+				socket := cl.SocketPath(k)
+				if hca.second {
+					socket = cl.MLX5SocketPath(k)
+				}
+				stop, err := startDevice(ctx, socket, hca, cl.GuestMAC(k))
+				if err != nil {
+					fmt.Fprintf(stderr, "hcaemu run: starting the device %s of guest %d: %v\n", hca.name, k, err)
+					return 1
+				}
+				if stop != nil {
+					defer stop()
+				}
 			}
 		}
 	}

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/hcaemu/hcaemu/qemu"
 )
 
 // Every bad flag or path of "hcaemu run" is refused before anything is
@@ -61,7 +63,10 @@ func TestRunFlagErrors(t *testing.T) {
 		{[]string{"--image", "debian", "--packages", "qperf,Bad_Name", "--", "true"}, `--packages: "Bad_Name" is not a Debian package name`},
 		{[]string{"--image", "debian", "--packages", "a;rm", "--", "true"}, "--packages: "},
 		{[]string{"--image", "debian", "--kernel", file, "--", "true"}, "--image runs on the provisioned kernel"},
-		{[]string{"--device", "cx7", "--", "true"}, `--device: unknown device model "cx7" (want pvrdma or mlx5)`},
+		{[]string{"--device", "cx7", "--", "true"}, `--device: unknown device model "cx7" (want pvrdma, mlx5 or pvrdma,mlx5)`},
+		{[]string{"--device", "pvrdma,cx7", "--", "true"}, `--device: unknown device model "cx7"`},
+		{[]string{"--device", "pvrdma,", "--", "true"}, `--device: unknown device model ""`},
+		{[]string{"--device", "mlx5,mlx5", "--", "true"}, `--device: device model "mlx5" named twice in "mlx5,mlx5"`},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
@@ -77,6 +82,31 @@ func TestRunFlagErrors(t *testing.T) {
 				t.Errorf("stderr %q, want one line with %q", msg, tc.want)
 			}
 		})
+	}
+}
+
+// Each guest's HCAs per --device: one-model runs keep the names hcaK; with
+// both, the PVRDMA function is hcaK and the ConnectX hcaK-mlx5 on the
+// second socket.
+func TestGuestHCAs(t *testing.T) {
+	for _, tc := range []struct {
+		model string
+		k     int
+		want  []guestHCA
+	}{
+		{"", 0, []guestHCA{{name: "hca0", model: qemu.ModelPVRDMA}}},
+		{"pvrdma", 3, []guestHCA{{name: "hca3", model: qemu.ModelPVRDMA}}},
+		{"mlx5", 1, []guestHCA{{name: "hca1", model: qemu.ModelMLX5}}},
+		{"pvrdma,mlx5", 0, []guestHCA{{name: "hca0", model: qemu.ModelPVRDMA}, {name: "hca0-mlx5", model: qemu.ModelMLX5, second: true}}},
+		{"mlx5,pvrdma", 7, []guestHCA{{name: "hca7", model: qemu.ModelPVRDMA}, {name: "hca7-mlx5", model: qemu.ModelMLX5, second: true}}},
+	} {
+		m, err := deviceModel(tc.model)
+		if err != nil {
+			t.Fatalf("--device %q: %v", tc.model, err)
+		}
+		if got := guestHCAs(m, tc.k); !slices.Equal(got, tc.want) {
+			t.Errorf("guestHCAs(%q, %d) = %+v, want %+v", m, tc.k, got, tc.want)
+		}
 	}
 }
 

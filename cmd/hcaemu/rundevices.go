@@ -47,7 +47,7 @@ func runHCAs() (*hcas, error) {
 	h.faults = runFaults.hooks()
 	h.strict, h.latch = runOptions.strict, runOptions.latch
 	h.maxQP, h.mtu, h.model = runOptions.maxQP.value(), runOptions.mtu, runOptions.model
-	if h.model == qemu.ModelMLX5 {
+	if h.model.HasMLX5() {
 		if err := h.setupIB(runOptions.pcap, runFaults.quiet(), runFaults.ibDecorators()...); err != nil {
 			h.close()
 			return nil, err
@@ -61,9 +61,9 @@ func runHCAs() (*hcas, error) {
 	return h, nil
 }
 
-// startRunDevice serves guest k's HCA on socketPath, paired with guest k's
-// vmxnet3 (MAC mac).
-func startRunDevice(ctx context.Context, socketPath string, guest int, mac [6]byte) (stop func(), err error) {
+// startRunDevice serves a guest's HCA hca on socketPath, paired with the
+// guest's vmxnet3 (MAC mac).
+func startRunDevice(ctx context.Context, socketPath string, hca guestHCA, mac [6]byte) (stop func(), err error) {
 	if _, err := runHCAs(); err != nil {
 		return nil, err
 	}
@@ -71,7 +71,31 @@ func startRunDevice(ctx context.Context, socketPath string, guest int, mac [6]by
 	if err != nil {
 		return nil, err
 	}
-	return runFabric.serve(ctx, l, fmt.Sprintf("hca%d", guest), mac), nil
+	return runFabric.serve(ctx, l, hca.name, hca.model, mac), nil
+}
+
+// guestHCA is one emulated HCA of a guest: its name (the device of
+// inspect, trace, the metrics, fault plans, recordings) and model.
+type guestHCA struct {
+	name  string
+	model qemu.DeviceModel // ModelPVRDMA or ModelMLX5
+	// second: served on the Cluster's MLX5SocketPath, not SocketPath.
+	second bool
+}
+
+// guestHCAs are the HCAs of guest k in a run of model (--device): hcaK
+// for the one of a pvrdma or mlx5 run; with pvrdma,mlx5, hcaK is the
+// PVRDMA function and hcaK-mlx5 the ConnectX (the names of one-model runs
+// stay as they were).
+func guestHCAs(model qemu.DeviceModel, k int) []guestHCA {
+	name := fmt.Sprintf("hca%d", k)
+	switch model {
+	case qemu.ModelMLX5:
+		return []guestHCA{{name: name, model: qemu.ModelMLX5}}
+	case qemu.ModelPVRDMAMLX5:
+		return []guestHCA{{name: name, model: qemu.ModelPVRDMA}, {name: name + "-mlx5", model: qemu.ModelMLX5, second: true}}
+	}
+	return []guestHCA{{name: name, model: qemu.ModelPVRDMA}}
 }
 
 // closeRunFabric flushes the run's capture.

@@ -72,6 +72,9 @@ func serveMain(args []string) int {
 	if err != nil {
 		return fatalf("serve: %v", err)
 	}
+	if model == qemu.ModelPVRDMAMLX5 {
+		return fatalf("serve: --device %s: serve emulates one model per process (one HCA per socket); run a second hcaemu serve --device mlx5 for the ConnectX functions", model)
+	}
 	if err := checkMTU(*mtu); err != nil {
 		return fatalf("serve: %v", err)
 	}
@@ -163,7 +166,7 @@ func serveMain(args []string) int {
 	for i, l := range listeners {
 		name := fmt.Sprintf("hca%d", i)
 		log.Info("serving", "dev", name, "socket", l.Addr().String())
-		stops = append(stops, h.serve(ctx, l, name, defaultMAC(i)))
+		stops = append(stops, h.serve(ctx, l, name, model, defaultMAC(i)))
 	}
 	<-ctx.Done()
 	log.Info("shutting down")
