@@ -326,3 +326,24 @@ func TestFRWROtherPD(t *testing.T) {
 		t.Fatalf("another PD's LOCAL_INV changed the MR: %+v, was %+v", got, st)
 	}
 }
+
+// TestDrainRQ: mlx5_ib_drain_rq, which every kernel ULP runs at QP
+// teardown: the QP to ERR, then one receive posted (the doorbell record
+// moved, no doorbell rung: there is none for receives), then a wait for
+// its flush CQE without a timeout. The device reads the doorbell record
+// of a QP in ERR on the QP's timer and flushes it; again for a second
+// one.
+func TestDrainRQ(t *testing.T) {
+	_, b := rcPair(t)
+	if err := b.drv.ToERR(b.wq.Q); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		idx := b.wq.RQPI
+		b.drv.PostRecv(b.wq, b.seg(0, 64))
+		ec := uverbs.DecodeErrCQE(b.poll(t))
+		if ec.Opcode != uverbs.CQERespErr || ec.Syndrome != uverbs.SyndromeWRFlushErr || ec.WQECounter != idx {
+			t.Fatalf("receive %d posted in ERR: CQE %+v, want its flush", i, ec)
+		}
+	}
+}
